@@ -1,0 +1,202 @@
+"""Baselines (`baselines/*.yaml`): per-position rates (and raw counts when they came from a run), keyed
+by build/mode, with provenance and the fingerprint that decides what they can be compared with.
+
+A published baseline (figures from a report, no counts) leaves unknown fingerprint fields null: they are
+then listed as "not checked" instead of silently passing. A baseline saved from a run carries the run's
+counts, so the comparison can use an interval on the difference instead of treating it as exact.
+
+Format history: schema 1 (mtpbench 0.1) is the only one; another schema is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from mtpbench import __version__
+from mtpbench.config import Strict, format_validation_error, read_yaml
+from mtpbench.errors import UserError
+from mtpbench.results import Run, now_iso
+
+BASELINE_SCHEMA = 1
+
+
+class BaselineCounts(Strict):
+    num_drafts: int = Field(ge=0)
+    num_draft_tokens: int = Field(ge=0)
+    num_accepted_tokens: int = Field(ge=0)
+    accepted_per_pos: list[int]
+
+
+class BaselineEntry(Strict):
+    build: str = "*"
+    mode: str = "*"
+    rates_pct: list[float] = Field(min_length=1, description="unconditional per-position acceptance, %")
+    mean_pct: float | None = None
+    avg_accepted: float | None = None
+    counts: BaselineCounts | None = None
+    repeats: int | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BaselineEntry:
+        if any(r < 0 or r > 100 for r in self.rates_pct):
+            raise ValueError("rates_pct: rates are percentages in 0..100")
+        if self.counts is not None and len(self.counts.accepted_per_pos) != len(self.rates_pct):
+            raise ValueError("counts.accepted_per_pos: length differs from rates_pct")
+        return self
+
+
+class Provenance(Strict):
+    source: str = Field(min_length=1, description="where the numbers came from")
+    date: str | None = None
+    measured_on: str | None = None
+    run_id: str | None = None
+    command: str | None = None
+    tool_version: str | None = None
+    notes: str | None = None
+
+
+class BaselineFingerprint(Strict):
+    model: str | None = None
+    model_config_sha256: str | None = None
+    drafter_config_sha256: str | None = None
+    method: str
+    num_speculative_tokens: int = Field(gt=0)
+    prompts_sha256: str | None = None
+    sampling: dict[str, Any] = Field(default_factory=dict)
+
+
+class Baseline(Strict):
+    schema_version: int = Field(alias="schema")
+    name: str
+    provenance: Provenance
+    fingerprint: BaselineFingerprint
+    entries: list[BaselineEntry] = Field(min_length=1)
+
+    def entry_for(self, build: str, mode: str, cudagraph_mode: str | None = None) -> BaselineEntry | None:
+        keys = [(build, mode), ("*", mode)]
+        if cudagraph_mode:
+            keys += [(build, cudagraph_mode), ("*", cudagraph_mode)]
+        keys += [(build, "*"), ("*", "*")]
+        for b, m in keys:
+            for e in self.entries:
+                if e.build == b and e.mode == m:
+                    return e
+        return None
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    path = Path(path)
+    data = read_yaml(path, "baseline")
+    if data.get("schema") != BASELINE_SCHEMA:
+        raise UserError(
+            f"{path}: baseline schema {data.get('schema')!r} is not supported by mtpbench {__version__} "
+            f"(reads schema {BASELINE_SCHEMA})"
+        )
+    try:
+        b = Baseline.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, exc)) from None
+    for e in b.entries:
+        if len(e.rates_pct) != b.fingerprint.num_speculative_tokens:
+            raise UserError(
+                f"{path}: entry {e.build}/{e.mode} has {len(e.rates_pct)} positions, "
+                f"fingerprint says k={b.fingerprint.num_speculative_tokens}"
+            )
+    return b
+
+
+def model_identity(model: str | None) -> dict[str, str | None]:
+    """Name and config.json hash of a local model dir; a hub id keeps its name only."""
+    if not model:
+        return {"name": None, "config_sha256": None}
+    p = Path(model)
+    sha = None
+    cfg = p / "config.json"
+    if cfg.is_file():
+        sha = hashlib.sha256(cfg.read_bytes()).hexdigest()
+    return {"name": p.name if p.exists() else model, "config_sha256": sha}
+
+
+def run_fingerprint(run: Run) -> dict[str, Any]:
+    cfg = run.manifest["config"]
+    spec = cfg["speculative"]
+    return {
+        "model": run.manifest.get("model", {}).get("name") or cfg["model"],
+        "model_config_sha256": run.manifest.get("model", {}).get("config_sha256"),
+        "drafter_config_sha256": run.manifest.get("drafter", {}).get("config_sha256"),
+        "method": spec["method"],
+        "num_speculative_tokens": spec["num_speculative_tokens"],
+        "prompts_sha256": run.manifest["prompts"]["sha256"],
+        "sampling": cfg["sampling"],
+    }
+
+
+def dump_baseline(b: Baseline) -> str:
+    data = b.model_dump(mode="json", by_alias=True, exclude_none=True)
+    header = (
+        f"# mtpbench baseline (schema {BASELINE_SCHEMA}). Rates are unconditional per-position acceptance in %\n"
+        "# (accepted_per_pos[i] / num_drafts); counts are the raw sums they were computed from.\n"
+    )
+    return header + yaml.safe_dump(data, sort_keys=False, width=110)
+
+
+def write_baseline(b: Baseline, out: Path, force: bool) -> None:
+    if out.exists() and not force:
+        raise UserError(f"{out}: exists; pass --force to overwrite")
+    if not out.parent.is_dir():
+        raise UserError(f"{out.parent}: no such folder")
+    text = dump_baseline(b)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out)
+
+
+def baseline_from_cells(
+    run: Run, name: str, per_cell: list[tuple[str, str, dict[str, Any], int]], source: str | None = None
+) -> Baseline:
+    """per_cell: (build, mode, counts dict, repeats) — variants are pooled by the caller's choice."""
+    fp = run_fingerprint(run)
+    entries = []
+    for build, mode, counts, repeats in per_cell:
+        d = counts["num_drafts"]
+        if d <= 0:
+            continue
+        rates = [round(100.0 * a / d, 3) for a in counts["accepted_per_pos"]]
+        entries.append(
+            BaselineEntry(
+                build=build,
+                mode=mode,
+                rates_pct=rates,
+                mean_pct=round(100.0 * counts["num_accepted_tokens"] / max(counts["num_draft_tokens"], 1), 3),
+                avg_accepted=round(counts["num_accepted_tokens"] / d, 4),
+                counts=BaselineCounts(**counts),
+                repeats=repeats,
+            )
+        )
+    if not entries:
+        raise UserError(f"{run.path}: no cell with drafts to save as a baseline")
+    env = next((r.get("env", {}) for r in run.cell_starts()), {})
+    versions = env.get("versions", {})
+    measured_on = ", ".join(x for x in (env.get("device"), *(f"{k} {v}" for k, v in versions.items() if v)) if x)
+    return Baseline.model_validate(
+        {
+            "schema": BASELINE_SCHEMA,
+            "name": name,
+            "provenance": {
+                "source": source or f"mtpbench run {run.run_id}",
+                "date": now_iso(),
+                "measured_on": measured_on or None,
+                "run_id": run.run_id,
+                "command": f"mtpbench baseline save {run.path}",
+                "tool_version": __version__,
+            },
+            "fingerprint": {k: v for k, v in fp.items() if k != "model" or v},
+            "entries": [e.model_dump() for e in entries],
+        }
+    )
