@@ -1,0 +1,5 @@
+"""`python -m mtpbench` runs the CLI."""
+
+from mtpbench.cli import main
+
+main()

@@ -1,0 +1,120 @@
+"""Shared fixtures: synthetic runs written in the real on-disk format (for the pure logic of stats,
+compare and the CLI; the engine-backed tests live in test_engine.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest
+
+K = 3
+PROMPTS = ["algorithm", "class", "file-io", "parsing", "unit-test"]
+
+Spec = dict[str, Any]
+
+
+def counts_for(rates_pct: list[float], drafts: int) -> dict[str, Any]:
+    """Counts that reproduce the given unconditional per-position rates over `drafts` drafts."""
+    per_pos = [round(r / 100 * drafts) for r in rates_pct]
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": drafts * len(rates_pct),
+        "num_accepted_tokens": sum(per_pos),
+        "accepted_per_pos": per_pos,
+    }
+
+
+def split(counts: dict[str, Any], parts: int) -> list[dict[str, Any]]:
+    """Spread counts over prompts so that the sums are exact."""
+    out = []
+    for i in range(parts):
+
+        def share(v: int, i: int = i) -> int:
+            return v // parts + (1 if i < v % parts else 0)
+
+        out.append(
+            {
+                "num_drafts": share(counts["num_drafts"]),
+                "num_draft_tokens": share(counts["num_draft_tokens"]),
+                "num_accepted_tokens": share(counts["num_accepted_tokens"]),
+                "accepted_per_pos": [share(a) for a in counts["accepted_per_pos"]],
+            }
+        )
+    # The accepted total must equal the per-position sum within each prompt for consistency.
+    for o in out:
+        o["num_accepted_tokens"] = sum(o["accepted_per_pos"])
+    return out
+
+
+def write_run(
+    root: Path,
+    cells: dict[str, list[list[float]]],
+    *,
+    drafts: int = 1000,
+    k: int = K,
+    temperature: float = 0.0,
+    method: str = "mtp",
+    requested: dict[str, dict[str, Any]] | None = None,
+    effective: dict[str, dict[str, Any]] | None = None,
+    text: dict[str, list[str]] | None = None,
+    statuses: dict[str, list[str]] | None = None,
+    seeds: list[int] | None = None,
+) -> Path:
+    """cells: "build/mode/variant" -> one list of per-position rates (%) per repeat."""
+    run_id = "20261202T000000Z-synthetic"
+    path = root / run_id
+    path.mkdir(parents=True)
+    config = {
+        "name": "synthetic",
+        "model": "m",
+        "speculative": {"method": method, "model": "d", "num_speculative_tokens": k, "extra": {}},
+        "sampling": {"temperature": temperature, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
+        "modes": {},
+        "gate": {},
+    }
+    prompts = {"name": "coding", "sha256": "ab" * 32, "ids": PROMPTS}
+    manifest = new_manifest(run_id, config, "synthetic.yaml", prompts)
+    records: list[dict[str, Any]] = []
+    for cell, repeats in cells.items():
+        build, mode, variant = cell.split("/")
+        for r, rates in enumerate(repeats):
+            seed = (seeds or list(range(len(repeats))))[r]
+            status = (statuses or {}).get(cell, ["ok"] * len(repeats))[r]
+            manifest["cells"].append(
+                {"cell": cell, "build": build, "mode": mode, "variant": variant, "repeat": r,
+                 "hash_seed": seed, "status": status}
+            )  # fmt: skip
+            base = {"schema": SCHEMA_VERSION, "run_id": run_id, "cell": cell, "build": build, "mode": mode,
+                    "variant": variant, "repeat": r, "hash_seed": seed}  # fmt: skip
+            req = (requested or {}).get(mode, {"cudagraph_mode": None, "enforce_eager": mode == "eager"})
+            eff = (effective or {}).get(mode, {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"})
+            records.append({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []})
+            if status != "ok":
+                continue
+            for i, part in enumerate(split(counts_for(rates, drafts), len(PROMPTS))):
+                sha = ((text or {}).get(cell) or ["same"] * len(repeats))[r]
+                records.append(
+                    {**base, "type": "prompt", "prompt_id": PROMPTS[i], "prompt_index": i, **part,
+                     "num_generated_tokens": 128, "output_sha256": f"{sha}-{PROMPTS[i]}", "wall_s": 0.1}
+                )  # fmt: skip
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+PUBLISHED = Path(__file__).resolve().parent.parent / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Callable[..., Path]:
+    counter = iter(range(1000))
+
+    def _make(cells: dict[str, list[list[float]]], **kw: Any) -> Path:
+        return write_run(tmp_path / f"r{next(counter)}", cells, **kw)
+
+    return _make
