@@ -139,7 +139,7 @@ def test_dry_run_lists_stock_and_fixed_cells_with_their_environment() -> None:
         (lambda p: (p / "manifest.json").unlink(), "not a mtpbench run"),
         (lambda p: (p / "manifest.json").write_text("{nope"), "unreadable manifest"),
         (lambda p: (p / "records.jsonl").write_text((p / "records.jsonl").read_text()[:-40]), "truncated last line"),
-        (lambda p: (p / "records.jsonl").write_text("garbage\n" + (p / "records.jsonl").read_text()), ":1: corrupt JSON"),
+        (lambda p: (p / "records.jsonl").write_text("x\n" + (p / "records.jsonl").read_text()), ":1: corrupt JSON"),
         (lambda p: (p / "records.jsonl").write_text('{"type": "prompt", "schema": 99}\n'), "schema version 99"),
     ],
 )  # fmt: skip
