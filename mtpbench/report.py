@@ -46,7 +46,7 @@ def _mode_text(c: CellResult) -> str:
 def summary_table(cells: list[CellResult], title: str = "", ci: bool = True) -> Table:
     k = max((c.summary.counts.k for c in cells), default=0)
     t = Table(title=title or None, title_justify="left", show_lines=False)
-    t.add_column("cell")
+    t.add_column("cell", no_wrap=True)
     t.add_column("graph", overflow="fold")
     t.add_column("rep", justify="right")
     for i in range(k):
@@ -78,8 +78,9 @@ def summary_table(cells: list[CellResult], title: str = "", ci: bool = True) -> 
 
 def checks_table(checks: list[PositionCheck], baseline: str | None) -> Table:
     t = Table(title=f"against baseline {baseline}" if baseline else None, title_justify="left")
-    for col, just in (("cell", "left"), ("pos", "right"), ("run %", "right"), ("baseline %", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    t.add_column("cell", no_wrap=True)
+    for col in ("pos", "run %", "baseline %"):
+        t.add_column(col, justify="right")
     t.add_column("Δ pts", justify="right")
     t.add_column("Δ 95% CI", justify="right")
     t.add_column("verdict")

@@ -1,0 +1,122 @@
+"""Fast checks that the tiny-pair trainer still runs and still writes what vLLM's Gemma4 MTP path expects.
+
+The trainer runs for a couple of steps on a handful of corpus files into a temporary directory; the saved pair
+must load with transformers, carry the shipped architecture (the target's sliding + full layers, the
+drafter's KV-shared layers and backbone width), round-trip bytes through its tokenizer, and be reproducible
+for a fixed seed. One more check pins the draft semantics: a draft from position p must not see tokens after
+p+j. No vLLM engine is started here; the engine-level acceptance tests live elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from mtpbench.fixtures import train  # noqa: E402
+from mtpbench.fixtures.tokenizer import BOS_ID, VOCAB_SIZE  # noqa: E402
+
+TINY_ARGS = [
+    "--seed", "3",
+    "--target-steps", "2",
+    "--target-batch", "2",
+    "--draft-steps", "2",
+    "--draft-batch", "2",
+    "--rollouts", "2",
+    "--seq-len", "48",
+    "--max-files", "4",
+    "-q",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pair")
+    assert train.main(["--out", str(out), *TINY_ARGS]) == 0
+    return out
+
+
+def test_target_loads_with_the_shipped_architecture(trained: Path) -> None:
+    model = transformers.AutoModelForCausalLM.from_pretrained(trained / "target", dtype=torch.float32)
+    cfg = model.config
+    assert type(model).__name__ == "Gemma4ForCausalLM"
+    assert cfg.architectures == ["Gemma4ForCausalLM"]
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size) == (VOCAB_SIZE, 192, 768)
+    assert cfg.layer_types == ["sliding_attention"] * 4 + ["full_attention"]
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.sliding_window) == (4, 2, 64)
+    # The full-attention head dim defaults to 512 unless set; both types must be 32.
+    assert [cfg.per_layer_config[i].head_dim for i in range(5)] == [32] * 5
+    assert (cfg.vocab_size_per_layer_input, cfg.hidden_size_per_layer_input) == (0, 0)
+    assert cfg.tie_word_embeddings
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[BOS_ID, *b"def f("]])).logits
+    assert logits.shape == (1, 7, VOCAB_SIZE)
+    assert torch.isfinite(logits).all()
+
+
+def test_assistant_loads_as_a_kv_shared_drafter(trained: Path) -> None:
+    model = transformers.AutoModelForCausalLM.from_pretrained(trained / "assistant", dtype=torch.float32)
+    cfg = model.config
+    text = cfg.get_text_config()
+    assert type(model).__name__ == "Gemma4AssistantForCausalLM"
+    assert cfg.model_type == "gemma4_assistant"
+    assert cfg.backbone_hidden_size == 192
+    assert (text.hidden_size, text.num_hidden_layers) == (128, 4)
+    assert text.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
+    # Every drafter layer reads the target's cache: queries only, with the target's KV head layout.
+    assert text.num_kv_shared_layers == text.num_hidden_layers
+    assert text.num_key_value_heads == 2
+    assert [text.per_layer_config[i].head_dim for i in range(4)] == [32] * 4
+    assert all(not hasattr(layer.self_attn, "k_proj") for layer in model.model.layers)
+    assert model.pre_projection.weight.shape == (128, 2 * 192)
+    assert model.post_projection.weight.shape == (192, 128)
+
+
+def test_tokenizer_is_bytes_plus_bos(trained: Path) -> None:
+    tok = transformers.AutoTokenizer.from_pretrained(trained / "target")
+    text = 'def f(x):\n\treturn "héllo"\n'
+    ids = tok(text).input_ids
+    assert ids == [BOS_ID, *text.encode()]
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert len(tok) == VOCAB_SIZE
+
+
+def test_provenance_records_the_run(trained: Path) -> None:
+    prov = json.loads((trained / "provenance.json").read_text())
+    assert prov["seed"] == 3
+    assert "mtpbench.fixtures.train" in prov["command"]
+    assert prov["target"]["steps"] == 2 and prov["drafter"]["steps"] == 2
+    assert prov["target"]["loss_start"] > 0 and prov["drafter"]["loss_end"] >= 0
+    assert prov["corpus"]["num_files"] == 4 and len(prov["corpus"]["sha256"]) == 64
+    assert prov["versions"]["torch"]
+    assert len(prov["offline_heldout_acceptance_per_pos"]) == 3
+
+
+def test_same_seed_same_weights(trained: Path, tmp_path: Path) -> None:
+    assert train.main(["--out", str(tmp_path), *TINY_ARGS]) == 0
+    for part in ("target", "assistant"):
+        a = (trained / part / "model.safetensors").read_bytes()
+        b = (tmp_path / part / "model.safetensors").read_bytes()
+        assert a == b, part
+
+
+def test_draft_from_p_ignores_tokens_after_p_plus_j() -> None:
+    settings = train.TrainSettings(seed=0)
+    torch.manual_seed(0)
+    target = train.build_target(settings).eval()
+    assistant = train.build_assistant(target, settings).eval()
+    ids = torch.randint(0, 256, (1, 40))
+    changed = ids.clone()
+    changed[0, 20:] = (changed[0, 20:] + 1) % 256
+    with torch.no_grad():
+        a = train.draft_chain(target, assistant, ids, train.target_features(target, ids), 3)
+        b = train.draft_chain(target, assistant, changed, train.target_features(target, changed), 3)
+    for j in range(1, 4):
+        # Step j from p reads tokens up to p+j, so positions p < 20 - j are untouched by the change.
+        keep = 20 - j
+        torch.testing.assert_close(a[j - 1][:, :keep], b[j - 1][:, :keep])
+        assert not torch.allclose(a[j - 1][:, keep:], b[j - 1][:, keep:])
