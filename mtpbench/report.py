@@ -8,6 +8,7 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -24,7 +25,7 @@ def pct(x: float | None, digits: int = 1) -> str:
 
 
 def ci_text(ci: Interval | None) -> str:
-    return "" if ci is None else f"[{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+    return "" if ci is None else f"[{100 * ci.low:.1f},{100 * ci.high:.1f}]"
 
 
 def pts(x: float | None) -> str:
@@ -44,33 +45,44 @@ def _mode_text(c: CellResult) -> str:
 
 
 def summary_table(cells: list[CellResult], title: str = "", ci: bool = True) -> Table:
+    """One row per cell; the graph mode, drafts and 95 % intervals sit on a dim second line so the table
+    fits an 80-column terminal."""
     k = max((c.summary.counts.k for c in cells), default=0)
-    t = Table(title=title or None, title_justify="left", show_lines=False)
-    t.add_column("cell", no_wrap=True)
-    t.add_column("graph", overflow="fold")
-    t.add_column("rep", justify="right")
+    t = Table(
+        title=title or None,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    t.add_column("cell\ngraph mode", no_wrap=True)
+    t.add_column("rep\ndrafts", justify="right", no_wrap=True)
     for i in range(k):
-        t.add_column(f"pos{i} % [95% CI]" if ci else f"pos{i} %", justify="right")
-    t.add_column("mean %", justify="right")
-    t.add_column("avg acc", justify="right")
-    t.add_column("AL", justify="right")
-    t.add_column("spread", justify="right")
-    t.add_column("drafts", justify="right")
+        t.add_column(f"pos{i} %\n[95% CI]" if ci else f"pos{i} %", justify="right", no_wrap=True)
+    t.add_column("mean\n%", justify="right", no_wrap=True)
+    t.add_column("avg\nacc", justify="right", no_wrap=True)
+    t.add_column("AL", justify="right", no_wrap=True)
+    t.add_column("spread\npts", justify="right", no_wrap=True)
     for c in cells:
         s = c.summary
         spread = [x for x in s.spread if x is not None]
         done = sum(1 for st in c.statuses if st == "ok")
-        rep = f"{done}/{len(c.statuses)}"
-        row = [c.cell, _mode_text(c), Text(rep, style="" if c.complete else "red")]
+        name = Text(c.cell)
+        name.append("\n" + _mode_text(c), style="dim")
+        rep = Text(f"{done}/{len(c.statuses)}", style="" if c.complete else "red")
+        rep.append(f"\n{s.counts.num_drafts}", style="dim")
+        row: list[Any] = [name, rep]
         for i in range(k):
-            cell_ci = f" {ci_text(s.per_pos_ci[i])}" if ci else ""
-            row.append(f"{pct(s.per_pos[i])}{cell_ci}" if i < s.counts.k else "")
+            txt = Text(pct(s.per_pos[i]) if i < s.counts.k else "")
+            if ci and i < s.counts.k and s.per_pos_ci[i] is not None:
+                txt.append("\n" + ci_text(s.per_pos_ci[i]), style="dim")
+            row.append(txt)
         row += [
             pct(s.mean),
             "–" if s.avg_accepted is None else f"{s.avg_accepted:.2f}",
             "–" if s.acceptance_length is None else f"{s.acceptance_length:.2f}",
             f"{100 * max(spread):.1f}" if spread else "–",
-            str(s.counts.num_drafts),
         ]
         t.add_row(*row)
     return t
