@@ -133,6 +133,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
          variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool) -> int:  # fmt: skip
     from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
+    from mtpbench.results import timing
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
@@ -158,7 +159,14 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         except KeyboardInterrupt:
             err_console.print("mtpbench: interrupted; finished prompts are kept in the run folder")
             return 130
-    console.print(f"results: {outcome.path}")
+    t = timing(outcome.manifest)
+    share = 100 * t["engine_start_s"] / t["wall_s"] if t["wall_s"] else 0.0
+    console.print(
+        f"results: {outcome.path}\n"
+        f"time: {int(t['cells'])} cell-repeats, {t['wall_s']:.1f} s in workers, of which engine start-up "
+        f"{t['engine_start_s']:.1f} s ({share:.0f} %), prompts and process start {t['other_s']:.1f} s",
+        highlight=False,
+    )
     return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
 
 

@@ -159,3 +159,11 @@ def load_run(path: str | Path) -> Run:
         if key not in manifest:
             raise UserError(f"{mpath}: manifest lacks {key!r}")
     return Run(p, manifest, read_records(p / RECORDS))
+
+
+def timing(manifest: dict[str, Any]) -> dict[str, float]:
+    """Where a run's wall time went: total over cell-repeats, engine start-up, and the rest (prompts)."""
+    cells = manifest.get("cells", [])
+    total = sum(float(c.get("wall_s") or 0.0) for c in cells)
+    engine = sum(float(c.get("engine_start_s") or 0.0) for c in cells)
+    return {"cells": float(len(cells)), "wall_s": total, "engine_start_s": engine, "other_s": max(total - engine, 0.0)}
