@@ -83,6 +83,7 @@ class _ProgressView:
             self._cell_prompts += 1
             self.p.advance(self.prompts)
         elif kind == "cell_end":
+            self.p.update(self.cells, description="cells")
             self.p.advance(self.cells)
             missing = self.per_cell - getattr(self, "_cell_prompts", 0)
             if missing > 0:

@@ -268,7 +268,11 @@ def run_job(job: dict[str, Any]) -> int:
         append_record(records, rec)
         emit("prompt_done", index=i, prompt_id=prompt["id"], wall_s=wall, **delta)
     total = time.perf_counter() - t0
-    append_record(records, {**base, "type": "cell_end", "wall_s": round(total, 3), "engine_start_s": engine_start_s})
+    from mtpbench.patches import observations
+
+    applied = [o["name"] for o in outcomes if o["status"] == "applied"]
+    end = {"type": "cell_end", "wall_s": round(total, 3), "engine_start_s": round(engine_start_s, 3)}
+    append_record(records, {**base, **end, "patch_observations": observations(applied)})
     emit("cell_done", wall_s=total, engine_start_s=engine_start_s)
     return 0
 

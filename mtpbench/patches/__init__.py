@@ -65,6 +65,23 @@ def apply_all(names: list[str]) -> list[PatchOutcome]:
     return [apply_one(n) for n in names]
 
 
+def observations(names: list[str]) -> dict[str, dict[str, object]]:
+    """What applied patches saw while the engine ran (a patch module may define `observations()`)."""
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        target = REGISTRY.get(name)
+        if target is None:
+            continue
+        module = importlib.import_module(target.split(":")[0])
+        func = getattr(module, "observations", None)
+        if callable(func):
+            try:
+                out[name] = dict(func())
+            except Exception as exc:  # an observation must never fail a measured cell
+                out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
 def requested_from_env(env: dict[str, str] | None = None) -> list[str]:
     raw = (os.environ if env is None else env).get(PATCHES_ENV, "")
     return [n.strip() for n in raw.split(",") if n.strip()]

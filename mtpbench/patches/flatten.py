@@ -123,3 +123,8 @@ def apply() -> str:
     # Assigned on the class (not per instance) because the proposer is built inside LLM(...), after this.
     setattr(cls, _METHOD, _make_wrapper(current))
     return _description()
+
+
+# The worker calls `observations()` of every applied patch after the prompts and records it per repeat,
+# so a run shows which group order each PYTHONHASHSEED produced.
+observations = chosen
