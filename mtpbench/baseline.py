@@ -193,10 +193,15 @@ def baseline_from_cells(
                 "date": now_iso(),
                 "measured_on": measured_on or None,
                 "run_id": run.run_id,
-                "command": f"mtpbench baseline save {run.path}",
+                "command": "; ".join(
+                    c for c in (run.manifest.get("command"), f"mtpbench baseline save {run.path.name}") if c
+                ),
                 "tool_version": __version__,
             },
-            "fingerprint": {k: v for k, v in fp.items() if k != "model" or v},
+            "fingerprint": {
+                **{k: v for k, v in fp.items() if k != "model" or v},
+                "sampling": {k: v for k, v in fp["sampling"].items() if v is not None},
+            },
             "entries": [e.model_dump() for e in entries],
         }
     )

@@ -403,6 +403,13 @@ def analyze(run: Run, gate: GateSpec | None = None) -> Comparison:
 # --- against a baseline -----------------------------------------------------------------------------
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    numeric = (int, float)
+    if isinstance(a, numeric) and isinstance(b, numeric) and not isinstance(a, bool) and not isinstance(b, bool):
+        return float(a) == float(b)
+    return bool(a == b)
+
+
 def check_comparable(run: Run, baseline: Baseline) -> list[str]:
     """Raise NotComparableError on any recorded mismatch; return the fields the baseline could not vouch for."""
     rf = run_fingerprint(run)
@@ -421,7 +428,7 @@ def check_comparable(run: Run, baseline: Baseline) -> list[str]:
             mismatches.append(f"{key} {str(rf.get(key))[:12]} vs baseline {want[:12]}")
     for key, want in bf.sampling.items():
         have = rf["sampling"].get(key)
-        if have is None or float(have) != float(want):
+        if not _same_value(have, want):
             mismatches.append(f"sampling.{key}={have} vs baseline {want}")
     if "temperature" not in bf.sampling:
         unchecked.append("sampling.temperature")

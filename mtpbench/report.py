@@ -35,12 +35,12 @@ def pts(x: float | None) -> str:
 def _mode_text(c: CellResult) -> str:
     eff = c.effective.get("cudagraph_mode") or "?"
     req = c.requested.get("cudagraph_mode")
-    comp = c.effective.get("compilation_mode")
     s = eff if not req or req == eff else f"{req}→{eff}"
-    if comp and comp != "NONE":
-        s += f" ({comp.lower()})"
-    elif c.effective.get("enforce_eager"):
-        s += " (eager)"
+    comp = c.effective.get("compilation_mode")
+    if c.effective.get("enforce_eager"):
+        s += " eager"
+    elif comp and comp != "NONE":
+        s += " compiled"
     return s
 
 

@@ -241,6 +241,8 @@ def execute(
         config_path,
         {"name": prompts.name, "sha256": prompts.sha256(), "ids": [p.id for p in prompts.prompts]},
     )
+    # How the run was asked for, so a baseline saved from it says how to reproduce it.
+    manifest["command"] = " ".join(["mtpbench", *sys.argv[1:]]) if sys.argv[0].endswith("mtpbench") else None
     # Identity of the weights, not their path: a baseline saved on one machine matches a run on another.
     manifest["model"] = model_identity(cfg.model)
     manifest["drafter"] = model_identity(cfg.speculative.model)

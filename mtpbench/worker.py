@@ -163,7 +163,8 @@ def environment_fingerprint() -> dict[str, Any]:
             device = None
     except Exception:
         fp["vllm_platform"] = None
-    fp["device"] = device or _cpu_name()
+    # The CPU platform names its device "cpu": the processor model says more.
+    fp["device"] = device if device and device.lower() != "cpu" else _cpu_name()
     return fp
 
 
