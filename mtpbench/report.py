@@ -56,7 +56,7 @@ def summary_table(cells: list[CellResult], title: str = "", ci: bool = True) -> 
         pad_edge=False,
         collapse_padding=True,
     )
-    t.add_column("cell\ngraph mode", no_wrap=True)
+    t.add_column("cell\ngraph mode", min_width=20)
     t.add_column("rep\ndrafts", justify="right", no_wrap=True)
     for i in range(k):
         t.add_column(f"pos{i} %\n[95% CI]" if ci else f"pos{i} %", justify="right", no_wrap=True)
