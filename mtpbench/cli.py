@@ -63,15 +63,15 @@ class _ProgressView:
         self.p = progress
         self.cells = progress.add_task("cells", total=total_cells)
         self.prompts = progress.add_task("prompts", total=total_cells * prompts)
-        self.done_prompts = 0
         self.per_cell = prompts
+        self.cell_prompts = 0  # prompts finished by the cell-repeat in flight
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         cell = payload.get("cell")
         label = f"{cell.cell_id} r{cell.repeat} (PYTHONHASHSEED={cell.hash_seed})" if cell is not None else ""
         if kind == "cell_start":
             self.p.update(self.cells, description=f"starting {label}")
-            self._cell_prompts = 0
+            self.cell_prompts = 0
         elif kind == "engine_ready":
             eff = payload.get("effective", {})
             self.p.update(
@@ -80,12 +80,12 @@ class _ProgressView:
                 f"(cudagraph_mode {eff.get('cudagraph_mode')})",
             )
         elif kind == "prompt_done":
-            self._cell_prompts += 1
+            self.cell_prompts += 1
             self.p.advance(self.prompts)
         elif kind == "cell_end":
             self.p.update(self.cells, description="cells")
             self.p.advance(self.cells)
-            missing = self.per_cell - getattr(self, "_cell_prompts", 0)
+            missing = self.per_cell - self.cell_prompts
             if missing > 0:
                 self.p.advance(self.prompts, missing)
             status = payload.get("status")

@@ -232,11 +232,9 @@ def _instability(cell: CellResult, gate: GateSpec) -> Diagnosis | None:
         return None
     th = SpreadThreshold(gate.instability_pts, gate.confidence)
     worst: tuple[int, float, float | None] | None = None
-    for i in range(cell.summary.counts.k):
-        rates = [r.counts.accepted_per_pos[i] / r.counts.num_drafts for r in cell.repeats if r.counts.num_drafts]
-        if len(rates) < 2:
+    for i, spread in enumerate(cell.summary.spread):
+        if spread is None:
             continue
-        spread = max(rates) - min(rates)
         p = homogeneity_pvalue(
             [r.counts.accepted_per_pos[i] for r in cell.repeats], [r.counts.num_drafts for r in cell.repeats]
         )

@@ -48,10 +48,6 @@ class SamplingSpec(Strict):
     seed: int | None = None
     ignore_eos: bool = False
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
 
 class BuildSpec(Strict):
     python: str | None = Field(None, description="interpreter of the build; none = the current one")

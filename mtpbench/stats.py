@@ -118,10 +118,6 @@ def summarize(counts: Counts, confidence: float = 0.95, repeats: Sequence[Counts
     )
 
 
-def _z(confidence: float) -> float:
-    return float(sps.norm.ppf(0.5 + confidence / 2))
-
-
 def diff_interval(
     a_succ: int, a_n: int, b_succ: int | None, b_n: int | None, b_rate: float, confidence: float = 0.95
 ) -> Interval | None:

@@ -153,9 +153,7 @@ def shared_source_layer_tagged() -> type:
         def get(self, _provider: Any) -> Sequence[dict[str, Any]]:
             name = getattr(_provider, "layer_name", None)
             return [
-                {k: v for k, v in p.items() if k != "layer_name"}
-                for p in self.params
-                if p.get("layer_name") == name
+                {k: v for k, v in p.items() if k != "layer_name"} for p in self.params if p.get("layer_name") == name
             ]
 
     return SharedSource
@@ -180,9 +178,7 @@ def shared_source_delegating() -> type:
         params: Any
 
         def get(self, provider: Any) -> Sequence[dict[str, Any]]:
-            if callable(getattr(self.params, "get", None)) and not isinstance(
-                self.params, (list, tuple, dict)
-            ):
+            if callable(getattr(self.params, "get", None)) and not isinstance(self.params, (list, tuple, dict)):
                 return self.params.get(provider)
             return self.params
 
@@ -226,9 +222,7 @@ def gemma4_module(base_module: types.ModuleType, *, upstream_fix: bool = False) 
     return mod
 
 
-def fake_modules(
-    shared: Callable[[], type] = shared_source_sequence, upstream_fix: bool = False
-) -> AscendModules:
+def fake_modules(shared: Callable[[], type] = shared_source_sequence, upstream_fix: bool = False) -> AscendModules:
     ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
     ug.SharedSource = shared()  # type: ignore[attr-defined]
     base = flattening_base_proposer_module()
@@ -263,9 +257,7 @@ def test_two_kv_groups_get_their_own_params_per_step() -> None:
     steps = two_group_steps()
     source = LayerResolvedSource(steps)
     for name in SLIDING:
-        assert [p["block_table"] for p in source.get(Provider(name))] == [
-            f"sliding-blocks@{i}" for i in range(3)
-        ]
+        assert [p["block_table"] for p in source.get(Provider(name))] == [f"sliding-blocks@{i}" for i in range(3)]
         assert [p["actual_seq_lengths_kv"] for p in source.get(Provider(name))] == [(10,), (11,), (12,)]
     full = source.get(Provider("draft.attn.3"))
     assert [p["block_table"] for p in full] == ["full-blocks@0", "full-blocks@1", "full-blocks@2"]

@@ -43,10 +43,6 @@ class PatchOutcome:
         return asdict(self)
 
 
-def unknown(names: list[str]) -> list[str]:
-    return [n for n in names if n not in REGISTRY]
-
-
 def apply_one(name: str) -> PatchOutcome:
     target = REGISTRY.get(name)
     if target is None:
