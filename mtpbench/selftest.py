@@ -23,10 +23,11 @@ from mtpbench.results import load_run
 
 DEFAULT_CONFIG = runner.SRC_ROOT / "configs" / "tiny-gemma4-mtp.yaml"
 FAULT = "flatten-draft-metadata"
-# vLLM 0.32 keeps the draft layer names in a set and orders the draft KV-cache groups by iterating it:
-# PYTHONHASHSEED=0 puts the sliding-attention group first, 2 the full-attention one (measured in the
-# engine; 1, 3-10, 12, 13 also give sliding-first, 11, 14, 16, 19 full-first).
-SELFTEST_SEEDS = (0, 2)
+# vLLM 0.32 keeps the draft layer names in a set and the fault binds every draft layer to the first name it
+# iterates, so PYTHONHASHSEED decides which KV-cache group wins. With the shipped drafter (layers: full,
+# sliding, sliding, full) seed 0 puts draft layer 0 first (the full-attention group wins) and seed 1 layer 1
+# (the sliding group wins), as the patch records in each repeat (measured in the engine; seed 2 picks layer 3).
+SELFTEST_SEEDS = (0, 1)
 
 
 @dataclass

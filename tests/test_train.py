@@ -10,6 +10,7 @@ p+j. No vLLM engine is started here; the engine-level acceptance tests live else
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ TINY_ARGS = [
     "--rollouts", "2",
     "--seq-len", "48",
     "--max-files", "4",
+    "--draft-rollout-fraction", "0.5",  # exercise the corpus half of a drafter batch too
+    "--threads", "1",  # tiny ops: a second thread only adds synchronisation
     "-q",
 ]  # fmt: skip
 
@@ -66,7 +69,8 @@ def test_assistant_loads_as_a_kv_shared_drafter(trained: Path) -> None:
     assert cfg.model_type == "gemma4_assistant"
     assert cfg.backbone_hidden_size == 192
     assert (text.hidden_size, text.num_hidden_layers) == (128, 4)
-    assert text.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
+    # A full-attention layer first (see DrafterShape) and last, as Gemma4 requires.
+    assert text.layer_types == ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
     # Every drafter layer reads the target's cache: queries only, with the target's KV head layout.
     assert text.num_kv_shared_layers == text.num_hidden_layers
     assert text.num_key_value_heads == 2
@@ -94,6 +98,10 @@ def test_provenance_records_the_run(trained: Path) -> None:
     assert prov["corpus"]["num_files"] == 4 and len(prov["corpus"]["sha256"]) == 64
     assert prov["versions"]["torch"]
     assert len(prov["offline_heldout_acceptance_per_pos"]) == 3
+    assert {k: len(v) for k, v in prov["offline_heldout_fault_acceptance_per_pos"].items()} == {
+        "sliding_first": 3,
+        "full_first": 3,
+    }
 
 
 def test_same_seed_same_weights(trained: Path, tmp_path: Path) -> None:
@@ -104,6 +112,32 @@ def test_same_seed_same_weights(trained: Path, tmp_path: Path) -> None:
         assert a == b, part
 
 
+def test_drafter_only_run_on_a_saved_target_matches_the_full_run(trained: Path, tmp_path: Path) -> None:
+    # --target skips the target phase; the drafter phase has its own seeds, so it must train the same drafter.
+    assert train.main(["--out", str(tmp_path), "--target", str(trained / "target"), *TINY_ARGS]) == 0
+    for part in ("target", "assistant"):
+        a = (trained / part / "model.safetensors").read_bytes()
+        b = (tmp_path / part / "model.safetensors").read_bytes()
+        assert a == b, part
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov["target"]["reused_from"] == str(trained / "target")
+    assert prov["target"]["trained_by"]["steps"] == 2
+    assert " --target " not in prov["target"]["trained_by"]["command"]  # the full run trained it
+
+
+def test_drafter_only_run_refuses_a_folder_without_a_target(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"--target .*: no config\.json"):
+        train.main(["--out", str(tmp_path), "--target", str(tmp_path), *TINY_ARGS])
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    # Tiny models: a second thread only adds synchronisation, which is slow on a busy box.
+    with train._torch_threads(1):
+        yield
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_draft_from_p_ignores_tokens_after_p_plus_j() -> None:
     settings = train.TrainSettings(seed=0)
     torch.manual_seed(0)
