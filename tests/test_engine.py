@@ -147,12 +147,10 @@ def test_fault_changes_acceptance_not_text_and_the_seeds_pick_different_groups(
     assert all(p and p[0]["name"] == "flatten-draft-metadata" and p[0]["status"] == "applied" for p in starts)
 
 
-def _winning_layer_type(record: dict[str, Any]) -> str:
+def _winning_layer_type(record: dict[str, Any], layer_types: list[str]) -> str:
     """The attention type of the draft layer the fault bound every layer to, read from the patch's own record."""
     layer = record["patch_observations"]["flatten-draft-metadata"]["layer"]  # draft_model.layers.N.self_attn.attn
-    index = int(layer.split(".layers.")[1].split(".")[0])
-    config = json.loads((PAIR / "assistant" / "config.json").read_text())
-    return config["text_config"]["layer_types"][index]
+    return layer_types[int(layer.split(".layers.")[1].split(".")[0])]
 
 
 @pytest.mark.parametrize("winner", ["sliding_attention", "full_attention"])
@@ -162,7 +160,8 @@ def test_fault_drops_pos0_by_15_points_in_each_group_order(
     _, path = selftest_run
     run = load_run(path)
     ends = [r for r in run.records if r["type"] == "cell_end" and r["variant"] == "fault"]
-    seeds = [r["hash_seed"] for r in ends if _winning_layer_type(r) == winner]
+    layer_types = json.loads((PAIR / "assistant" / "config.json").read_text())["text_config"]["layer_types"]
+    seeds = [r["hash_seed"] for r in ends if _winning_layer_type(r, layer_types) == winner]
     assert seeds, f"no selftest repeat had the {winner} group first; SELFTEST_SEEDS no longer cover both orders"
     cells = {c.variant: c for c in collect(run)}
     rs = next(r for r in cells["stock"].repeats if r.hash_seed == seeds[0])

@@ -104,21 +104,20 @@ def test_provenance_records_the_run(trained: Path) -> None:
     }
 
 
+def assert_same_weights(a: Path, b: Path) -> None:
+    for part in ("target", "assistant"):
+        assert (a / part / "model.safetensors").read_bytes() == (b / part / "model.safetensors").read_bytes(), part
+
+
 def test_same_seed_same_weights(trained: Path, tmp_path: Path) -> None:
     assert train.main(["--out", str(tmp_path), *TINY_ARGS]) == 0
-    for part in ("target", "assistant"):
-        a = (trained / part / "model.safetensors").read_bytes()
-        b = (tmp_path / part / "model.safetensors").read_bytes()
-        assert a == b, part
+    assert_same_weights(trained, tmp_path)
 
 
 def test_drafter_only_run_on_a_saved_target_matches_the_full_run(trained: Path, tmp_path: Path) -> None:
     # --target skips the target phase; the drafter phase has its own seeds, so it must train the same drafter.
     assert train.main(["--out", str(tmp_path), "--target", str(trained / "target"), *TINY_ARGS]) == 0
-    for part in ("target", "assistant"):
-        a = (trained / part / "model.safetensors").read_bytes()
-        b = (tmp_path / part / "model.safetensors").read_bytes()
-        assert a == b, part
+    assert_same_weights(trained, tmp_path)
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov["target"]["reused_from"] == str(trained / "target")
     assert prov["target"]["trained_by"]["steps"] == 2
