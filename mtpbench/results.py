@@ -88,18 +88,31 @@ def new_manifest(run_id: str, config: dict[str, Any], config_path: str, prompts:
 class Run:
     path: Path
     manifest: dict[str, Any]
-    records: list[dict[str, Any]]
+    _records: list[dict[str, Any]] | None = None
+    # From the columnar copy (columnar.py): the prompt frame and the non-prompt records, so that loading a
+    # run of 10⁶ prompts never builds 10⁶ dicts. `records` then parses the JSONL only if someone asks.
+    frame: pd.DataFrame | None = None
+    meta_records: list[dict[str, Any]] | None = None
 
     @property
     def run_id(self) -> str:
         return str(self.manifest["run_id"])
 
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        if self._records is None:
+            self._records = read_records(self.path / RECORDS)
+        return self._records
+
     def prompt_frame(self) -> pd.DataFrame:
+        if self.frame is not None:
+            return self.frame
         rows = [r for r in self.records if r.get("type") == "prompt"]
         return pd.DataFrame(rows, columns=[*PROMPT_COLUMNS, "per_request", "output_head"] if not rows else None)
 
     def cell_starts(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("type") == "cell_start"]
+        meta = self.meta_records if self.meta_records is not None else self.records
+        return [r for r in meta if r.get("type") == "cell_start"]
 
 
 def _check_schema(where: str, value: Any) -> None:
@@ -158,7 +171,14 @@ def load_run(path: str | Path) -> Run:
     for key in ("run_id", "config", "prompts", "cells"):
         if key not in manifest:
             raise UserError(f"{mpath}: manifest lacks {key!r}")
-    return Run(p, manifest, read_records(p / RECORDS))
+    from mtpbench import columnar
+
+    cached = columnar.read_copy(p)
+    if cached is not None:
+        return Run(p, manifest, frame=cached[0], meta_records=cached[1])
+    records = read_records(p / RECORDS)
+    columnar.write_copy(p, records)  # best effort: the next load is fast (no-op without pyarrow)
+    return Run(p, manifest, records)
 
 
 def timing(manifest: dict[str, Any]) -> dict[str, float]:

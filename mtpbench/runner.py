@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import mtpbench
+from mtpbench import columnar
 from mtpbench.baseline import model_identity
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.errors import ExitCode
@@ -274,4 +275,5 @@ def execute(
         on_event("cell_end", {"cell": pl.cell, "index": i, **entry})
     manifest.update(status="failed" if failed else "complete", finished=now_iso())
     write_json_atomic(mpath, manifest)
+    columnar.refresh(run_dir)  # the Parquet copy that compare/report/history read (JSONL stays the truth)
     return RunOutcome(run_dir, manifest, failed)
