@@ -96,6 +96,9 @@ def write_copy(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
         os.close(fd)
         try:
             pq.write_table(table, tmp, compression="zstd")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the copy from the run's other readers
             os.replace(tmp, run_dir / COPY)
         finally:
             Path(tmp).unlink(missing_ok=True)
@@ -126,7 +129,8 @@ def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]] | None
         columns = [n for n in pf.schema_arrow.names if n not in _NOT_LOADED]
         # Low-cardinality labels as categoricals: a comparison or group-by on them costs one integer pass.
         table = pf.read(columns=columns, use_pandas_metadata=False)
-        labels = [c for c in _LABELS if c in columns and pa.types.is_string(table.schema.field(c).type)]
+        labels = [c for c in _LABELS if c in columns
+                  and (pa.types.is_string(t := table.schema.field(c).type) or pa.types.is_large_string(t))]  # fmt: skip
         frame = table.to_pandas(categories=labels)
     except Exception:  # a damaged cache is never an error: the JSONL is the truth, read it instead
         return None
