@@ -39,6 +39,10 @@ _NOT_LOADED = ("output_head", "extra_json")
 _LABELS = ("cell", "build", "mode", "variant", "finish_reason", "source")
 
 
+def _is_text(pa: Any, t: Any) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
 def available() -> bool:
     try:
         import pyarrow
@@ -127,11 +131,12 @@ def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]] | None
         # The 120-character output heads and the per-request JSON stay on disk (Run.records has them):
         # at 10⁶ prompts they are most of the bytes and no verdict reads them.
         columns = [n for n in pf.schema_arrow.names if n not in _NOT_LOADED]
-        # Low-cardinality labels as categoricals: a comparison or group-by on them costs one integer pass.
-        table = pf.read(columns=columns, use_pandas_metadata=False)
-        labels = [c for c in _LABELS if c in columns
-                  and (pa.types.is_string(t := table.schema.field(c).type) or pa.types.is_large_string(t))]  # fmt: skip
-        frame = table.to_pandas(categories=labels)
+        # Labels, prompt ids and output hashes as categoricals (Parquet keeps them dictionary-encoded): no
+        # 10⁶ strings are built, and a comparison, group-by or factorize on them is one pass over integers.
+        text = [c for c in (*_LABELS, "prompt_id", "output_sha256") if c in columns]
+        labels = [c for c in text if _is_text(pa, pf.schema_arrow.field(c).type)]
+        table = pq.read_table(path, columns=columns, read_dictionary=labels, use_pandas_metadata=False)
+        frame = table.to_pandas()
     except Exception:  # a damaged cache is never an error: the JSONL is the truth, read it instead
         return None
     k = int(meta["k"])

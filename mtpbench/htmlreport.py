@@ -67,9 +67,9 @@ def _verdict_text(comp: Comparison) -> str:
     return str(report.verdict_line(comp))
 
 
-def _figures(run: Run, comp: Comparison) -> dict[str, Any]:
+def _figures(run: Run, comp: Comparison, changed: set[tuple[str, str]]) -> dict[str, Any]:
     k = max((c.summary.counts.k for c in comp.cells), default=0)
-    hm = views.heatmap(run, k)
+    hm = views.heatmap(run, k, changed=changed)
     title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
     what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
     return {
@@ -148,12 +148,11 @@ def _pre(obj: Any) -> str:
     return f"<pre>{_e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>"
 
 
-def render_html(run: Run, comp: Comparison, figures: dict[str, str]) -> str:
+def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: set[tuple[str, str]]) -> str:
     code = int(comp.exit_code)
     m = run.manifest
     cfg = m.get("config", {})
     spec = cfg.get("speculative", {})
-    changed = views.changed_text(run)
     meta = (
         f"config <b>{_e(cfg.get('name'))}</b> · {_e(spec.get('method'))} k={_e(spec.get('num_speculative_tokens'))}"
         f" · prompts {_e(m.get('prompts', {}).get('name'))} ({_e(str(m.get('prompts', {}).get('sha256'))[:12])})"
@@ -201,13 +200,14 @@ drop is the drafter's.</figcaption></figure></section>
 def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None) -> Rendered:
     """Draw the figures once; write the HTML and/or the PNGs."""
     plt = plots.require()
-    figs = _figures(run, comp)
+    changed = views.changed_text(run)
+    figs = _figures(run, comp, changed)
     pngs: list[Path] = []
     try:
         if png_dir is not None:
             pngs = [plots.save_png(f, png_dir / f"{name}.png", close=False) for name, f in figs.items()]
         if html_path is not None:
-            page = render_html(run, comp, {name: plots.svg(f, close=False) for name, f in figs.items()})
+            page = render_html(run, comp, {name: plots.svg(f, close=False) for name, f in figs.items()}, changed)
             try:
                 html_path.parent.mkdir(parents=True, exist_ok=True)
                 html_path.write_text(page, encoding="utf-8")

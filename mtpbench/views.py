@@ -82,54 +82,72 @@ class Heatmap:
     rows: str  # "prompt" | "prompt tokens" | "prompt order"
 
 
-def _rows_for(df: pd.DataFrame, run: Run, max_rows: int) -> tuple[pd.Series, str]:
-    prompts = df["prompt_id"].astype(object)
-    n = prompts.nunique()
-    if n <= max_rows:
-        return prompts, "prompt"
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes and their labels (free for the columnar copy's categoricals)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def _rows_for(df: pd.DataFrame, run: Run, max_rows: int, prompt_codes: np.ndarray,
+              prompts: np.ndarray) -> tuple[np.ndarray, list[str], str]:  # fmt: skip
+    """Row code per record, the row labels in display order, and what a row is."""
+    ids = run.manifest.get("prompts", {}).get("ids", [])
+    if len(prompts) <= max_rows:
+        order = {p: n for n, p in enumerate(ids)}
+        rank = np.array([order.get(str(p), len(order) + n) for n, p in enumerate(prompts)], dtype=np.int64)
+        return prompt_codes, [str(prompts[i]) for i in np.argsort(rank, kind="stable")], "prompt"
     bands = min(10, max_rows)
     tokens = pd.to_numeric(df["num_prompt_tokens"], errors="coerce") if "num_prompt_tokens" in df else None
     if tokens is not None and tokens.notna().all() and tokens.nunique() > 1:
         cut = pd.qcut(tokens, q=bands, duplicates="drop")
-        labels = cut.map(lambda iv: f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens").astype(object)
-        return labels, "prompt tokens"
-    order = {p: i for i, p in enumerate(run.manifest.get("prompts", {}).get("ids", []))}
-    idx = prompts.map(order).fillna(-1).astype(np.int64)
+        cats = cut.cat.categories
+        labels = [f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens" for iv in cats]
+        return cut.cat.codes.to_numpy(dtype=np.int64), labels, "prompt tokens"
+    # Bands of the configured prompt order, computed per distinct prompt and then spread to the records.
+    order = {p: n for n, p in enumerate(ids)}
+    pos = np.array([order.get(str(p), -1) for p in prompts], dtype=np.int64)
     width = max(1, -(-max(len(order), 1) // bands))
-    lo = (idx // width) * width
-    return (lo + 1).astype(str) + "–" + (lo + width).astype(str), "prompt order"
+    band_of_prompt = np.where(pos >= 0, pos // width, bands)
+    labels = [f"{b * width + 1}–{(b + 1) * width}" for b in range(bands)] + ["not in the prompt set"]
+    return band_of_prompt[prompt_codes], labels, "prompt order"
 
 
-def heatmap(run: Run, k: int, max_rows: int = MAX_HEATMAP_ROWS) -> Heatmap:
+def heatmap(run: Run, k: int, max_rows: int = MAX_HEATMAP_ROWS,
+            changed: set[tuple[str, str]] | None = None) -> Heatmap:  # fmt: skip
+    """`changed`: changed_text(run), when the caller already has it."""
     df = run.prompt_frame()
     cols = [f"pos{i}" for i in range(k)]
     if not len(df):
         return Heatmap(pd.DataFrame(columns=["cell", "row", "drafts", "prompts", "changed", *cols]), "prompt")
-    rows, kind = _rows_for(df, run, max_rows)
-    acc = positions(df, k)
-    sums = pd.DataFrame(acc, columns=cols)
+    cell_c, cells = _codes(df["cell"])
+    prompt_c, prompts = _codes(df["prompt_id"])
+    row_c, row_labels, kind = _rows_for(df, run, max_rows, prompt_c, prompts)
+    n_rows = max(len(row_labels), int(row_c.max()) + 1)
+    key = cell_c * n_rows + row_c
+    sums = pd.DataFrame(positions(df, k), columns=cols)
     sums["drafts"] = df["num_drafts"].to_numpy(dtype=np.int64)
-    sums["cell"] = df["cell"].astype(object).to_numpy()
-    sums["row"] = rows.to_numpy()
-    sums["prompt_id"] = df["prompt_id"].astype(object).to_numpy()
-    changed = changed_text(run)
+    sums["key"] = key
+    changed = changed_text(run) if changed is None else changed
+    flag = np.zeros(len(df), dtype=bool)
     if changed:
-        keys = pd.MultiIndex.from_arrays([sums["cell"], sums["prompt_id"]])
-        sums["changed"] = keys.isin(list(changed))
-    else:
-        sums["changed"] = False
-    g = sums.groupby(["cell", "row"], sort=False).agg(
-        **{c: (c, "sum") for c in cols}, drafts=("drafts", "sum"), prompts=("prompt_id", "nunique"),
-        changed=("changed", "any"),
-    ).reset_index()  # fmt: skip
+        cell_idx = {str(c): n for n, c in enumerate(cells)}
+        prompt_idx = {str(p): n for n, p in enumerate(prompts)}
+        bad = {cell_idx[c] * len(prompts) + prompt_idx[p] for c, p in changed if c in cell_idx and p in prompt_idx}
+        flag = np.isin(cell_c * len(prompts) + prompt_c, list(bad))
+    sums["changed"] = flag
+    g = sums.groupby("key", sort=False).agg(**{c: (c, "sum") for c in cols}, drafts=("drafts", "sum"),
+                                            changed=("changed", "any"))  # fmt: skip
+    distinct = pd.DataFrame({"key": key, "p": prompt_c}).drop_duplicates()
+    g["prompts"] = distinct.groupby("key", sort=False).size()
+    keys = g.index.to_numpy()
+    g = g.reset_index(drop=True)
+    g.insert(0, "row", [row_labels[r] if r < len(row_labels) else str(r) for r in keys % n_rows])
+    g.insert(0, "cell", [str(cells[c]) for c in keys // n_rows])
     d = g["drafts"].to_numpy(dtype=np.float64)
     for c in cols:
         g[c] = np.divide(g[c].to_numpy(dtype=np.float64), d, out=np.full(len(g), np.nan), where=d > 0)
     cell_order = {c["cell"]: n for n, c in enumerate(run.manifest.get("cells", []))}
-    if kind == "prompt":
-        row_order = {p: n for n, p in enumerate(run.manifest.get("prompts", {}).get("ids", []))}
-    else:  # bands sort by their lower bound
-        row_order = {r: int(str(r).split("–")[0]) for r in g["row"].unique()}
+    row_order = {r: n for n, r in enumerate(row_labels)}
     g["_c"] = g["cell"].map(cell_order).fillna(len(cell_order))
     g["_r"] = g["row"].map(row_order).fillna(len(row_order))
     g = g.sort_values(["_c", "_r"], kind="stable").drop(columns=["_c", "_r"]).reset_index(drop=True)
@@ -143,17 +161,16 @@ def changed_text(run: Run) -> set[tuple[str, str]]:
     df = run.prompt_frame()
     if not len(df):
         return set()
-    small = pd.DataFrame({c: df[c].astype(object).to_numpy() for c in ("build", "cell", "prompt_id", "output_sha256")})
-    keys = ["build", "prompt_id", "output_sha256"]
-    n = small.groupby(keys, sort=False, dropna=False).size().rename("n").reset_index()
-    common = (
-        n.sort_values("n", ascending=False, kind="stable")
-        .drop_duplicates(["build", "prompt_id"])
-        .rename(columns={"output_sha256": "common"})[["build", "prompt_id", "common"]]
-    )
-    joined = small.merge(common, on=["build", "prompt_id"], how="left")
-    differs = joined.loc[joined["output_sha256"] != joined["common"], ["cell", "prompt_id"]].drop_duplicates()
-    return {(str(c), str(p)) for c, p in zip(differs["cell"], differs["prompt_id"], strict=True)}
+    build_c, _ = _codes(df["build"])
+    cell_c, cells = _codes(df["cell"])
+    prompt_c, prompts = _codes(df["prompt_id"])
+    sha_c, _ = _codes(df["output_sha256"])
+    small = pd.DataFrame({"b": build_c, "c": cell_c, "p": prompt_c, "s": sha_c})
+    n = small.groupby(["b", "p", "s"], sort=False).size().rename("n").reset_index()
+    common = n.sort_values("n", ascending=False, kind="stable").drop_duplicates(["b", "p"])
+    joined = small.merge(common[["b", "p", "s"]].rename(columns={"s": "common"}), on=["b", "p"], how="left")
+    differs = joined.loc[joined["s"].to_numpy() != joined["common"].to_numpy(), ["c", "p"]].drop_duplicates()
+    return {(str(cells[c]), str(prompts[p])) for c, p in zip(differs["c"], differs["p"], strict=True)}
 
 
 def fingerprint(run: Run, cells: list[CellResult]) -> list[dict[str, Any]]:
