@@ -59,11 +59,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def new_run_dir(out: Path, config_name: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     base = out / f"{stamp}-{config_name}"
+    out.mkdir(parents=True, exist_ok=True)
     path, n = base, 1
-    while path.exists():  # two runs in one second keep separate folders instead of mixing records
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    (path / "logs").mkdir(parents=True)
+    while True:
+        # mkdir either creates the folder or fails: two runs started at once (same second, same --out) each
+        # claim their own, where an exists() check would let both pick the same name.
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+    (path / "logs").mkdir()
     (path / RECORDS).touch()
     return path
 
@@ -158,7 +165,15 @@ def load_run(path: str | Path) -> Run:
     for key in ("run_id", "config", "prompts", "cells"):
         if key not in manifest:
             raise UserError(f"{mpath}: manifest lacks {key!r}")
-    return Run(p, manifest, read_records(p / RECORDS))
+    return Run(p, manifest, current_attempts(read_records(p / RECORDS), manifest["cells"]))
+
+
+def current_attempts(records: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Only the records of each repeat's current attempt (the manifest's): a resumed run re-runs failed or
+    interrupted repeats as a new attempt, and the records an earlier attempt left must not count twice.
+    Records and manifest entries without an attempt (runs before resume existed) are attempt 1."""
+    want = {(c.get("cell"), c.get("repeat")): c.get("attempt", 1) for c in cells if isinstance(c, dict)}
+    return [r for r in records if r.get("attempt", 1) == want.get((r.get("cell"), r.get("repeat")), 1)]
 
 
 def timing(manifest: dict[str, Any]) -> dict[str, float]:
