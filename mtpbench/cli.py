@@ -134,6 +134,21 @@ def run(
     ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
 ) -> None:  # fmt: skip
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
+    from mtpbench.runner import StopSignals
+
+    # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
+    with StopSignals() as stops:
+        code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
+                            jobs, devices, executor, address, ray_resource)  # fmt: skip
+    if stops.caught and code == 0:
+        code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
+    raise typer.Exit(code)
+
+
+def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
+                 build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
+                 dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
+                 address: str | None, ray_resource: str | None) -> int:  # fmt: skip
     from mtpbench.devices import parse_devices
     from mtpbench.runner import RunOptions
 
@@ -148,12 +163,12 @@ def run(
             if config is not None or repeats or mode or build or variant or dry_run:
                 raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
                                 "--build, --variant or --dry-run with it")  # fmt: skip
-            raise typer.Exit(_resume(resume, opts, baseline, no_compare))
+            return _resume(resume, opts, baseline, no_compare)
         if config is None:
             raise UserError("give a CONFIG to run, or --resume RUN")
-        raise typer.Exit(_run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts))
+        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts)
     except UserError as exc:
-        raise _fail(exc) from None
+        return _fail(exc).exit_code
 
 
 def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,

@@ -177,6 +177,38 @@ class RunInterrupted(KeyboardInterrupt):
         return signal.Signals(self.signum).name
 
 
+class StopSignals:
+    """SIGINT/SIGTERM/SIGHUP only noted while installed (the scheduling loop acts on them), so no handler
+    ever runs between starting a worker and knowing about it. Nested uses share the outermost one: the
+    CLI installs it before loading the config, so a signal at any moment of a run ends in `interrupted`."""
+
+    active: StopSignals | None = None
+
+    def __init__(self) -> None:
+        self.caught: list[int] = []
+        self._old: dict[int, Any] = {}
+        self._outer: StopSignals | None = None
+
+    def __enter__(self) -> StopSignals:
+        if StopSignals.active is not None:
+            self._outer = StopSignals.active
+            return self._outer
+        if threading.current_thread() is threading.main_thread():
+            self._old = {s: signal.signal(s, self._note) for s in STOP_SIGNALS}
+        StopSignals.active = self
+        return self
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.caught.append(signum)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer is not None:
+            return
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        StopSignals.active = None
+
+
 @dataclass
 class RunOptions:
     """How to execute, from the command line; None means the config's value (or its default)."""
@@ -277,6 +309,7 @@ def _schedule(
     setup: _Setup,
     executor: LocalExecutor | RayExecutor,
     on_event: EventCallback,
+    caught: list[int],
 ) -> list[str]:
     """Run the cell-repeats `todo` (indices into plans and manifest cells) on the executor; returns the
     failed ones. Runs in the main thread: signal handlers only note the signal, this loop stops the
@@ -285,7 +318,6 @@ def _schedule(
     session: dict[str, Any] = {"started": now_iso(), "cells": len(todo), **setup.describe()}
     manifest.setdefault("sessions", []).append(session)
     write_json_atomic(mpath, manifest)
-    caught: list[int] = []
     stop = threading.Event()
     events: queue.Queue[tuple[str, int, dict[str, Any]]] = queue.Queue()
     pending = list(todo)
@@ -293,13 +325,6 @@ def _schedule(
     failed: list[str] = []
     t_start = time.monotonic()
     busy = 0.0
-
-    def on_signal(signum: int, frame: Any) -> None:
-        caught.append(signum)  # nothing else: the loop below acts on it
-
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
 
     def work(i: int, spec: WorkerSpec) -> None:
         entry: dict[str, Any]
@@ -372,8 +397,6 @@ def _schedule(
             th.join()
         raise
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         session.update(finished=now_iso(), wall_s=round(time.monotonic() - t_start, 3), busy_s=round(busy, 3))
     if caught:
         session["interrupted_by"] = signal.Signals(caught[0]).name
@@ -392,7 +415,13 @@ def execute(
     on_event: EventCallback = lambda kind, payload: None,
     options: RunOptions | None = None,
 ) -> RunOutcome:
-    opts = options or RunOptions()
+    """Run the cell-repeats in a new run folder under `out_dir`; raises RunInterrupted on a stop signal."""
+    with StopSignals() as stops:
+        return _execute(cfg, prompts, out_dir, config_path, cells, on_event, options or RunOptions(), stops.caught)
+
+
+def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_path: str, cells: list[Cell],
+             on_event: EventCallback, opts: RunOptions, caught: list[int]) -> RunOutcome:  # fmt: skip
     setup = _setup(cfg, cells, opts)
     executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
     try:
@@ -423,7 +452,8 @@ def execute(
         ]  # fmt: skip
         write_json_atomic(run_dir / MANIFEST, manifest)
         on_event("run_start", {"path": run_dir, "cells": len(plans), "prompts": len(prompts.prompts)})
-        failed = _schedule(cfg, plans, list(range(len(plans))), manifest, run_dir, setup, executor, on_event)
+        todo = list(range(len(plans)))
+        failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, caught)
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
         return RunOutcome(run_dir, manifest, failed)
@@ -463,6 +493,11 @@ def resume(run_dir: Path, on_event: EventCallback = lambda kind, payload: None,
     """Run again, in the same folder, the cell-repeats that did not finish (pending, failed, timed out,
     interrupted, or `running` when the runner itself was killed); each is a new attempt whose records
     supersede the earlier attempt's."""
+    with StopSignals() as stops:
+        return _resume(run_dir, on_event, options or RunOptions(), stops.caught)
+
+
+def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, caught: list[int]) -> RunOutcome:
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run folder")
     lock = _lock(run_dir)
@@ -470,7 +505,6 @@ def resume(run_dir: Path, on_event: EventCallback = lambda kind, payload: None,
         manifest, cfg, prompts = load_for_resume(run_dir)
         cells = [Cell(c["build"], c["mode"], c["variant"], int(c["repeat"]), int(c["hash_seed"]))
                  for c in manifest["cells"]]  # fmt: skip
-        opts = options or RunOptions()
         setup = _setup(cfg, cells, opts)
         plans = plan(cfg, prompts, cells, str(manifest["run_id"]), str((run_dir / RECORDS).resolve()))
         todo = [i for i, c in enumerate(manifest["cells"]) if c.get("status", "pending") in RERUN]
@@ -489,7 +523,7 @@ def resume(run_dir: Path, on_event: EventCallback = lambda kind, payload: None,
         on_event("run_start", {"path": run_dir, "cells": len(todo), "prompts": len(prompts.prompts)})
         executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
         try:
-            failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event)
+            failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, caught)
         finally:
             executor.close()
         # The verdict covers the whole run: repeats that were fine before this resume count too.

@@ -29,13 +29,30 @@ def main() -> int:
     if fake.get("child"):
         # A grandchild in the worker's process group, as vLLM's engine or TP workers would be.
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    held = []
+    if marker:
+        # One lock file per device this worker was given: a second worker on the same device at the same
+        # time cannot take it and leaves a `collision` file for the test to find.
+        import fcntl
+
+        for dev in filter(None, os.environ.get(fake.get("device_env", "FAKE_DEVICES"), "").split(",")):
+            fd = os.open(os.path.join(marker, f"dev-{dev}"), os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                open(os.path.join(marker, f"collision-{dev}-{os.getpid()}"), "w").close()
+            held.append(fd)
+            with open(os.path.join(marker, f"used-{dev}"), "a") as f:
+                f.write(f"{os.getpid()}\n")
+    if fake.get("fail_unless") and not os.path.exists(fake["fail_unless"]):
+        fake["fail"] = True
     t0 = time.time()
     emit("engine_starting")
     time.sleep(float(fake.get("startup", 0.05)))
     if fake.get("hang") == "startup":
         time.sleep(10**6)
     seen = {v: os.environ.get(v) for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
-                                            "VLLM_CPU_OMP_THREADS_BIND")}  # fmt: skip
+                                            "VLLM_CPU_OMP_THREADS_BIND", "FAKE_DEVICES")}  # fmt: skip
     eff = {"cudagraph_mode": "NONE", "enforce_eager": True}
     append_record(job["records_path"], {**base, "type": "cell_start", "requested": job["requested"],
                                         "effective": eff, "patches": [], "visible": seen})  # fmt: skip
