@@ -209,7 +209,9 @@ def _ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
     parts = [node_root if p == driver_root else p for p in spec.env.get("PYTHONPATH", "").split(os.pathsep) if p]
     spec.env["PYTHONPATH"] = os.pathsep.join(parts or [node_root])
     spec.job["records_path"] = str(tmp / "records.jsonl")
+    old_job = spec.job_path
     spec.job_path, spec.log_path = str(tmp / "job.json"), str(tmp / "worker.log")
+    spec.command = [spec.job_path if a == old_job else a for a in spec.command]
     events: list[dict[str, Any]] = []
     entry = supervise(spec, threading.Event(), events.append)
     records = Path(spec.job["records_path"])

@@ -198,6 +198,14 @@ class StopSignals:
         StopSignals.active = self
         return self
 
+    def rearm(self) -> None:
+        """Take the signals back from a library that installed its own (ray.init sets a SIGTERM handler
+        that exits the driver at once, leaving the run `running` and its tasks to Ray)."""
+        owner = self._outer or self
+        if owner._old and threading.current_thread() is threading.main_thread():
+            for s in STOP_SIGNALS:
+                signal.signal(s, owner._note)
+
     def _note(self, signum: int, frame: Any) -> None:
         self.caught.append(signum)
 
@@ -417,13 +425,14 @@ def execute(
 ) -> RunOutcome:
     """Run the cell-repeats in a new run folder under `out_dir`; raises RunInterrupted on a stop signal."""
     with StopSignals() as stops:
-        return _execute(cfg, prompts, out_dir, config_path, cells, on_event, options or RunOptions(), stops.caught)
+        return _execute(cfg, prompts, out_dir, config_path, cells, on_event, options or RunOptions(), stops)
 
 
 def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_path: str, cells: list[Cell],
-             on_event: EventCallback, opts: RunOptions, caught: list[int]) -> RunOutcome:  # fmt: skip
+             on_event: EventCallback, opts: RunOptions, stops: StopSignals) -> RunOutcome:  # fmt: skip
     setup = _setup(cfg, cells, opts)
     executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
+    stops.rearm()
     try:
         run_dir = new_run_dir(out_dir, cfg.name)
         lock = _lock(run_dir)
@@ -453,7 +462,7 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         write_json_atomic(run_dir / MANIFEST, manifest)
         on_event("run_start", {"path": run_dir, "cells": len(plans), "prompts": len(prompts.prompts)})
         todo = list(range(len(plans)))
-        failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, caught)
+        failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
         return RunOutcome(run_dir, manifest, failed)
@@ -494,10 +503,10 @@ def resume(run_dir: Path, on_event: EventCallback = lambda kind, payload: None,
     interrupted, or `running` when the runner itself was killed); each is a new attempt whose records
     supersede the earlier attempt's."""
     with StopSignals() as stops:
-        return _resume(run_dir, on_event, options or RunOptions(), stops.caught)
+        return _resume(run_dir, on_event, options or RunOptions(), stops)
 
 
-def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, caught: list[int]) -> RunOutcome:
+def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: StopSignals) -> RunOutcome:
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run folder")
     lock = _lock(run_dir)
@@ -522,8 +531,9 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, caught: li
         write_json_atomic(run_dir / MANIFEST, manifest)
         on_event("run_start", {"path": run_dir, "cells": len(todo), "prompts": len(prompts.prompts)})
         executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
+        stops.rearm()
         try:
-            failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, caught)
+            failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
         finally:
             executor.close()
         # The verdict covers the whole run: repeats that were fine before this resume count too.
