@@ -267,6 +267,10 @@ class RayExecutor:
         # Ray assigns the devices on the node and sets the visibility variable itself.
         for var in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND"):
             d["env"].pop(var, None)
+        if self.resource == "CPU":
+            # Ray pins no cores but sets OMP_NUM_THREADS to the task's CPUs; vLLM-CPU's own "auto" binding
+            # would put every worker of a node on the same cores.
+            d["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         d["devices"] = []
         t0 = time.monotonic()
         ref = self.task.options(**self._options(n)).remote(d)

@@ -65,6 +65,15 @@ def execute(config: Path, out: Path, **opts: Any) -> runner.RunOutcome:
                           options=runner.RunOptions(**opts))  # fmt: skip
 
 
+def cli_here(*args: Any) -> Any:
+    """The CLI in this process (no interpreter start-up): for what needs no signal or kill."""
+    from typer.testing import CliRunner
+
+    from mtpbench.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200"})
+
+
 def cli(*args: Any, **popen: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "MTPBENCH_WIDTH": "200", "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "mtpbench", *map(str, args)], stdout=subprocess.PIPE,
@@ -228,9 +237,8 @@ def test_resume_reruns_only_unfinished_repeats_and_supersedes_their_records(tmp_
     before = prompt_totals(first.path)
     raw_before = (first.path / "records.jsonl").read_text().count('"type":"prompt"')
     gate.touch()
-    proc = cli("run", "--resume", first.path, "--no-compare")
-    stdout, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stdout + err
+    res = cli_here("run", "--resume", first.path, "--no-compare")
+    assert res.exit_code == 0, res.output
     m = _manifest(first.path)
     assert m["status"] == "complete" and len(m["resumed"]) == 1 and m["resumed"][0]["cells"] == 2
     attempts = {(c["build"], c["repeat"]): c["attempt"] for c in m["cells"]}
@@ -256,9 +264,8 @@ def test_resume_after_sigkill_of_runner_and_worker_gives_the_uninterrupted_count
     proc.kill()
     proc.communicate()
     assert _manifest(run)["status"] == "running"  # what a killed runner leaves behind
-    res = cli("run", "--resume", run, "--no-compare")
-    stdout, err = res.communicate(timeout=120)
-    assert res.returncode == 0, stdout + err
+    res = cli_here("run", "--resume", run, "--no-compare")
+    assert res.exit_code == 0, res.output
     assert prompt_totals(run) == prompt_totals(clean.path)
 
 
@@ -279,17 +286,16 @@ def test_resume_of_a_run_in_use_is_refused(tmp_path: Path) -> None:
     fd = os.open(outcome.path / runner.LOCK, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        proc = cli("run", "--resume", outcome.path)
-        _, err = proc.communicate(timeout=60)
+        res = cli_here("run", "--resume", outcome.path)
     finally:
         os.close(fd)
-    assert proc.returncode == 2 and "in use by another mtpbench" in err and "Traceback" not in err
+    assert res.exit_code == 2 and "in use by another mtpbench" in res.output
+    assert "Traceback" not in res.output
 
 
 def test_resume_refuses_a_config_argument(tmp_path: Path) -> None:
-    proc = cli("run", "configs/tiny-gemma4-mtp.yaml", "--resume", tmp_path)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and "--resume RUN takes the run's own config" in err
+    res = cli_here("run", "configs/tiny-gemma4-mtp.yaml", "--resume", tmp_path)
+    assert res.exit_code == 2 and "--resume RUN takes the run's own config" in res.output
 
 
 def _claim(out: str, q: Any) -> None:
@@ -345,14 +351,23 @@ def test_device_helpers() -> None:
 def test_dry_run_estimates_from_earlier_runs_of_the_config(tmp_path: Path) -> None:
     config = fake_config(tmp_path, {"b": {"startup": 0.5}}, repeats=2)
     out = tmp_path / "runs"
-    before = cli("run", config, "--out", out, "--dry-run", "--jobs", "2")
-    stdout, err = before.communicate(timeout=60)
-    assert before.returncode == 0 and "no earlier runs of fake" in stdout, err
+    before = cli_here("run", config, "--out", out, "--dry-run", "--jobs", "2")
+    assert before.exit_code == 0 and "no earlier runs of fake" in before.output, before.output
     done = execute(config, out)
     per = sum(c["wall_s"] for c in done.manifest["cells"]) / 2
-    after = cli("run", config, "--out", out, "--dry-run", "--jobs", "2")
-    stdout, _ = after.communicate(timeout=60)
-    assert f"estimate: about {per:.0f} s wall with --executor local --jobs 2" in stdout
-    serial = cli("run", config, "--out", out, "--dry-run")
-    stdout, _ = serial.communicate(timeout=60)
-    assert f"estimate: about {2 * per:.0f} s wall with --executor local --jobs 1" in stdout
+    after = cli_here("run", config, "--out", out, "--dry-run", "--jobs", "2")
+    assert f"estimate: about {per:.0f} s wall with --executor local --jobs 2" in after.output
+    serial = cli_here("run", config, "--out", out, "--dry-run")
+    assert f"estimate: about {2 * per:.0f} s wall with --executor local --jobs 1" in serial.output
+
+
+def test_doctor_shows_the_device_pool_it_would_use() -> None:
+    from mtpbench.doctor import device_pool_text
+
+    gpus = {"torch": {"count": 2, "device": "H100"}, "visible": {"CUDA_VISIBLE_DEVICES": None}}
+    assert device_pool_text(gpus) == "2 device(s) 0,1 (detected by torch); --jobs binds each worker through " \
+        "CUDA_VISIBLE_DEVICES"  # fmt: skip
+    npus = {"torch": {"count": 2, "npu": True}, "visible": {"ASCEND_RT_VISIBLE_DEVICES": "4,5"}}
+    assert "4,5 (ASCEND_RT_VISIBLE_DEVICES in the environment)" in device_pool_text(npus)
+    cpu = {"torch": {"count": 0}, "usable_cpus": [0, 1]}
+    assert "2 usable CPU core(s) 0,1" in device_pool_text(cpu) and "VLLM_CPU_OMP_THREADS_BIND" in device_pool_text(cpu)
