@@ -25,7 +25,7 @@ import yaml
 from pydantic import Field, StrictInt, ValidationError, model_validator
 
 from mtpbench import __version__
-from mtpbench.config import Strict, format_validation_error, read_yaml
+from mtpbench.config import Strict, format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
 from mtpbench.results import MAX_COUNT, Counts, Run, count_problem, now_iso
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
@@ -170,14 +170,21 @@ def dump_baseline(b: Baseline) -> str:
 
 
 def write_baseline(b: Baseline, out: Path, force: bool) -> None:
-    if out.exists() and not force:
+    kind = path_kind(out, "a baseline file")
+    if kind == "dir":
+        raise UserError(f"{out}: is a folder, not a baseline file")
+    if kind != "missing" and not force:
         raise UserError(f"{out}: exists; pass --force to overwrite")
-    if not out.parent.is_dir():
+    if path_kind(out.parent, "a folder") != "dir":
         raise UserError(f"{out.parent}: no such folder")
     text = dump_baseline(b)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    try:  # temp file + rename: a failed write leaves the old baseline, never half of a new one
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{out}: cannot write the baseline: {exc.strerror or exc}") from None
 
 
 def baseline_from_cells(

@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,18 @@ class _Refused(Exception):
     pass
 
 
+def path_kind(path: Path, what: str) -> str:
+    """"file", "dir", "missing" or "other" for a path a user gave; a name no filesystem takes (too long, a
+    NUL byte) is a one-line UserError instead of pathlib's OSError."""
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{str(path)[:200]}: cannot use as {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+
+
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
     """A YAML file as a mapping, or a one-line UserError naming the file (and line) and what is wrong."""
     try:
@@ -289,8 +302,8 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
         raise UserError(f"{path}: {what} file not found") from None
     except IsADirectoryError:
         raise UserError(f"{path}: {what} file is a folder") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{str(path)[:200]}: cannot read {what}: {getattr(exc, 'strerror', None) or exc}") from None
     if len(raw) > MAX_YAML_BYTES:
         raise UserError(f"{path}: {what} file is larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB")
     try:
@@ -319,7 +332,11 @@ def _resolve(base: Path, value: str, must_exist: bool) -> str:
         return str(p)
     candidate = shipped.rebase((base / p).resolve())
     # A model may be a hub id ("org/name"): only rewrite it when it names something next to the config.
-    if must_exist or candidate.exists():
+    try:
+        exists = candidate.exists()
+    except OSError:  # a name too long for the filesystem names nothing there
+        exists = False
+    if must_exist or exists:
         return str(candidate)
     return value
 
@@ -327,7 +344,7 @@ def _resolve(base: Path, value: str, must_exist: bool) -> str:
 def config_path(arg: str | Path) -> Path:
     """The config a command line names: a file, or else the name of a shipped config (`tiny-gemma4-mtp`)."""
     path = Path(arg)
-    if path.exists() or path.parent != Path("."):
+    if path_kind(path, "a config") != "missing" or path.parent != Path("."):
         return path
     found = shipped.shipped_file("configs", str(arg))
     return found if found is not None else path

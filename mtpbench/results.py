@@ -24,7 +24,6 @@ Files of another schema are refused with a message saying whether they are newer
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -39,8 +38,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from mtpbench import __version__
-from mtpbench.config import GateSpec
-from mtpbench.errors import StorageError, UserError
+from mtpbench.config import GateSpec, path_kind
+from mtpbench.errors import DataWarning, StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION, schema_problem
 
 __all__ = ["MANIFEST", "RECORDS", "SCHEMA_VERSION", "DataWarning", "Manifest", "Run", "load_run", "read_records"]
@@ -63,10 +62,6 @@ HashSeed = Annotated[StrictInt, Field(ge=0, le=4294967295)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # A run id names a folder: no separators, no "..", nothing hidden.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
-
-
-class DataWarning(UserWarning):
-    """Something in a run was skipped on purpose (a line cut off by a crash); the CLI shows it as one line."""
 
 
 def now_iso() -> str:
@@ -233,12 +228,16 @@ def count_problem(c: Counts, k: int | None) -> str | None:
     pos = c.accepted_per_pos
     if k is not None and len(pos) != k:
         return f"accepted_per_pos: {len(pos)} positions, but k is {k}"
-    if any(b > a for a, b in itertools.pairwise(pos)):
-        return f"accepted_per_pos: {pos} grows with the position (acceptance is a prefix: it cannot)"
-    if pos and pos[0] > c.num_drafts:
-        return f"accepted_per_pos: {pos[0]} accepted at position 0 but only {c.num_drafts} drafts"
-    if sum(pos) != c.num_accepted_tokens:
-        return f"num_accepted_tokens: {c.num_accepted_tokens}, but accepted_per_pos sums to {sum(pos)}"
+    # One pass (this runs for every record of every run that is read).
+    prev, total = c.num_drafts, 0
+    for i, a in enumerate(pos):
+        if a > prev:
+            if i == 0:
+                return f"accepted_per_pos: {a} accepted at position 0 but only {c.num_drafts} drafts"
+            return f"accepted_per_pos: {pos} grows with the position (acceptance is a prefix: it cannot)"
+        prev, total = a, total + a
+    if total != c.num_accepted_tokens:
+        return f"num_accepted_tokens: {c.num_accepted_tokens}, but accepted_per_pos sums to {total}"
     if c.num_accepted_tokens > c.num_draft_tokens:
         return f"num_accepted_tokens: {c.num_accepted_tokens} accepted of {c.num_draft_tokens} draft tokens"
     kk = k if k is not None else len(pos)
@@ -424,11 +423,12 @@ def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:
 
 def load_run(path: str | Path) -> Run:
     p = Path(path)
-    if p.is_file() and p.name in (MANIFEST, RECORDS):
-        p = p.parent
-    if not p.exists():
+    kind = path_kind(p, "a run folder")
+    if kind == "file" and p.name in (MANIFEST, RECORDS):
+        p, kind = p.parent, "dir"
+    if kind == "missing":
         raise UserError(f"{p}: no such run folder")
-    if not p.is_dir():
+    if kind != "dir":
         raise UserError(f"{p}: not a run folder (a file)")
     manifest, meta = read_manifest(p / MANIFEST)
     recs = scan_records(p / RECORDS, meta.k)
