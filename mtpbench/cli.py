@@ -6,10 +6,12 @@ A `UserError` anywhere becomes one line on stderr and its exit code, never a tra
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from mtpbench import __version__
-from mtpbench.errors import ExitCode, UserError
+from mtpbench.errors import DataWarning, ExitCode, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -44,10 +46,22 @@ def _fail(exc: UserError) -> typer.Exit:
     return typer.Exit(int(exc.exit_code))
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    # What a loader skipped on purpose (a line cut off by a crash) is one line, like an error.
+    if issubclass(category, DataWarning):
+        err_console.print(f"mtpbench: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _default_showwarning(message, category, *args, **kwargs)
+
+
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
+    warnings.showwarning = _show_warning
     if version:
         console.print(f"mtpbench {__version__}")
         raise typer.Exit(0)
@@ -206,6 +220,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
          opts: Any = None) -> int:  # fmt: skip
     from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
+    from mtpbench.results import ensure_out_dir
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
@@ -224,7 +239,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
         _render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_out_dir(out)
     with _progress() as progress:
         view = _ProgressView(progress, len(cells), len(prompts.prompts))
         try:
@@ -353,11 +368,24 @@ def show(
         raise _fail(exc) from None
 
 
+def _check_options(tolerance: float | None, junit: Path | None) -> None:
+    """Options that would only fail after the work is done (or pass silently, as NaN would) fail first."""
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
+        raise UserError(f"--tolerance: expected a finite number of points >= 0, got {tolerance}")
+    if junit is not None:
+        from mtpbench.config import path_kind
+
+        if path_kind(junit, "--junit") == "dir":
+            raise UserError(f"--junit {junit}: is a folder, not a file")
+        if path_kind(junit.parent, "--junit") != "dir":
+            raise UserError(f"--junit {junit}: no such folder {junit.parent}")
+
+
 @app.command("compare")
 def compare_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
-    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points.", min=0)] = None,
+    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
@@ -369,6 +397,7 @@ def compare_cmd(
     from mtpbench.results import load_run
 
     try:
+        _check_options(tolerance, junit)
         r = load_run(run_dir)
         b = load_baseline(baseline)
         gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
@@ -433,8 +462,11 @@ def doctor(
     """Platform, device, package versions, broken torchvision, and whether an engine starts."""
     from mtpbench import doctor as doc
 
-    checks = doc.checks_from_probe(doc.probe(python))
-    style = {"ok": "green", "info": "", "warn": "yellow", "fail": "bold red"}
+    info = doc.probe(python)
+    if python and "probe" in info.get("errors", {}):
+        raise _fail(UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}"))
+    checks = doc.checks_from_probe(info)
+    style = {"ok": "green", "info": "default", "warn": "yellow", "fail": "bold red"}
     t = Table(show_header=True)
     t.add_column("check")
     t.add_column("status")

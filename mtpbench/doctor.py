@@ -61,6 +61,9 @@ print("@@doctor " + json.dumps(out))
 """
 
 
+PROBE_KEYS = {"python", "executable", "platform", "cpus", "versions", "errors"}
+
+
 @dataclass
 class Check:
     name: str
@@ -72,15 +75,24 @@ def probe(python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
     exe = python or sys.executable
     try:
         proc = subprocess.run(
-            [exe, "-c", PROBE], capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+            [exe, "-c", PROBE], capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
         return {"errors": {"probe": f"cannot run {exe}: {exc}"}}
     for line in proc.stdout.splitlines():
         if line.startswith("@@doctor "):
-            return dict(json.loads(line[len("@@doctor ") :]))
+            # Whatever the interpreter printed is untrusted: a wrapper script or a broken sitecustomize can
+            # print anything after the marker.
+            try:
+                info = json.loads(line[len("@@doctor ") :])
+            except (json.JSONDecodeError, RecursionError):
+                info = None
+            if isinstance(info, dict) and PROBE_KEYS <= info.keys() and isinstance(info.get("errors"), dict):
+                return info
+            return {"errors": {"probe": f"{exe} answered the probe with garbage: {line[:80]!r}"}}
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-    return {"errors": {"probe": f"{exe} exited {proc.returncode}: {tail[0]}"}}
+    return {"errors": {"probe": f"{exe} exited {proc.returncode} without answering the probe: {tail[0][:200]}"}}
 
 
 def checks_from_probe(info: dict[str, Any]) -> list[Check]:

@@ -13,6 +13,8 @@ at a time, so the difference is exactly that prompt's).
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -23,8 +25,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mtpbench.schema import SCHEMA_VERSION
+
 EVENT_PREFIX = "@@mtpbench "
-SCHEMA_VERSION = 1
 
 M_DRAFTS = "vllm:spec_decode_num_drafts"
 M_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -37,16 +40,38 @@ def emit(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    # os.write may write fewer bytes than asked (signals, quotas, pipes, nearly full disks): loop, and let
+    # an OSError (ENOSPC, EIO…) propagate so that the cell ends instead of losing a record quietly.
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        view = view[n:]
+
+
 def append_record(path: str, record: dict[str, Any]) -> None:
-    line = json.dumps(record, separators=(",", ":")) + "\n"
-    # One write on an O_APPEND descriptor: a line is either all there or (on a crash mid-write) truncated
-    # at the end of the file, which the loader reports.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """Append one JSON line to records.jsonl, completely, under an exclusive lock.
+
+    Workers of one run may share the file (--jobs), so the lock keeps lines whole and in one piece each.
+    If the file does not end in a newline, a crash cut its last line off: the new line then starts on a
+    line of its own, after a `torn` mark that tells the loader the cut-off line is known damage, not garbage.
+    """
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line.encode())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            tail = os.pread(fd, min(size, 1 << 20), max(size - (1 << 20), 0))
+            cut = len(tail) - tail.rfind(b"\n") - 1 if b"\n" in tail or len(tail) == size else None
+            mark = {"schema": SCHEMA_VERSION, "type": "torn", "bytes": cut}
+            line = b"\n" + (json.dumps(mark, separators=(",", ":")) + "\n").encode() + line
+        _write_all(fd, line)
         os.fsync(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # closing releases the lock
 
 
 def spec_counters(metrics: list[Any]) -> dict[str, Any]:
