@@ -2,8 +2,10 @@
 by build/mode, with provenance and the fingerprint that decides what they can be compared with.
 
 A published baseline (figures from a report, no counts) leaves unknown fingerprint fields null: they are
-then listed as "not checked" instead of silently passing. A baseline saved from a run carries the run's
-counts, so the comparison can use an interval on the difference instead of treating it as exact.
+then listed as "not checked", and such a baseline is used only when the run's config names it or the user
+says so (compare.py). A baseline saved from a run carries the run's counts, pooled and (since 0.2) per
+prompt, so the comparison is prompt-paired instead of treating the baseline as exact. Saved counts are
+the evidence: identical repeats of a prompt count once (older saves pooled every repeat).
 
 Format history: schema 1 (mtpbench 0.1) is the only one; another schema is refused with a clear message.
 """
@@ -40,6 +42,9 @@ class BaselineEntry(Strict):
     mean_pct: float | None = None
     avg_accepted: float | None = None
     counts: BaselineCounts | None = None
+    # Per-prompt cluster totals (identical repeats counted once), keyed by prompt id: what a prompt-paired
+    # comparison needs. Absent in published baselines and in saves before mtpbench 0.2.
+    prompts: dict[str, BaselineCounts] | None = None
     repeats: int | None = None
 
     @model_validator(mode="after")
@@ -48,6 +53,9 @@ class BaselineEntry(Strict):
             raise ValueError("rates_pct: rates are percentages in 0..100")
         if self.counts is not None and len(self.counts.accepted_per_pos) != len(self.rates_pct):
             raise ValueError("counts.accepted_per_pos: length differs from rates_pct")
+        for pid, c in (self.prompts or {}).items():
+            if len(c.accepted_per_pos) != len(self.rates_pct):
+                raise ValueError(f"prompts.{pid}.accepted_per_pos: length differs from rates_pct")
         return self
 
 
@@ -158,12 +166,16 @@ def write_baseline(b: Baseline, out: Path, force: bool) -> None:
 
 
 def baseline_from_cells(
-    run: Run, name: str, per_cell: list[tuple[str, str, dict[str, Any], int]], source: str | None = None
+    run: Run,
+    name: str,
+    per_cell: list[tuple[str, str, dict[str, Any], int, dict[str, dict[str, Any]] | None]],
+    source: str | None = None,
 ) -> Baseline:
-    """per_cell: (build, mode, counts dict, repeats) — variants are pooled by the caller's choice."""
+    """per_cell: (build, mode, counts dict, repeats, per-prompt counts dicts or None) — variants are pooled
+    by the caller's choice."""
     fp = run_fingerprint(run)
     entries = []
-    for build, mode, counts, repeats in per_cell:
+    for build, mode, counts, repeats, prompts in per_cell:
         d = counts["num_drafts"]
         if d <= 0:
             continue
@@ -176,6 +188,7 @@ def baseline_from_cells(
                 mean_pct=round(100.0 * counts["num_accepted_tokens"] / max(counts["num_draft_tokens"], 1), 3),
                 avg_accepted=round(counts["num_accepted_tokens"] / d, 4),
                 counts=BaselineCounts(**counts),
+                prompts={p: BaselineCounts(**c) for p, c in prompts.items()} if prompts else None,
                 repeats=repeats,
             )
         )

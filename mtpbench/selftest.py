@@ -16,7 +16,7 @@ from typing import Any
 
 from mtpbench import runner
 from mtpbench.baseline import load_baseline
-from mtpbench.compare import FAIL, Comparison, compare
+from mtpbench.compare import Comparison, Kind, Severity, compare
 from mtpbench.config import ExperimentConfig, load_config, load_prompts
 from mtpbench.errors import UserError
 from mtpbench.results import load_run
@@ -67,18 +67,23 @@ def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
             )
             lines.append(f"{c.cell} PYTHONHASHSEED={r.hash_seed}: pos {rates} % ({r.counts.num_drafts} drafts)")
     for c in stock:
-        fails = [d for d in comp.diagnoses if d.cell == c.cell and d.severity == FAIL]
+        fails = [d for d in comp.diagnoses if d.cell == c.cell and d.severity == Severity.FAIL]
         good = c.complete and not fails
         ok &= good
         lines.append(
-            f"[{'ok' if good else 'FAIL'}] stock {c.cell} passes the gate" + (f" ({fails[0].kind})" if fails else "")
+            f"[{'ok' if good else 'FAIL'}] stock {c.cell} passes the gate"
+            + (f" ({fails[0].kind.value})" if fails else "")
         )
     for c in fault:
-        kinds = {d.kind for d in comp.diagnoses if d.cell == c.cell and d.severity == FAIL}
-        for need in ("regression", "cross-process-instability"):
-            seen = need in kinds
+        found = {d.kind: d for d in comp.diagnoses if d.cell == c.cell and d.severity == Severity.FAIL}
+        for need in (Kind.REGRESSION, Kind.INSTABILITY):
+            seen = need in found
             ok &= seen
-            lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as {need}")
+            how = ""
+            if seen and need == Kind.INSTABILITY and found[need].numbers.get("method") == "exact":
+                n = found[need].numbers
+                how = f" (exact: {n['prompts_differing']} of {n['prompts']} prompts differ between processes)"
+            lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as {need.value}{how}")
     stock_out = {(r.hash_seed, p): s for c in stock for r in c.repeats for p, s in r.outputs.items()}
     fault_out = {(r.hash_seed, p): s for c in fault for r in c.repeats for p, s in r.outputs.items()}
     same = bool(stock_out) and set(stock_out) == set(fault_out) and all(fault_out[k] == v for k, v in stock_out.items())
