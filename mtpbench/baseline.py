@@ -145,13 +145,25 @@ def run_fingerprint(run: Run) -> dict[str, Any]:
     }
 
 
+class _Dumper(yaml.SafeDumper):
+    """Block style, except a list of numbers stays on one line (rate and count vectors)."""
+
+
+def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(isinstance(x, (int, float)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _list)
+
+
 def dump_baseline(b: Baseline) -> str:
     data = b.model_dump(mode="json", by_alias=True, exclude_none=True)
     header = (
         f"# mtpbench baseline (schema {BASELINE_SCHEMA}). Rates are unconditional per-position acceptance in %\n"
         "# (accepted_per_pos[i] / num_drafts); counts are the raw sums they were computed from.\n"
     )
-    return header + yaml.safe_dump(data, sort_keys=False, width=110)
+    return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110)
 
 
 def write_baseline(b: Baseline, out: Path, force: bool) -> None:

@@ -720,9 +720,14 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec)
         est = paired_diff(a.per_pos[:, i], a.drafts, b.per_pos[:, i], b.drafts, conf)
         ea = clustered_ratio(a.per_pos[:, i], a.drafts, conf)
         eb = clustered_ratio(b.per_pos[:, i], b.drafts, conf)
-        run_rate, base_rate = ea.value, eb.value if eb.value is not None else base_rate
+        run_rate, base_rate = ea.value, base_rate if eb.value is None else eb.value
         delta, ci, method, n = est.value, est.ci, "paired", len(ids)
-        se_b, df_b = eb.se or 0.0, eb.df
+        # A change that is not uniform across prompts faces at least the run's prompt-to-prompt noise, even
+        # when the paired differences happen to be zero (a bit-identical rerun): never claim an MDE of 0.
+        se_p = max(est.se or 0.0, ea.se or 0.0) if ea.se is not None else None
+        smallest = mde(se_p, est.df, conf, gate.power)
+        return PositionCheck(c.cell, i, run_rate, base_rate, delta, ci, _decide(delta, ci, tol), smallest,
+                             underpowered=smallest is None or smallest > tol, prompts=n, method=method, entry=label)
     elif entry.counts is not None and entry.counts.num_drafts > 0:
         bc = entry.counts
         base_rate = bc.accepted_per_pos[i] / bc.num_drafts

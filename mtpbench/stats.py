@@ -29,10 +29,13 @@ intervals MOVER is exactly Newcombe's hybrid score interval (1998, method 10), t
 example. Against a published, rates-only baseline the baseline is taken as exact.
 
 The smallest detectable drop (MDE) of a comparison is (t_{1−α/2} + t_{power}) · se on the same degrees of
-freedom, se combining both sides *unpaired* (a change that is not uniform across prompts faces that
-noise; the paired test is at least as sensitive when it is). Cross-process instability of a sampled
-(non-deterministic) run is a prompt-level permutation test: within each prompt, which process produced
-which observation is exchangeable under "the process does not matter". Nothing here prints or reads files.
+freedom (compare.py picks se: the run's clustered se combined with the baseline's own; for a prompt-paired
+comparison the larger of the paired se and the run's, so a bit-identical rerun never claims an MDE of 0:
+a change that is not uniform across prompts still faces the prompt-to-prompt noise).
+
+Cross-process instability of a sampled (non-deterministic) run is a prompt-level permutation test: within
+each prompt, which process produced which observation is exchangeable under "the process does not
+matter". Nothing here prints or reads files.
 """
 
 from __future__ import annotations
