@@ -20,7 +20,7 @@ import json
 import math
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -96,6 +96,12 @@ class SamplingSpec(Strict):
 class BuildSpec(Strict):
     python: str | None = Field(None, description="interpreter of the build; none = the current one")
     env: dict[str, str] = Field(default_factory=dict)
+    device_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="variable that binds a worker to its devices (default: by platform, CUDA_VISIBLE_DEVICES, "
+        "ASCEND_RT_VISIBLE_DEVICES or VLLM_CPU_OMP_THREADS_BIND)",
+    )
 
     @field_validator("env")
     @classmethod
@@ -146,7 +152,15 @@ class ExperimentConfig(Strict):
     engine_args: dict[str, Any] = Field(default_factory=dict)
     baseline: str | None = None
     gate: GateSpec = Field(default_factory=GateSpec)
-    timeout_s: float = Field(1800.0, gt=0)
+    timeout_s: float = Field(1800.0, gt=0, description="default for both deadlines below")
+    # Separate deadlines, so a slow graph capture is not taken for a hung generation (and vice versa).
+    startup_timeout_s: float | None = Field(None, gt=0, description="process start to engine ready")
+    generation_timeout_s: float | None = Field(None, gt=0, description="engine ready to the worker's exit")
+    jobs: int = Field(1, ge=1, le=1024, description="cell-repeats run at once, one device (set) each")
+    devices: list[str | int] | None = Field(None, description="device ids (or CPU core sets) for the pool")
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    ray_resource: Literal["GPU", "NPU", "CPU"] | None = Field(None, description="default: from the platform")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
 
     @model_validator(mode="after")
@@ -170,9 +184,16 @@ class ExperimentConfig(Strict):
             if len(set(self.hash_seeds)) != len(self.hash_seeds):
                 # Two repeats with one seed are one observation of the iteration order, not two.
                 raise ValueError(f"hash_seeds: duplicate seed in {self.hash_seeds}; each repeat needs its own")
+        if self.devices is not None and (not self.devices or len(set(self.devices)) != len(self.devices)):
+            raise ValueError("devices: give at least one device, each once")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
         return self
+
+    @field_validator("devices")
+    @classmethod
+    def _device_names(cls, v: list[str | int] | None) -> list[str | int] | None:
+        return None if v is None else [str(d).strip() for d in v]
 
     def seeds(self) -> list[int]:
         return list(self.hash_seeds) if self.hash_seeds is not None else list(range(self.repeats))

@@ -434,7 +434,15 @@ def load_run(path: str | Path) -> Run:
     recs = scan_records(p / RECORDS, meta.k)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)
-    return Run(p, manifest, recs.records, meta, recs.warnings)
+    return Run(p, manifest, current_attempts(recs.records, manifest["cells"]), meta, recs.warnings)
+
+
+def current_attempts(records: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Only the records of each repeat's current attempt (the manifest's): a resumed run re-runs failed or
+    interrupted repeats as a new attempt, and the records an earlier attempt left must not count twice.
+    Records and manifest entries without an attempt (runs before resume existed) are attempt 1."""
+    want = {(c.get("cell"), c.get("repeat")): c.get("attempt", 1) for c in cells if isinstance(c, dict)}
+    return [r for r in records if r.get("attempt", 1) == want.get((r.get("cell"), r.get("repeat")), 1)]
 
 
 def timing(manifest: dict[str, Any]) -> dict[str, float]:

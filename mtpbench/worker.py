@@ -223,6 +223,8 @@ def run_job(job: dict[str, Any]) -> int:
         "variant": job["variant"],
         "repeat": job["repeat"],
         "hash_seed": job["hash_seed"],
+        # A resumed run re-runs a repeat as a new attempt; readers keep only the manifest's attempt.
+        "attempt": int(job.get("attempt", 1)),
     }
     records = job["records_path"]
     k = int(job["speculative_config"]["num_speculative_tokens"])
@@ -303,8 +305,27 @@ def run_job(job: dict[str, Any]) -> int:
     return 0
 
 
+def die_with_parent() -> None:
+    """Linux: get SIGKILL when the runner thread that started this worker dies, even by SIGKILL, so a
+    killed runner never leaves an engine holding a device. MTPBENCH_PARENT_PID closes the race where the
+    parent died before the request was made."""
+    parent = os.environ.get("MTPBENCH_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        return
+    if str(os.getppid()) != parent:
+        os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()
     if len(argv) != 1:
         sys.stderr.write("usage: python -m mtpbench.worker JOB.json\n")
         return 2
