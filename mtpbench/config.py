@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -84,6 +84,10 @@ class ExperimentConfig(Strict):
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     prompts: str
+    prompt_mode: Literal["batched", "sequential"] = Field(
+        "sequential",
+        description="batched: all prompts of a repeat at once, counted per request; sequential: one at a time",
+    )
     repeats: int = Field(3, gt=0, le=100)
     # One PYTHONHASHSEED per repeat; distinct seeds are what exposes set-iteration-order bugs.
     hash_seeds: list[int] | None = None
