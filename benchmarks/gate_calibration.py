@@ -149,16 +149,18 @@ def gate(run: RunInfo, baseline: Path, tolerance: float | None) -> dict[str, Any
     if tolerance is not None:
         args += ["--tolerance", f"{tolerance:g}"]
     res = _mtpbench(*args)
+    # Best effort (the JSON's shape may change with the gate): which positions and diagnoses failed.
     failing: list[str] = []
     try:
         doc = json.loads(res.stdout)
         for chk in doc.get("checks", []) or []:
-            if isinstance(chk, dict) and str(chk.get("status", chk.get("verdict", ""))).lower() in (
-                "fail",
-                "regression",
-            ):
-                failing.append(f"pos{chk.get('position', chk.get('pos', '?'))}")
-    except (ValueError, AttributeError):
+            verdict = str(chk.get("verdict", chk.get("status", ""))).lower()
+            if isinstance(chk, dict) and verdict in ("fail", "regression"):
+                failing.append(f"pos{chk.get('pos', chk.get('position', '?'))}")
+        for diag in doc.get("diagnoses", []) or []:
+            if isinstance(diag, dict) and str(diag.get("severity", "")).lower() == "fail":
+                failing.append(str(diag.get("kind")))
+    except (ValueError, AttributeError, TypeError):
         pass
     return {"exit": res.returncode, "failing": failing}
 

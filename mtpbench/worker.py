@@ -2,18 +2,19 @@
 
 Runs as `<build python> -m mtpbench.worker JOB.json`. The build's interpreter may lack mtpbench's
 dependencies, so this file imports only the standard library at module level and vllm lazily; the
-runner puts mtpbench's source folder on PYTHONPATH. The job file says what to run and where to append
-records; one JSON line per prompt is appended (and flushed) as each prompt finishes, so a crash loses at
-most the prompt in flight. Progress goes to stdout as lines starting with EVENT_PREFIX; everything else
-on stdout/stderr is the engine's log, which the runner keeps in a per-cell log file.
+runner puts a folder holding only the mtpbench package in front of the user's PYTHONPATH. The job file
+says what to run and where to append records; one JSON line per prompt is appended (and flushed) as each
+prompt finishes, so a crash loses at most the prompts in flight. Progress goes to stdout as lines
+starting with EVENT_PREFIX; everything else on stdout/stderr is the engine's log, which the runner keeps
+in a per-cell log file.
 
-Two prompt modes. `batched` (the default): all prompts of the cell-repeat go to the engine at once and
-each prompt's counts are vLLM's per-request spec-decode counts (`per_request_spec_decode_metrics`), its
-record appended as that request finishes; the engine's cumulative counters around the whole batch are
-recorded in the cell_end record as a cross-check of the pooled sum. `sequential`: one prompt at a time,
-counts are the differences of the cumulative counters around each prompt (exactly that prompt's), with
-the per-request counts kept beside them. A build without per-request metrics runs sequentially, and the
-cell_start record says so.
+Two prompt modes (the config's `prompt_mode`). `batched`: all prompts of the cell-repeat go to the
+engine at once and each prompt's counts are vLLM's per-request spec-decode counts
+(`per_request_spec_decode_metrics`), its record appended as that request finishes; the engine's
+cumulative counters around the whole batch go into the cell_end record as a cross-check of the pooled
+sum. `sequential` (when a config does not say): one prompt at a time, counts are the differences of the
+cumulative counters around each prompt (exactly that prompt's), with the per-request counts kept beside
+them. A build without per-request metrics runs sequentially, and the cell_start record says so.
 
 Every cell_start record says where vllm (and vllm_ascend) were imported from. A build with its own
 interpreter that imported them from mtpbench's own environment (the runner's sys.prefix, passed in the
