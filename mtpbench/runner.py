@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -123,7 +124,14 @@ def package_path_dir() -> Path:
     """
     pkg = Path(mtpbench.__file__).resolve().parent
     digest = hashlib.sha256(str(pkg).encode()).hexdigest()[:16]
-    folder = cache_dir() / "pythonpath" / digest
+    try:
+        return _link_folder(cache_dir() / "pythonpath" / digest, pkg)
+    except OSError:
+        # An unwritable cache (read-only home in CI) must not stop a run: a private temp folder will do.
+        return _link_folder(Path(tempfile.mkdtemp(prefix="mtpbench-path-")), pkg)
+
+
+def _link_folder(folder: Path, pkg: Path) -> Path:
     link = folder / "mtpbench"
     if link.is_symlink() and link.resolve() == pkg:
         return folder

@@ -174,3 +174,11 @@ def test_weights_digest_is_cached_by_path_size_and_mtime(tmp_path: Path) -> None
 def test_shipped_pair_has_a_weights_identity() -> None:
     ident = model_identity(str(PAIR / "assistant"))
     assert ident["weights_sha256"] is not None and len(ident["weights_sha256"]) == 64
+
+
+def test_an_unwritable_cache_still_gives_a_package_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(blocked / "cache"))  # mkdir under a file fails
+    folder = runner.package_path_dir()
+    assert [p.name for p in folder.iterdir()] == ["mtpbench"]
