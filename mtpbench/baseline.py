@@ -29,6 +29,7 @@ from mtpbench.config import Strict, format_validation_error, path_kind, read_yam
 from mtpbench.errors import UserError
 from mtpbench.results import MAX_COUNT, Counts, Run, count_problem, now_iso
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
+from mtpbench.weights import weights_sha256
 
 __all__ = ["BASELINE_SCHEMA", "Baseline", "BaselineEntry", "load_baseline"]
 
@@ -90,6 +91,9 @@ class BaselineFingerprint(Strict):
     model: str | None = None
     model_config_sha256: str | None = None
     drafter_config_sha256: str | None = None
+    # Digests of the weight files (mtpbench.weights); null = not checked (e.g. a published baseline).
+    model_weights_sha256: str | None = None
+    drafter_weights_sha256: str | None = None
     method: str
     num_speculative_tokens: StrictInt = Field(gt=0, le=64)
     prompts_sha256: str | None = None
@@ -135,15 +139,19 @@ def load_baseline(path: str | Path) -> Baseline:
 
 
 def model_identity(model: str | None) -> dict[str, str | None]:
-    """Name and config.json hash of a local model dir; a hub id keeps its name only."""
+    """Name, config.json hash and weights digest of a local model dir; a hub id keeps its name only.
+
+    The weights digest is what tells a retrained model with an unchanged config.json apart; it is cached
+    by file path, size and mtime (mtpbench.weights), so an unchanged model is not reread.
+    """
     if not model:
-        return {"name": None, "config_sha256": None}
+        return {"name": None, "config_sha256": None, "weights_sha256": None}
     p = Path(model)
     sha = None
     cfg = p / "config.json"
     if cfg.is_file():
         sha = hashlib.sha256(cfg.read_bytes()).hexdigest()
-    return {"name": p.name if p.exists() else model, "config_sha256": sha}
+    return {"name": p.name if p.exists() else model, "config_sha256": sha, "weights_sha256": weights_sha256(p)}
 
 
 def run_fingerprint(run: Run) -> dict[str, Any]:
@@ -153,6 +161,8 @@ def run_fingerprint(run: Run) -> dict[str, Any]:
         "model": run.manifest.get("model", {}).get("name") or cfg["model"],
         "model_config_sha256": run.manifest.get("model", {}).get("config_sha256"),
         "drafter_config_sha256": run.manifest.get("drafter", {}).get("config_sha256"),
+        "model_weights_sha256": run.manifest.get("model", {}).get("weights_sha256"),
+        "drafter_weights_sha256": run.manifest.get("drafter", {}).get("weights_sha256"),
         "method": spec["method"],
         "num_speculative_tokens": spec["num_speculative_tokens"],
         "prompts_sha256": run.manifest["prompts"]["sha256"],

@@ -143,6 +143,10 @@ class ExperimentConfig(Strict):
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     prompts: str
+    prompt_mode: Literal["batched", "sequential"] = Field(
+        "sequential",
+        description="batched: all prompts of a repeat at once, counted per request; sequential: one at a time",
+    )
     repeats: StrictInt = Field(3, gt=0, le=100)
     # One PYTHONHASHSEED per repeat; distinct seeds are what exposes set-iteration-order bugs.
     hash_seeds: list[StrictInt] | None = None
