@@ -299,7 +299,7 @@ def baseline_save(
             )
             for c in cells
         ]
-        b = baseline_from_cells(r, name or out.stem, per_cell)
+        b = baseline_from_cells(r, name or out.stem, per_cell, variant=variant)
         write_baseline(b, out, force)
     except UserError as exc:
         raise _fail(exc) from None

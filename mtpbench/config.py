@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -76,6 +76,45 @@ class GateSpec(Strict):
     fail_on_improvement: bool = False
 
 
+class OfflineWorkload(Strict):
+    """The prompts one at a time through vllm.LLM in the worker (the default)."""
+
+    kind: Literal["offline"] = "offline"
+
+
+class ServingWorkload(Strict):
+    """vLLM's OpenAI-compatible server per cell-repeat and a fixed-concurrency streaming load
+    (mtpbench/serving.py). The prompts are the config's `prompts`, sent round-robin."""
+
+    kind: Literal["serving"]
+    concurrency: int = Field(16, gt=0, le=1024, description="requests in flight at once")
+    num_requests: int = Field(300, gt=0, le=100_000)
+    request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
+    max_tokens: int | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
+    warmup_requests: int = Field(0, ge=0, le=10_000, description="sent first, not counted")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
+    startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
+    server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
+    throughput_tolerance_pct: float = Field(
+        20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
+    )
+    fail_on_throughput_drop: bool = False
+
+    @field_validator("server_args")
+    @classmethod
+    def _loopback_only(cls, v: list[str]) -> list[str]:
+        # mtpbench owns where the server listens (loopback, a free port) and what it serves.
+        owned = ("--host", "--port", "--model", "--speculative-config", "--uds")
+        bad = [a for a in v if a.split("=", 1)[0] in owned]
+        if bad:
+            flag = bad[0].split("=", 1)[0]
+            raise ValueError(f"{flag} is set by mtpbench (loopback, a free port, the config's model)")
+        return v
+
+
+Workload = Annotated[OfflineWorkload | ServingWorkload, Field(discriminator="kind")]
+
+
 class ExperimentConfig(Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     description: str = ""
@@ -95,6 +134,7 @@ class ExperimentConfig(Strict):
     gate: GateSpec = Field(default_factory=GateSpec)
     timeout_s: float = Field(1800.0, gt=0)
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
+    workload: Workload = Field(default_factory=OfflineWorkload)
 
     @model_validator(mode="after")
     def _check_axes(self) -> ExperimentConfig:

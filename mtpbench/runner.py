@@ -146,6 +146,8 @@ def plan(
             "patches": patches,
             "prompts": [p.model_dump() for p in prompts.prompts],
             "records_path": records_path,
+            # offline | serving (mtpbench/serving.py); the worker dispatches on its kind.
+            "workload": cfg.workload.model_dump(mode="json"),
         }
         plans.append(CellPlan(c, build.python or sys.executable, env, job))
     return plans
