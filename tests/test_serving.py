@@ -128,8 +128,10 @@ def test_metrics_are_summed_over_engines() -> None:
 
 def test_per_request_counts_from_the_response_histogram() -> None:
     # The shape vLLM 0.32 returns in metrics.speculative_decoding (summary level).
-    sd = {"mean_acceptance_length": 3.5, "draft_acceptance_rate": 0.833, "acceptance_histogram": [1, 0, 2, 3],
-          "num_spec_steps": 6, "num_accepted_draft_tokens": 13, "num_draft_tokens": 18, "num_spec_tokens": 3}  # fmt: skip
+    sd = {
+        "mean_acceptance_length": 3.5, "draft_acceptance_rate": 0.833, "acceptance_histogram": [1, 0, 2, 3],
+        "num_spec_steps": 6, "num_accepted_draft_tokens": 13, "num_draft_tokens": 18, "num_spec_tokens": 3,
+    }  # fmt: skip
     c = srv.counts_from_spec_metrics(sd, 3)
     assert c == {"num_drafts": 6, "num_draft_tokens": 18, "num_accepted_tokens": 13, "accepted_per_pos": [5, 5, 3]}
     assert sum(c["accepted_per_pos"]) == c["num_accepted_tokens"]
@@ -138,7 +140,7 @@ def test_per_request_counts_from_the_response_histogram() -> None:
 def test_sse_events_are_split_across_chunk_boundaries() -> None:
     buf = bytearray(b'data: {"a": 1}\n\ndata: {"b"')
     assert srv._sse_events(buf) == ['{"a": 1}']
-    buf.extend(b': 2}\n\ndata: [DONE]\n\n')
+    buf.extend(b": 2}\n\ndata: [DONE]\n\n")
     assert srv._sse_events(buf) == ['{"b": 2}', "[DONE]"]
     assert buf == bytearray()
 
@@ -284,7 +286,7 @@ def test_metrics_vs_per_request_mismatch_is_shown(tmp_path: Path) -> None:
 def test_serving_run_is_never_compared_with_an_offline_baseline(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}))
     offline = load_baseline(REPO / "baselines" / "tiny-gemma4-mtp-cpu.yaml")
-    with pytest.raises(NotComparableError, match="serving run .* only offline entries"):
+    with pytest.raises(NotComparableError, match=r"serving run .* only offline entries"):
         compare(run, offline)
 
 
@@ -308,7 +310,7 @@ def test_published_serving_entry_checks_rates_and_lists_what_it_cannot(tmp_path:
 
 def test_other_concurrency_is_not_comparable(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"b/NONE/stock": GOOD}, concurrency=8))
-    with pytest.raises(NotComparableError, match="workload.concurrency=8 vs baseline 16"):
+    with pytest.raises(NotComparableError, match=r"workload\.concurrency=8 vs baseline 16"):
         compare(run, load_baseline(PUBLISHED))
 
 
