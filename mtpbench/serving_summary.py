@@ -245,9 +245,12 @@ def diagnoses(run: Run) -> list[Any]:
     if not is_serving(run):
         return []
     out: list[Diagnosis] = []
+    incomplete = {c["cell"] for c in run.manifest.get("cells", []) if c.get("status") != "ok"}
     for c in summarize_serving(run):
         missing = c.requests_total - c.requests_ok - c.requests_failed
-        if c.requests_failed or missing > 0:
+        # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the
+        # run-failed warning), not a gate finding; its recorded requests are still shown in the table.
+        if c.cell not in incomplete and (c.requests_failed or missing > 0):
             first = f": {c.errors[0]}" if c.errors else ""
             out.append(Diagnosis(
                 "failed-requests", FAIL, c.cell,
@@ -336,9 +339,9 @@ def _num(x: float | None, fmt: str) -> str:
 def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
     """One header and row builder for the table and Markdown renderers."""
     k = max((len(c.pooled_per_pos) for c in cells), default=0)
-    head = ["cell", "requests ok", "req/s", "out tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
-            *[f"pos{i} % [95 % CI, per request]" for i in range(k)], "mean % (pooled)", "AL pooled",
-            "AL per-request mean", "/metrics = per-request"]  # fmt: skip
+    head = ["cell", "requests\nok", "req/s", "out\ntok/s", "TTFT ms\np50/p99", "TPOT ms\np50/p99",
+            *[f"pos{i} %\n[95% CI]" for i in range(k)], "mean %\npooled", "AL\npooled", "AL\nreq mean",
+            "/metrics\n= sum"]  # fmt: skip
     rows = []
     for c in cells:
         match = "yes" if c.counts_match and all(m is True for m in c.counts_match) else (
@@ -346,7 +349,7 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
         rows.append([
             c.cell, f"{c.requests_ok}/{c.requests_total}", _num(c.req_per_s, ".2f"), _num(c.output_tok_per_s, ".0f"),
             _ms(c.ttft_s), _ms(c.tpot_s),
-            *[f"{_p(r)} [{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
+            *[f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
               for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)],
             _p(c.pooled_mean), _num(c.pooled_al, ".2f"), _num(c.mean_request_al, ".2f"), match,
         ])  # fmt: skip
@@ -355,10 +358,14 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
 
 def serving_table(cells: list[ServingCell]) -> Table:
     head, rows = serving_rows(cells)
-    t = Table(title="serving load (pooled = accepted/drafts over all requests, as /metrics and vllm bench serve)",
-              title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)  # fmt: skip
+    t = Table(
+        title="serving load: pos/mean/AL pooled = accepted/drafts over all requests (as /metrics and vllm bench "
+        "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
+        "/metrics = sum: the counter deltas equal the per-request counts",
+        title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+    )  # fmt: skip
     for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i != 0)
     for r in rows:
         style = "red" if r[1].split("/")[0] != r[1].split("/")[1] or r[-1] == "NO" else None
         t.add_row(*r, style=style)
@@ -367,8 +374,9 @@ def serving_table(cells: list[ServingCell]) -> Table:
 
 def serving_markdown(cells: list[ServingCell]) -> str:
     head, rows = serving_rows(cells)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in rows]
+    flat = [[x.replace("\n", " ") for x in r] for r in [head, *rows]]
+    lines = ["| " + " | ".join(flat[0]) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in flat[1:]]
     return "\n".join(lines) + "\n"
 
 

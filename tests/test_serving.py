@@ -280,7 +280,7 @@ def test_metrics_vs_per_request_mismatch_is_shown(tmp_path: Path) -> None:
     (d,) = [d for d in analyze(run).diagnoses if d.kind == "count-mismatch"]
     assert d.severity == WARN and d.numbers["metrics_delta"]["num_drafts"] == 41
     head, rows = ss.serving_rows(ss.summarize_serving(run))
-    assert rows[0][head.index("/metrics = per-request")] == "NO"
+    assert rows[0][head.index("/metrics\n= sum")] == "NO"
 
 
 def test_serving_run_is_never_compared_with_an_offline_baseline(tmp_path: Path) -> None:
@@ -327,6 +327,6 @@ def test_serving_renderers_show_both_acceptance_definitions(tmp_path: Path) -> N
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}))
     cells = ss.summarize_serving(run)
     md = ss.serving_markdown(cells)
-    assert "AL pooled" in md and "AL per-request mean" in md and "| `cpu/eager/stock` | 4/4 |" in md
+    assert "AL pooled" in md and "AL req mean" in md and "| `cpu/eager/stock` | 4/4 |" in md
     data = json.loads(ss.add_to_json(json.dumps({"run_id": "R"}), cells))
     assert data["serving"][0]["requests_ok"] == 4 and data["run_id"] == "R"
