@@ -200,6 +200,16 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        if p.job["workload"]["kind"] == "serving":
+            from mtpbench.serving import server_command
+
+            wl = p.job["workload"]
+            cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
+                                 wl["server_args"])  # fmt: skip
+            cmd[cmd.index("--port") + 1] = "<free port>"
+            console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
+                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
+                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     console.print("\ndry run: nothing was started")
 
 

@@ -532,7 +532,9 @@ def run_serving_job(
     port = free_port()
     cmd = server_command(sys.executable, job["model"], port, job["speculative_config"], job["engine_args"],
                          list(wl.get("server_args") or []))  # fmt: skip
-    server = Server(cmd, log_path)
+    # The runner sets this for in-process offline engines; a server runs vLLM's usual process layout.
+    env = {k_: v for k_, v in os.environ.items() if k_ != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    server = Server(cmd, log_path, env=env)
 
     def on_signal(signum: int, frame: object) -> None:
         raise Stopped(f"stopped by {signal.Signals(signum).name}; the server was stopped with it")
