@@ -330,3 +330,62 @@ def test_serving_renderers_show_both_acceptance_definitions(tmp_path: Path) -> N
     assert "AL pooled" in md and "AL req mean" in md and "| `cpu/eager/stock` | 4/4 |" in md
     data = json.loads(ss.add_to_json(json.dumps({"run_id": "R"}), cells))
     assert data["serving"][0]["requests_ok"] == 4 and data["run_id"] == "R"
+
+
+# --- the server's lifetime, with real processes standing in for the server -----------------------------
+
+# A "server" that ignores SIGTERM and has a child in its group (as vLLM's API server has its engine core).
+STUBBORN = (
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path) -> None:
+    import sys
+    import time
+
+    server = srv.Server([sys.executable, "-c", STUBBORN, "--port", "1"], tmp_path / "log")
+    server.start()
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "log").read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pgid = server.pid
+    assert pgid is not None and srv.group_alive(pgid)
+    server.stop(grace_s=1.0)
+    assert not srv.group_alive(pgid)
+
+
+def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None:
+    # The runner kills a timed-out worker with SIGKILL: the server must not outlive it (PR_SET_PDEATHSIG).
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    worker = (
+        "import sys, time\n"
+        "from mtpbench import serving as srv\n"
+        "s = srv.Server([sys.executable, '-c', 'import time; time.sleep(600)', '--port', '1'], "
+        f"__import__('pathlib').Path({str(tmp_path / 'log')!r}))\n"
+        "s.start()\n"
+        "print(s.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None
+    server_pid = int(proc.stdout.readline())
+    assert srv.group_alive(server_pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while srv.group_alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not srv.group_alive(server_pid)
