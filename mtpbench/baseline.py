@@ -44,6 +44,24 @@ class BaselineCounts(Strict):
     accepted_per_pos: list[StrictInt] = Field(max_length=64)
 
 
+class ServingBaselineEntry(Strict):
+    """A serving entry's load and what it achieved (mtpbench/serving_summary.py reads it). Fields a
+    published figure does not give stay null; `not_checked` names what a run cannot be checked against."""
+
+    concurrency: int = Field(gt=0)
+    num_requests: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    request_rate: float | None = Field(None, gt=0)
+    requests_ok: int | None = Field(None, ge=0)
+    requests_total: int | None = Field(None, ge=0)
+    req_per_s: float | None = Field(None, gt=0)
+    output_tok_per_s: float | None = None
+    ttft_p50_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    mean_request_al: float | None = None
+    not_checked: list[str] = Field(default_factory=list)
+
+
 class BaselineEntry(Strict):
     build: str = Field("*", min_length=1)
     mode: str = Field("*", min_length=1)
@@ -52,6 +70,8 @@ class BaselineEntry(Strict):
     avg_accepted: float | None = Field(None, ge=0.0)
     counts: BaselineCounts | None = None
     repeats: StrictInt | None = Field(None, gt=0, le=10_000)
+    # Set on entries measured with the serving workload; a serving run is only compared with these.
+    serving: ServingBaselineEntry | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
@@ -198,7 +218,11 @@ def write_baseline(b: Baseline, out: Path, force: bool) -> None:
 
 
 def baseline_from_cells(
-    run: Run, name: str, per_cell: list[tuple[str, str, dict[str, Any], int]], source: str | None = None
+    run: Run,
+    name: str,
+    per_cell: list[tuple[str, str, dict[str, Any], int]],
+    source: str | None = None,
+    variant: str | None = None,
 ) -> Baseline:
     """per_cell: (build, mode, counts dict, repeats) — variants are pooled by the caller's choice."""
     fp = run_fingerprint(run)
@@ -208,6 +232,9 @@ def baseline_from_cells(
         if d <= 0:
             continue
         rates = [round(100.0 * a / d, 3) for a in counts["accepted_per_pos"]]
+        from mtpbench.serving_summary import baseline_fields  # serving runs: the load and what it achieved
+
+        serving = baseline_fields(run, build, mode, variant)
         entries.append(
             BaselineEntry(
                 build=build,
@@ -217,6 +244,7 @@ def baseline_from_cells(
                 avg_accepted=round(counts["num_accepted_tokens"] / d, 4),
                 counts=BaselineCounts(**counts),
                 repeats=repeats,
+                serving=ServingBaselineEntry(**serving) if serving else None,
             )
         )
     if not entries:

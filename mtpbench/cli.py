@@ -241,7 +241,8 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         return 0
     ensure_out_dir(out)
     with _progress() as progress:
-        view = _ProgressView(progress, len(cells), len(prompts.prompts))
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, len(cells), per_cell)
         try:
             outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
         except runner.RunInterrupted as exc:
@@ -264,7 +265,8 @@ def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool) -
     todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
     console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
     with _progress() as progress:
-        view = _ProgressView(progress, todo, len(prompts.prompts))
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, todo, per_cell)
         try:
             outcome = runner.resume(run_dir, view, opts)
         except runner.RunInterrupted as exc:
@@ -310,6 +312,7 @@ def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: b
     r = load_run(run_path)
     comp = cmp.compare(r, base_obj, baseline_name=base_name) if base_obj is not None else cmp.analyze(r)
     console.print(report.comparison_renderable(comp, ci=_wide()))
+    _print_serving(r)
     code = int(comp.exit_code)
     return int(ExitCode.RUN_FAILED) if run_failed and code == 0 else code
 
@@ -329,26 +332,49 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        if p.job["workload"]["kind"] == "serving":
+            from mtpbench.serving import server_command
+
+            wl = p.job["workload"]
+            cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
+                                 wl["server_args"])  # fmt: skip
+            cmd[cmd.index("--port") + 1] = "<free port>"
+            console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
+                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
+                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     console.print("\ndry run: nothing was started")
 
 
 # --- show / compare / baseline ------------------------------------------------------------------------
 
 
-def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None) -> None:
-    from mtpbench import report
+def _print_serving(run: Any) -> None:
+    # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
+    from mtpbench import serving_summary as ss
 
+    if ss.is_serving(run):
+        console.print(ss.serving_table(ss.summarize_serving(run)))
+
+
+def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> None:
+    from mtpbench import report
+    from mtpbench import serving_summary as ss
+
+    serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
     if junit is not None:
         try:
             junit.write_text(report.comparison_junit(comp), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"{junit}: cannot write JUnit file: {exc}") from None
     if as_json:
-        sys.stdout.write(report.comparison_json(comp) + "\n")
+        text = report.comparison_json(comp)
+        sys.stdout.write((ss.add_to_json(text, serving) if serving else text) + "\n")
     elif markdown:
-        sys.stdout.write(report.comparison_markdown(comp))
+        sys.stdout.write(report.comparison_markdown(comp) + (("\n" + ss.serving_markdown(serving)) if serving else ""))
     else:
         console.print(report.comparison_renderable(comp, ci=_wide()))
+        if serving:
+            console.print(ss.serving_table(serving))
 
 
 @app.command()
@@ -362,8 +388,8 @@ def show(
     from mtpbench.results import load_run
 
     try:
-        comp = cmp.analyze(load_run(run_dir))
-        _emit(comp, as_json, markdown, None)
+        r = load_run(run_dir)
+        _emit(cmp.analyze(r), as_json, markdown, None, r)
     except UserError as exc:
         raise _fail(exc) from None
 
@@ -404,7 +430,7 @@ def compare_cmd(
         if tolerance is not None:
             gate = gate.model_copy(update={"tolerance_pts": tolerance})
         comp = cmp.compare(r, b, gate, baseline_name=str(baseline))
-        _emit(comp, as_json, markdown, junit)
+        _emit(comp, as_json, markdown, junit, r)
     except UserError as exc:
         raise _fail(exc) from None
     raise typer.Exit(int(comp.exit_code))
@@ -444,7 +470,7 @@ def baseline_save(
             )
             for c in cells
         ]
-        b = baseline_from_cells(r, name or out.stem, per_cell)
+        b = baseline_from_cells(r, name or out.stem, per_cell, variant=variant)
         write_baseline(b, out, force)
     except UserError as exc:
         raise _fail(exc) from None

@@ -20,7 +20,7 @@ import json
 import math
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -134,6 +134,45 @@ class GateSpec(Strict):
     fail_on_improvement: StrictBool = False
 
 
+class OfflineWorkload(Strict):
+    """The prompts one at a time through vllm.LLM in the worker (the default)."""
+
+    kind: Literal["offline"] = "offline"
+
+
+class ServingWorkload(Strict):
+    """vLLM's OpenAI-compatible server per cell-repeat and a fixed-concurrency streaming load
+    (mtpbench/serving.py). The prompts are the config's `prompts`, sent round-robin."""
+
+    kind: Literal["serving"]
+    concurrency: int = Field(16, gt=0, le=1024, description="requests in flight at once")
+    num_requests: int = Field(300, gt=0, le=100_000)
+    request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
+    max_tokens: int | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
+    warmup_requests: int = Field(0, ge=0, le=10_000, description="sent first, not counted")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
+    startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
+    server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
+    throughput_tolerance_pct: float = Field(
+        20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
+    )
+    fail_on_throughput_drop: bool = False
+
+    @field_validator("server_args")
+    @classmethod
+    def _loopback_only(cls, v: list[str]) -> list[str]:
+        # mtpbench owns where the server listens (loopback, a free port) and what it serves.
+        owned = ("--host", "--port", "--model", "--speculative-config", "--uds")
+        bad = [a for a in v if a.split("=", 1)[0] in owned]
+        if bad:
+            flag = bad[0].split("=", 1)[0]
+            raise ValueError(f"{flag} is set by mtpbench (loopback, a free port, the config's model)")
+        return v
+
+
+Workload = Annotated[OfflineWorkload | ServingWorkload, Field(discriminator="kind")]
+
+
 class ExperimentConfig(Strict):
     # The name becomes part of the run folder's name: no separators, nothing hidden, no "..".
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -166,6 +205,7 @@ class ExperimentConfig(Strict):
     ray_address: str | None = None
     ray_resource: Literal["GPU", "NPU", "CPU"] | None = Field(None, description="default: from the platform")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
+    workload: Workload = Field(default_factory=OfflineWorkload)
 
     @model_validator(mode="after")
     def _check_axes(self) -> ExperimentConfig:

@@ -196,6 +196,8 @@ def plan(
             "records_path": records_path,
             # A build with its own interpreter must not import vLLM from this environment (the worker checks).
             "foreign_prefix": sys.prefix if build.python else None,
+            # offline | serving (mtpbench/serving.py); the worker dispatches on its kind.
+            "workload": cfg.workload.model_dump(mode="json"),
         }
         plans.append(CellPlan(c, build.python or sys.executable, env, job))
     return plans

@@ -364,6 +364,11 @@ def run_job(job: dict[str, Any]) -> int:
     }
     records = job["records_path"]
     k = int(job["speculative_config"]["num_speculative_tokens"])
+    if (job.get("workload") or {}).get("kind") == "serving":
+        # Serving workload (mtpbench/serving.py): the build's own server owns the engine and the patches.
+        from mtpbench.serving import run_serving_job
+
+        return run_serving_job({**job, "schema": SCHEMA_VERSION}, emit, append_record, environment_fingerprint)
 
     from mtpbench.patches import apply_all
 
