@@ -7,7 +7,6 @@ A `UserError` anywhere becomes one line on stderr and its exit code, never a tra
 from __future__ import annotations
 
 import math
-import os
 import shlex
 import sys
 import tempfile
@@ -16,11 +15,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mtpbench import __version__
+from mtpbench.ci import make_console
 from mtpbench.errors import DataWarning, ExitCode, UserError
 
 app = typer.Typer(
@@ -32,8 +31,9 @@ app = typer.Typer(
 baseline_app = typer.Typer(no_args_is_help=True, help="Make baselines from runs.")
 app.add_typer(baseline_app, name="baseline")
 
-console = Console(width=int(os.environ.get("MTPBENCH_WIDTH", "0")) or None)
-err_console = Console(stderr=True)
+# Not a terminal (a CI log, a pipe): wide enough that no cell, number or verdict is ever cropped (ci.py).
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _wide() -> bool:
@@ -313,6 +313,7 @@ def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: b
     comp = cmp.compare(r, base_obj, baseline_name=base_name) if base_obj is not None else cmp.analyze(r)
     console.print(report.comparison_renderable(comp, ci=_wide()))
     _print_serving(r)
+    _github(comp, False)
     code = int(comp.exit_code)
     return int(ExitCode.RUN_FAILED) if run_failed and code == 0 else code
 
@@ -415,6 +416,13 @@ def compare_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    github: Annotated[
+        bool,
+        typer.Option(
+            "--github",
+            help="GitHub Actions output: step summary + ::error annotations (automatic when GITHUB_ACTIONS=true).",
+        ),
+    ] = False,
 ) -> None:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
     from mtpbench import compare as cmp
@@ -431,6 +439,7 @@ def compare_cmd(
             gate = gate.model_copy(update={"tolerance_pts": tolerance})
         comp = cmp.compare(r, b, gate, baseline_name=str(baseline))
         _emit(comp, as_json, markdown, junit, r)
+        _github(comp, github)
     except UserError as exc:
         raise _fail(exc) from None
     raise typer.Exit(int(comp.exit_code))
@@ -534,6 +543,91 @@ def selftest(
         "[bold red]SELFTEST FAIL[/]: the gate did not behave as required"
     )  # fmt: skip
     raise typer.Exit(0 if result.passed else 1)
+
+
+# --- report / history (HTML, PNG, trend across runs) -------------------------------------------------------
+
+
+def _comparison(run_dir: Path, baseline: Path | None) -> tuple[Any, Any]:
+    from mtpbench import compare as cmp
+    from mtpbench.baseline import load_baseline
+    from mtpbench.results import load_run
+
+    r = load_run(run_dir)
+    if baseline is None:
+        return r, cmp.analyze(r)
+    return r, cmp.compare(r, load_baseline(baseline), baseline_name=str(baseline))
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report here.")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write the figures as PNG files into DIR.")] = None,
+) -> None:
+    """An HTML report (verdict, figures, fingerprint) that opens offline; exit 0 once written (the gate is
+    `compare`)."""
+    from mtpbench import htmlreport
+
+    try:
+        if html is None and png is None:
+            raise UserError("report: give --html FILE and/or --png DIR")
+        r, comp = _comparison(run_dir, baseline)
+        out = htmlreport.write_report(r, comp, html, png)
+    except UserError as exc:
+        raise _fail(exc) from None
+    for path in [out.html_path, *out.pngs]:
+        if path is not None:
+            console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _github(comp: Any, flag: bool) -> None:
+    """Under GitHub Actions (or --github): Markdown verdict to the step summary, failing checks as ::error."""
+    from mtpbench import ci, report
+
+    if not ci.github_enabled(flag):
+        return
+    lines, note = ci.publish(comp, report.comparison_markdown(comp))
+    for line in lines:  # workflow commands are read from stdout, one per line, never wrapped
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    if note:
+        err_console.print(f"mtpbench: {note}", markup=False, highlight=False)
+
+
+@app.command("history")
+def history_cmd(
+    runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(help="Smallest move that counts, points (default: the config's gate.tolerance_pts).", min=0),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the trend as a self-contained HTML page.")
+    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write one trend PNG per group into DIR.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables.")] = False,
+) -> None:
+    """Per-position acceptance across runs of the same config, and the first run where a position moved."""
+    from mtpbench import history, historyreport
+
+    try:
+        paths = list(runs or [])
+        if runs_dir is not None:
+            paths += history.find_runs(runs_dir)
+        if not paths:
+            raise UserError("history: give run folders or --runs DIR")
+        h = history.build_history(paths, tolerance)
+        if as_json:
+            sys.stdout.write(historyreport.history_json(h) + "\n")
+        else:
+            console.print(historyreport.history_renderable(h))
+        for path in historyreport.write_outputs(h, html, png):
+            err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    except UserError as exc:
+        raise _fail(exc) from None
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import mtpbench
+from mtpbench import columnar
 from mtpbench.baseline import model_identity
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
@@ -515,6 +516,7 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
+        columnar.refresh(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
         return RunOutcome(run_dir, manifest, failed)
     finally:
         executor.close()
@@ -590,6 +592,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         failed_all = [f"{c['cell']} r{c['repeat']}" for c in manifest["cells"] if c.get("status") != "ok"]
         manifest.update(status="failed" if failed_all else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
+        columnar.refresh(run_dir)
         return RunOutcome(run_dir, manifest, failed_all or failed)
     finally:
         os.close(lock)
