@@ -57,6 +57,9 @@ class Severity(str, Enum):
     INFO = "info"
 
 
+FAIL, WARN, INFO = Severity.FAIL, Severity.WARN, Severity.INFO  # the names before 0.2
+
+
 class Verdict(str, Enum):
     """Of one cell × position against its baseline entry."""
 
@@ -81,6 +84,11 @@ class Kind(str, Enum):
     TEXT_CHANGED = "text-changed"
     GRAPH_DOWNGRADED = "graph-mode-downgraded"
     UNCHECKED = "unchecked-baseline"
+    # The serving workload's (mtpbench/serving_summary.py): worded by their producer, numbers["message"].
+    FAILED_REQUESTS = "failed-requests"
+    COUNT_MISMATCH = "count-mismatch"
+    THROUGHPUT_DROP = "throughput-drop"
+    EXTERNAL = "external"  # any other producer's; numbers["kind"] holds its own name
 
 
 class Cause(str, Enum):
@@ -99,6 +107,7 @@ class Cause(str, Enum):
     INCOMPLETE_REPEATS = "incomplete-repeats"
     PLATFORM_DOWNGRADE = "platform-downgrade"
     UNVERIFIED_IDENTITY = "unverified-identity"
+    EXTERNAL = "external"  # numbers["cause_text"] holds the producer's sentence
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -112,7 +121,12 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.UNDERPOWERED: ExitCode.INCONCLUSIVE,  # only fails under gate.fail_on_underpowered
     Kind.NO_BASELINE: ExitCode.NOT_COMPARABLE,
     Kind.RUN_FAILED: ExitCode.RUN_FAILED,
+    Kind.FAILED_REQUESTS: ExitCode.REGRESSION,  # any failed request under load fails the gate
+    Kind.THROUGHPUT_DROP: ExitCode.REGRESSION,  # only fails under workload.fail_on_throughput_drop
+    Kind.EXTERNAL: ExitCode.REGRESSION,
 }
+# Kinds whose sentence their producer wrote (Diagnosis below); report.py words all the others.
+PRODUCER_WORDED = {Kind.FAILED_REQUESTS, Kind.COUNT_MISMATCH, Kind.THROUGHPUT_DROP, Kind.EXTERNAL}
 
 
 @dataclass
@@ -124,11 +138,31 @@ class Finding:
     numbers: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def name(self) -> str:
+        """The kind's name; a serving finding keeps its own (failed-requests, throughput-drop, …)."""
+        return str(self.numbers.get("kind", "")) if self.kind == Kind.EXTERNAL else self.kind.value
+
+    @property
+    def message(self) -> str:
+        """The sentence of a finding worded by its producer; report.finding_message words every finding."""
+        return str(self.numbers.get("message", ""))
+
+    @property
     def exit_code(self) -> ExitCode:
-        return KIND_EXIT.get(self.kind, ExitCode.OK) if self.severity == Severity.FAIL else ExitCode.OK
+        if self.severity != Severity.FAIL:
+            return ExitCode.OK
+        return KIND_EXIT.get(self.kind, ExitCode.OK)
 
 
-Diagnosis = Finding  # the name before 0.2
+# Findings worded by the module that makes them (the serving workload: mtpbench/serving_summary.py);
+# a failing one is a regression of the gate (exit 1), e.g. failed requests under load.
+def Diagnosis(  # the constructor name other modules used before 0.2
+    kind: str, severity: str, cell: str, message: str = "", cause: str = "", numbers: dict[str, Any] | None = None
+) -> Finding:
+    """A finding whose producer wrote its own sentence (kept in numbers["message"] / ["cause_text"])."""
+    known = {k.value: k for k in Kind}
+    return Finding(known.get(kind, Kind.EXTERNAL), Severity(severity), cell, Cause.EXTERNAL,
+                   {**(numbers or {}), "kind": kind, "message": message, "cause_text": cause})  # fmt: skip
 
 
 @dataclass
@@ -588,6 +622,7 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) ->
         comp.diagnoses.extend(_cell_health(c))
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
         comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, {"excluded": []}))
+    comp.diagnoses.extend(_serving_diagnoses(run))
     for c in cells:
         d = _instability(c, gate, greedy)
         if d:
@@ -609,10 +644,20 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) ->
     return comp
 
 
+def _serving_diagnoses(run: Run) -> list[Finding]:
+    # Serving workload (mtpbench/serving_summary.py): failed requests, /metrics vs per-request counts.
+    from mtpbench import serving_summary
+
+    return serving_summary.diagnoses(run)
+
+
 # --- against a baseline -----------------------------------------------------------------------------
 
 # Fingerprint fields that identify what was measured; a baseline that leaves one null cannot vouch for it.
-IDENTITY_FIELDS = ("model_config_sha256", "drafter_config_sha256", "prompts_sha256")
+IDENTITY_FIELDS = (
+    "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
+    "prompts_sha256",
+)  # fmt: skip
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -799,7 +844,11 @@ def compare(
     accept_unchecked: bool = False,
     run_failed: bool = False,
 ) -> Comparison:
+    from mtpbench import serving_summary
+
     name = baseline_name or baseline.name
+    # Only entries of the run's workload (serving vs offline, same concurrency/max_tokens), else exit 4.
+    baseline, serving_unchecked = serving_summary.select_baseline(run, baseline)
     unchecked = check_comparable(run, baseline, name)
     named = config_names_baseline(run, baseline, baseline_path if baseline_path is not None else baseline_name)
     if unchecked and not (accept_unchecked or named):
@@ -812,10 +861,15 @@ def compare(
     comp = analyze(run, gate, run_failed)
     comp.baseline = name
     comp.baseline_provenance = baseline.provenance.model_dump(exclude_none=True)
+    # Workload fields a serving baseline did not record are listed, not refused: they do not decide what
+    # was measured (model, drafter, prompts), only how fast.
+    unchecked += serving_unchecked + serving_summary.throughput_unchecked(run, baseline)
     comp.unchecked = unchecked
     if unchecked:
+        identity = [u for u in unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
+        by = None if not identity else "config" if named else "flag"
         comp.diagnoses.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
-                                      {"fields": unchecked, "accepted_by": "config" if named else "flag"}))  # fmt: skip
+                                      {"fields": unchecked, "identity": identity, "accepted_by": by}))  # fmt: skip
     emap = dict(run.manifest["config"].get("baseline_entry") or {})
     emap.update(entry_map or {})
     for c in comp.cells:
@@ -834,4 +888,5 @@ def compare(
         checks = [_position_check(c, i, entry, comp.gate) for i in range(len(entry.rates_pct))]
         comp.checks.extend(checks)
         comp.diagnoses.extend(_check_findings(c, checks, comp.gate))
+    comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, baseline))
     return comp

@@ -59,3 +59,13 @@ class NotComparableError(UserError):
         self.baseline = baseline
         self.reasons = list(reasons)
         self.unchecked = list(unchecked)
+
+
+class StorageError(UserError):
+    """Results could not be written (disk full, folder gone, permissions): the run cannot go on."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
+class DataWarning(UserWarning):
+    """Something in stored results was skipped on purpose (a line cut off by a crash); shown as one line."""

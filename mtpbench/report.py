@@ -22,7 +22,17 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpbench import __version__
-from mtpbench.compare import Cause, CellResult, Comparison, Finding, Kind, PositionCheck, Severity, Verdict
+from mtpbench.compare import (
+    PRODUCER_WORDED,
+    Cause,
+    CellResult,
+    Comparison,
+    Finding,
+    Kind,
+    PositionCheck,
+    Severity,
+    Verdict,
+)
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.stats import Interval
 
@@ -321,6 +331,8 @@ def _msg_downgraded(n: dict[str, Any]) -> str:
 
 
 def _msg_unchecked(n: dict[str, Any]) -> str:
+    if not n.get("accepted_by"):
+        return f"the baseline does not record {', '.join(n['fields'])}: not checked"
     why = "the run's config names it as its baseline" if n["accepted_by"] == "config" else "--accept-unchecked"
     return f"the baseline cannot check {', '.join(n['fields'])}; used because {why}"
 
@@ -339,24 +351,37 @@ MESSAGES: dict[Kind, Callable[[dict[str, Any]], str]] = {
     Kind.GRAPH_DOWNGRADED: _msg_downgraded,
     Kind.UNCHECKED: _msg_unchecked,
 }
+for _k in PRODUCER_WORDED:
+    MESSAGES[_k] = lambda n: str(n.get("message", ""))
+
+
+def check_message(x: PositionCheck) -> str:
+    """One cell × position check in words (JUnit, CI annotations)."""
+    mde = "–" if x.mde is None else f"{100 * x.mde:.1f}"
+    return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "
+            f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}")  # fmt: skip
 
 
 def finding_message(f: Finding) -> str:
     return MESSAGES[f.kind](f.numbers)
 
 
+def cause_text(f: Finding) -> str:
+    return str(f.numbers.get("cause_text", "")) if f.cause == Cause.EXTERNAL else CAUSE_TEXT.get(f.cause, "")
+
+
 def finding_line(f: Finding) -> str:
     """One line, e.g. for a CI annotation: severity, kind, cell, what was seen."""
-    return f"{f.severity.value.upper()} {f.kind.value} {f.cell}: {finding_message(f)}"
+    return f"{f.severity.value.upper()} {f.name} {f.cell}: {finding_message(f)}"
 
 
 def diagnosis_text(d: Finding) -> Text:
     t = Text()
     t.append(f"{d.severity.value.upper():4} ", style=STYLE.get(d.severity, ""))
-    t.append(f"{d.kind.value} ", style="bold")
+    t.append(f"{d.name} ", style="bold")
     t.append(f"{d.cell}: {finding_message(d)}")
-    if CAUSE_TEXT.get(d.cause):
-        t.append(f"\n       likely cause: {CAUSE_TEXT[d.cause]}", style="dim")
+    if cause_text(d):
+        t.append(f"\n       likely cause: {cause_text(d)}", style="dim")
     return t
 
 
@@ -364,7 +389,7 @@ def verdict_text(comp: Comparison) -> str:
     code = comp.exit_code
     fails = [d for d in comp.diagnoses if d.exit_code == code and d.severity == Severity.FAIL]
     ncells = len({d.cell for d in fails})
-    kinds = ", ".join(sorted({d.kind.value for d in fails}))
+    kinds = ", ".join(sorted({d.name for d in fails}))
     if code == ExitCode.OK:
         warns = sum(1 for d in comp.diagnoses if d.severity == Severity.WARN)
         tail = f", {warns} warning(s)" if warns else ""
@@ -440,13 +465,13 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "checks": _jsonable(comp.checks),
         "findings": [
             {
-                "kind": f.kind.value,
+                "kind": f.name,
                 "severity": f.severity.value,
                 "cell": f.cell,
                 "exit_code": int(f.exit_code),
                 "message": finding_message(f),
                 "cause": f.cause.value,
-                "likely_cause": CAUSE_TEXT.get(f.cause, ""),
+                "likely_cause": cause_text(f),
                 "numbers": _jsonable(f.numbers),
             }
             for f in comp.diagnoses
@@ -467,8 +492,8 @@ def comparison_markdown(comp: Comparison) -> str:
     if comp.diagnoses:
         lines.append("")
         for d in comp.diagnoses:
-            cause = f" — likely cause: {CAUSE_TEXT[d.cause]}" if CAUSE_TEXT.get(d.cause) else ""
-            lines.append(f"- **{d.severity.value.upper()} {d.kind.value}** `{d.cell}`: {finding_message(d)}{cause}")
+            cause = f" — likely cause: {cause_text(d)}" if cause_text(d) else ""
+            lines.append(f"- **{d.severity.value.upper()} {d.name}** `{d.cell}`: {finding_message(d)}{cause}")
     return "\n".join(lines) + "\n"
 
 
@@ -498,8 +523,7 @@ def comparison_junit(comp: Comparison) -> str:
 
     for x in comp.checks:
         el = case(x.cell, f"pos{x.pos}")
-        desc = (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "
-                f"{ci_text(x.ci) or 'none'}, MDE {'–' if x.mde is None else f'{100 * x.mde:.1f}'} pts)")  # fmt: skip
+        desc = check_message(x)
         if x.verdict in _CHECK_FAILS or (x.verdict == Verdict.IMPROVEMENT and x.cell in failing_improvement):
             fail(el, x.verdict.value, desc)
         elif x.verdict in (Verdict.NO_DATA, Verdict.NO_BASELINE):
@@ -514,7 +538,7 @@ def comparison_junit(comp: Comparison) -> str:
                 if d.kind == kind and d.cell == c.cell:
                     covered.add(i)
                     if d.severity == Severity.FAIL:
-                        fail(el, kind.value, finding_message(d), CAUSE_TEXT.get(d.cause, ""))
+                        fail(el, kind.value, finding_message(d), cause_text(d))
                     else:
                         ET.SubElement(el, "system-out").text = finding_line(d)
     for i, d in enumerate(comp.diagnoses):
@@ -523,9 +547,9 @@ def comparison_junit(comp: Comparison) -> str:
         )
         if i in covered or by_checks:
             continue  # already a testcase: its cell × signature, or its cell × position checks
-        el = case(d.cell, d.kind.value)
+        el = case(d.cell, d.name)
         if d.severity == Severity.FAIL:
-            fail(el, d.kind.value, finding_message(d), CAUSE_TEXT.get(d.cause, ""))
+            fail(el, d.name, finding_message(d), cause_text(d))
         else:
             ET.SubElement(el, "system-out").text = finding_line(d)
     el = case("gate", "verdict")
@@ -534,6 +558,9 @@ def comparison_junit(comp: Comparison) -> str:
     ET.SubElement(el, "system-out").text = verdict_text(comp)
     suite.set("tests", str(n))
     suite.set("failures", str(failures))
+    # Jenkins' JUnit schema requires `errors` (tests/data/junit-jenkins.xsd); a gate check never errors.
+    suite.set("errors", "0")
+    suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 

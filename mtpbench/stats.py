@@ -209,6 +209,20 @@ def newcombe_diff(a_succ: int, a_n: int, b_succ: int, b_n: int, confidence: floa
     return mover_diff(a_succ / a_n, wa, b_succ / b_n, wb)
 
 
+def diff_interval(
+    a_succ: int, a_n: int, b_succ: int | None, b_n: int | None, b_rate: float, confidence: float = 0.95
+) -> Interval | None:
+    """Draft-level interval on rate_a − rate_b (history.py's change points between runs): Newcombe's hybrid
+    score interval with b's counts; without them b is exact and it is a's Wilson interval − b. The gate
+    itself uses the prompt-clustered intervals above."""
+    wa = wilson(a_succ, a_n, confidence)
+    if wa is None:
+        return None
+    if b_succ is None or not b_n:
+        return Interval(wa.low - b_rate, wa.high - b_rate)
+    return newcombe_diff(a_succ, a_n, b_succ, b_n, confidence)
+
+
 def binomial_se(successes: int, trials: int) -> float | None:
     if trials <= 0:
         return None
@@ -255,12 +269,18 @@ def permutation_spread_pvalue(
 
     obs = float(spread(acc, d))
     rng = np.random.default_rng(seed)
-    idx = np.argsort(rng.random((n_perm, *acc.shape)), axis=2)
-    pa = np.take_along_axis(np.broadcast_to(acc, idx.shape), idx, axis=2)
-    pd_ = np.take_along_axis(np.broadcast_to(d, idx.shape), idx, axis=2)
-    sims = spread(pa, pd_)
-    p = (1 + int(np.sum(sims >= obs - 1e-12))) / (1 + n_perm)
-    return obs, float(p)
+    cells = acc.size
+    # Bounded work and memory over 10^5 prompts: fewer permutations (never under 200), drawn in chunks.
+    n_perm = int(min(n_perm, max(200, 20_000_000 // cells)))
+    chunk = max(1, 2_000_000 // cells)
+    hits = 0
+    for start in range(0, n_perm, chunk):
+        m = min(chunk, n_perm - start)
+        idx = np.argsort(rng.random((m, *acc.shape)), axis=2)
+        pa = np.take_along_axis(np.broadcast_to(acc, idx.shape), idx, axis=2)
+        pd_ = np.take_along_axis(np.broadcast_to(d, idx.shape), idx, axis=2)
+        hits += int(np.sum(spread(pa, pd_) >= obs - 1e-12))
+    return obs, float((1 + hits) / (1 + n_perm))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ def counts_for(rates_pct: list[float], drafts: int) -> dict[str, Any]:
 
 
 def split(counts: dict[str, Any], parts: int) -> list[dict[str, Any]]:
-    """Spread counts over prompts so that the sums are exact."""
+    """Spread counts over prompts so that the sums are exact and every prompt's counts are possible
+    (per-position counts non-increasing and at most the prompt's drafts; k draft tokens per draft)."""
     out = []
     for i in range(parts):
 
@@ -41,7 +42,8 @@ def split(counts: dict[str, Any], parts: int) -> list[dict[str, Any]]:
         out.append(
             {
                 "num_drafts": share(counts["num_drafts"]),
-                "num_draft_tokens": share(counts["num_draft_tokens"]),
+                # k per draft, as the engine counts them: a share of the total could exceed k × drafts.
+                "num_draft_tokens": share(counts["num_drafts"]) * len(counts["accepted_per_pos"]),
                 "num_accepted_tokens": share(counts["num_accepted_tokens"]),
                 "accepted_per_pos": [share(a) for a in counts["accepted_per_pos"]],
             }
@@ -91,8 +93,8 @@ def write_run(
     }
     prompts = {"name": "coding", "sha256": "ab" * 32, "ids": PROMPTS}
     manifest = new_manifest(run_id, config, "synthetic.yaml", prompts)
-    manifest["model"] = {"name": "m", "config_sha256": "cd" * 32}
-    manifest["drafter"] = {"name": "d", "config_sha256": "ef" * 32}
+    manifest["model"] = {"name": "m", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
+    manifest["drafter"] = {"name": "d", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
     records: list[dict[str, Any]] = []
     for cell, repeats in cells.items():
         build, mode, variant = cell.split("/")

@@ -140,9 +140,8 @@ def test_dry_run_lists_stock_and_fixed_cells_with_their_environment() -> None:
     [
         (lambda p: (p / "manifest.json").unlink(), "not a mtpbench run"),
         (lambda p: (p / "manifest.json").write_text("{nope"), "unreadable manifest"),
-        (lambda p: (p / "records.jsonl").write_text((p / "records.jsonl").read_text()[:-40]), "truncated last line"),
         (lambda p: (p / "records.jsonl").write_text("x\n" + (p / "records.jsonl").read_text()), ":1: corrupt JSON"),
-        (lambda p: (p / "records.jsonl").write_text('{"type": "prompt", "schema": 99}\n'), "schema version 99"),
+        (lambda p: (p / "records.jsonl").write_text('{"type": "prompt", "schema": 99}\n'), "record schema 99 is newer"),
     ],
 )  # fmt: skip
 def test_bad_results_are_one_line_exit_2(make_run: Callable[..., Path], mutate, needle: str) -> None:
@@ -158,7 +157,7 @@ def test_baseline_of_another_schema_is_exit_2(make_run: Callable[..., Path], tmp
     bad = tmp_path / "b.yaml"
     bad.write_text(PUBLISHED.read_text().replace("schema: 1", "schema: 7"))
     res = invoke("compare", make_run({"a/NONE/stock": [GOOD]}), "--baseline", bad)
-    assert res.exit_code == 2 and "baseline schema 7 is not supported" in one_error_line(res)
+    assert res.exit_code == 2 and "baseline schema 7 is newer than mtpbench" in one_error_line(res)
 
 
 def test_real_command_in_subprocess_no_traceback(tmp_path: Path) -> None:
@@ -217,7 +216,7 @@ def test_tiny_run_against_published_baseline_is_not_comparable(make_run: Callabl
     junit = tmp_path / "gate.xml"
     res = invoke("compare", run, "--baseline", PUBLISHED, "--json", "--junit", junit)
     assert res.exit_code == 4
-    assert "cannot check model_config_sha256, drafter_config_sha256, prompts_sha256" in one_error_line(res)
+    assert "cannot check model_config_sha256, drafter_config_sha256, model_weights_sha256" in one_error_line(res)
     doc = json.loads(res.stdout)
     assert doc["verdict"] == "not-comparable" and doc["exit_code"] == 4 and doc["unchecked"]
     assert 'failures="1"' in junit.read_text()
@@ -271,10 +270,18 @@ def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
     assert "Traceback" in log.read_text() and str(log) in line
 
 
-def test_full_disk_while_writing_junit_is_one_line(make_run: Callable[..., Path], tmp_path: Path) -> None:
+def test_unwritable_junit_is_one_line(make_run: Callable[..., Path], tmp_path: Path) -> None:
     res = invoke("compare", make_run({"ascend/NONE/stock": [GOOD]}), "--baseline", PUBLISHED,
                  "--junit", tmp_path / "no-such-dir" / "gate.xml")  # fmt: skip
-    assert res.exit_code == 2 and "cannot write JUnit file" in one_error_line(res)
+    assert res.exit_code == 2 and "--junit" in one_error_line(res)
+
+
+def test_record_without_output_hash_is_exit_2_naming_file_and_line(make_run: Callable[..., Path]) -> None:
+    path = make_run({"cpu/eager/stock": [GOOD]})
+    rec = path / "records.jsonl"
+    rec.write_text(rec.read_text().replace('"output_sha256"', '"x_sha"'))
+    res = invoke("show", path)
+    assert res.exit_code == 2 and "records.jsonl:2" in one_error_line(res)
 
 
 SCENARIOS = {
