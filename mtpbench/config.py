@@ -20,10 +20,11 @@ import json
 import math
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -44,6 +45,15 @@ MAX_YAML_BYTES = 8 * 1024 * 1024
 MAX_YAML_NODES = 200_000
 MAX_PROMPT_CHARS = 1_000_000
 
+def _no_nul(v: str) -> str:
+    if "\0" in v:
+        raise ValueError("a path or name cannot contain a NUL byte")
+    return v
+
+
+# A path, model id or interpreter: any string a filesystem (and execve) can take.
+PathStr = Annotated[str, AfterValidator(_no_nul)]
+
 # vLLM's CUDAGraphMode names (vllm/config/compilation.py); vllm-ascend uses the same enum.
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
@@ -54,7 +64,7 @@ class Strict(BaseModel):
 
 class SpeculativeSpec(Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
-    model: str | None = Field(None, description="drafter model path or id (none for ngram)")
+    model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
     num_speculative_tokens: StrictInt = Field(gt=0, le=16)
     extra: dict[str, Any] = Field(default_factory=dict, description="passthrough keys of speculative_config")
 
@@ -94,7 +104,7 @@ class SamplingSpec(Strict):
 
 
 class BuildSpec(Strict):
-    python: str | None = Field(None, description="interpreter of the build; none = the current one")
+    python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("env")
@@ -132,11 +142,11 @@ class ExperimentConfig(Strict):
     # The name becomes part of the run folder's name: no separators, nothing hidden, no "..".
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
-    model: str = Field(min_length=1)
-    tokenizer: str | None = None
+    model: PathStr = Field(min_length=1)
+    tokenizer: PathStr | None = None
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    prompts: str
+    prompts: PathStr
     repeats: StrictInt = Field(3, gt=0, le=100)
     # One PYTHONHASHSEED per repeat; distinct seeds are what exposes set-iteration-order bugs.
     hash_seeds: list[StrictInt] | None = None
@@ -144,7 +154,7 @@ class ExperimentConfig(Strict):
     modes: dict[str, ModeSpec] = Field(default_factory=lambda: {"eager": ModeSpec(enforce_eager=True)})
     variants: dict[str, list[str]] = Field(default_factory=lambda: {"stock": []})
     engine_args: dict[str, Any] = Field(default_factory=dict)
-    baseline: str | None = None
+    baseline: PathStr | None = None
     gate: GateSpec = Field(default_factory=GateSpec)
     timeout_s: float = Field(1800.0, gt=0)
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
