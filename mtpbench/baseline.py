@@ -29,6 +29,7 @@ from mtpbench.config import Strict, format_validation_error, path_kind, read_yam
 from mtpbench.errors import UserError
 from mtpbench.results import MAX_COUNT, Counts, Run, count_problem, now_iso
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
+from mtpbench.weights import weights_sha256
 
 __all__ = ["BASELINE_SCHEMA", "Baseline", "BaselineEntry", "load_baseline"]
 
@@ -43,6 +44,24 @@ class BaselineCounts(Strict):
     accepted_per_pos: list[StrictInt] = Field(max_length=64)
 
 
+class ServingBaselineEntry(Strict):
+    """A serving entry's load and what it achieved (mtpbench/serving_summary.py reads it). Fields a
+    published figure does not give stay null; `not_checked` names what a run cannot be checked against."""
+
+    concurrency: int = Field(gt=0)
+    num_requests: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    request_rate: float | None = Field(None, gt=0)
+    requests_ok: int | None = Field(None, ge=0)
+    requests_total: int | None = Field(None, ge=0)
+    req_per_s: float | None = Field(None, gt=0)
+    output_tok_per_s: float | None = None
+    ttft_p50_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    mean_request_al: float | None = None
+    not_checked: list[str] = Field(default_factory=list)
+
+
 class BaselineEntry(Strict):
     build: str = Field("*", min_length=1)
     mode: str = Field("*", min_length=1)
@@ -51,6 +70,8 @@ class BaselineEntry(Strict):
     avg_accepted: float | None = Field(None, ge=0.0)
     counts: BaselineCounts | None = None
     repeats: StrictInt | None = Field(None, gt=0, le=10_000)
+    # Set on entries measured with the serving workload; a serving run is only compared with these.
+    serving: ServingBaselineEntry | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
@@ -90,6 +111,9 @@ class BaselineFingerprint(Strict):
     model: str | None = None
     model_config_sha256: str | None = None
     drafter_config_sha256: str | None = None
+    # Digests of the weight files (mtpbench.weights); null = not checked (e.g. a published baseline).
+    model_weights_sha256: str | None = None
+    drafter_weights_sha256: str | None = None
     method: str
     num_speculative_tokens: StrictInt = Field(gt=0, le=64)
     prompts_sha256: str | None = None
@@ -135,15 +159,19 @@ def load_baseline(path: str | Path) -> Baseline:
 
 
 def model_identity(model: str | None) -> dict[str, str | None]:
-    """Name and config.json hash of a local model dir; a hub id keeps its name only."""
+    """Name, config.json hash and weights digest of a local model dir; a hub id keeps its name only.
+
+    The weights digest is what tells a retrained model with an unchanged config.json apart; it is cached
+    by file path, size and mtime (mtpbench.weights), so an unchanged model is not reread.
+    """
     if not model:
-        return {"name": None, "config_sha256": None}
+        return {"name": None, "config_sha256": None, "weights_sha256": None}
     p = Path(model)
     sha = None
     cfg = p / "config.json"
     if cfg.is_file():
         sha = hashlib.sha256(cfg.read_bytes()).hexdigest()
-    return {"name": p.name if p.exists() else model, "config_sha256": sha}
+    return {"name": p.name if p.exists() else model, "config_sha256": sha, "weights_sha256": weights_sha256(p)}
 
 
 def run_fingerprint(run: Run) -> dict[str, Any]:
@@ -153,6 +181,8 @@ def run_fingerprint(run: Run) -> dict[str, Any]:
         "model": run.manifest.get("model", {}).get("name") or cfg["model"],
         "model_config_sha256": run.manifest.get("model", {}).get("config_sha256"),
         "drafter_config_sha256": run.manifest.get("drafter", {}).get("config_sha256"),
+        "model_weights_sha256": run.manifest.get("model", {}).get("weights_sha256"),
+        "drafter_weights_sha256": run.manifest.get("drafter", {}).get("weights_sha256"),
         "method": spec["method"],
         "num_speculative_tokens": spec["num_speculative_tokens"],
         "prompts_sha256": run.manifest["prompts"]["sha256"],
@@ -188,7 +218,11 @@ def write_baseline(b: Baseline, out: Path, force: bool) -> None:
 
 
 def baseline_from_cells(
-    run: Run, name: str, per_cell: list[tuple[str, str, dict[str, Any], int]], source: str | None = None
+    run: Run,
+    name: str,
+    per_cell: list[tuple[str, str, dict[str, Any], int]],
+    source: str | None = None,
+    variant: str | None = None,
 ) -> Baseline:
     """per_cell: (build, mode, counts dict, repeats) — variants are pooled by the caller's choice."""
     fp = run_fingerprint(run)
@@ -198,6 +232,9 @@ def baseline_from_cells(
         if d <= 0:
             continue
         rates = [round(100.0 * a / d, 3) for a in counts["accepted_per_pos"]]
+        from mtpbench.serving_summary import baseline_fields  # serving runs: the load and what it achieved
+
+        serving = baseline_fields(run, build, mode, variant)
         entries.append(
             BaselineEntry(
                 build=build,
@@ -207,6 +244,7 @@ def baseline_from_cells(
                 avg_accepted=round(counts["num_accepted_tokens"] / d, 4),
                 counts=BaselineCounts(**counts),
                 repeats=repeats,
+                serving=ServingBaselineEntry(**serving) if serving else None,
             )
         )
     if not entries:

@@ -7,7 +7,6 @@ A `UserError` anywhere becomes one line on stderr and its exit code, never a tra
 from __future__ import annotations
 
 import math
-import os
 import shlex
 import sys
 import tempfile
@@ -16,11 +15,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mtpbench import __version__
+from mtpbench.ci import make_console
 from mtpbench.errors import DataWarning, ExitCode, UserError
 
 app = typer.Typer(
@@ -32,8 +31,9 @@ app = typer.Typer(
 baseline_app = typer.Typer(no_args_is_help=True, help="Make baselines from runs.")
 app.add_typer(baseline_app, name="baseline")
 
-console = Console(width=int(os.environ.get("MTPBENCH_WIDTH", "0")) or None)
-err_console = Console(stderr=True)
+# Not a terminal (a CI log, a pipe): wide enough that no cell, number or verdict is ever cropped (ci.py).
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _wide() -> bool:
@@ -71,48 +71,67 @@ def _root(
 
 
 class _ProgressView:
-    """Turns runner events into a rich progress bar and one line per finished cell-repeat."""
+    """Turns runner events into rich progress: overall cells and prompts, one line per active cell-repeat
+    (several at once with --jobs), and one printed line per finished cell-repeat."""
 
     def __init__(self, progress: Progress, total_cells: int, prompts: int) -> None:
         self.p = progress
         self.cells = progress.add_task("cells", total=total_cells)
         self.prompts = progress.add_task("prompts", total=total_cells * prompts)
         self.per_cell = prompts
-        self.cell_prompts = 0  # prompts finished by the cell-repeat in flight
+        self.active: dict[int, Any] = {}  # index -> rich task of a running cell-repeat
+        self.done_prompts: dict[int, int] = {}
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         cell = payload.get("cell")
+        idx = int(payload.get("seq", -1))
         label = f"{cell.cell_id} r{cell.repeat} (PYTHONHASHSEED={cell.hash_seed})" if cell is not None else ""
-        if kind == "cell_start":
-            self.p.update(self.cells, description=f"starting {label}")
-            self.cell_prompts = 0
-        elif kind == "engine_ready":
+        if kind == "run_start":
+            self.p.update(self.cells, total=payload.get("cells"))
+            self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
+        elif kind == "cell_start":
+            devs = payload.get("devices")
+            on = f" on {','.join(devs)}" if devs else ""
+            self.active[idx] = self.p.add_task(f"  starting {label}{on}", total=self.per_cell)
+            self.done_prompts[idx] = 0
+        elif kind == "engine_ready" and idx in self.active:
             eff = payload.get("effective", {})
             self.p.update(
-                self.cells,
-                description=f"{label} engine up in {payload.get('engine_start_s', 0):.1f} s "
+                self.active[idx],
+                description=f"  {label} engine up in {payload.get('engine_start_s', 0):.1f} s "
                 f"(cudagraph_mode {eff.get('cudagraph_mode')})",
             )
         elif kind == "prompt_done":
-            self.cell_prompts += 1
+            self.done_prompts[idx] = self.done_prompts.get(idx, 0) + 1
             self.p.advance(self.prompts)
+            if idx in self.active:
+                self.p.advance(self.active[idx])
         elif kind == "cell_end":
-            self.p.update(self.cells, description="cells")
+            if idx in self.active:
+                self.p.remove_task(self.active.pop(idx))
             self.p.advance(self.cells)
-            missing = self.per_cell - self.cell_prompts
+            missing = self.per_cell - self.done_prompts.pop(idx, 0)
             if missing > 0:
                 self.p.advance(self.prompts, missing)
             status = payload.get("status")
             style = "green" if status == "ok" else "red"
-            tail = "" if status == "ok" else f": {str(payload.get('error') or '').splitlines()[0]}"
+            tail = "" if status == "ok" else f": {(str(payload.get('error') or '').splitlines() or [''])[0]}"
             self.p.console.print(
                 f"[{style}]{status}[/] {label} in {payload.get('wall_s', 0):.1f} s{tail}", markup=True, highlight=False
             )
 
 
+_H_CONFIG = "Experiment config (configs/*.yaml); omit with --resume."
+_H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
+_H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
+_H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
+_H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
+_H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
+
+
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="Experiment config (configs/*.yaml).")],
+    config: Annotated[Path | None, typer.Argument(help=_H_CONFIG)] = None,
     out: Annotated[Path, typer.Option(help="Folder for run results.")] = Path("runs"),
     repeats: Annotated[int | None, typer.Option(help="Override the config's repeats.", min=1)] = None,
     mode: Annotated[list[str] | None, typer.Option("--mode", help="Only these modes (repeatable).")] = None,
@@ -120,13 +139,50 @@ def run(
     variant: Annotated[list[str] | None, typer.Option("--variant", help="Only these variants (repeatable).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="Baseline to compare with (default: the config's).")] = None,
     no_compare: Annotated[bool, typer.Option("--no-compare", help="Only run; print the summary.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List cells, commands, env; start nothing.")] = False,
-) -> None:
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_H_DRY)] = False,
+    resume: Annotated[Path | None, typer.Option(metavar="RUN", help=_H_RESUME)] = None,
+    jobs: Annotated[int | None, typer.Option(help=_H_JOBS, min=1)] = None,
+    devices: Annotated[str | None, typer.Option(help=_H_DEVICES)] = None,
+    executor: Annotated[str | None, typer.Option(help="local or ray (default: the config's, local).")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
+) -> None:  # fmt: skip
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
+    from mtpbench.runner import StopSignals
+
+    # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
+    with StopSignals() as stops:
+        code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
+                            jobs, devices, executor, address, ray_resource)  # fmt: skip
+    if stops.caught and code == 0:
+        code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
+    raise typer.Exit(code)
+
+
+def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
+                 build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
+                 dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
+                 address: str | None, ray_resource: str | None) -> int:  # fmt: skip
+    from mtpbench.devices import parse_devices
+    from mtpbench.runner import RunOptions
+
     try:
-        raise typer.Exit(_run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run))
+        if executor is not None and executor not in ("local", "ray"):
+            raise UserError(f"--executor {executor!r}: expected local or ray")
+        if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
+            raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
+        opts = RunOptions(jobs, parse_devices(devices) if devices else None, executor, address,
+                          ray_resource.upper() if ray_resource else None)  # fmt: skip
+        if resume is not None:
+            if config is not None or repeats or mode or build or variant or dry_run:
+                raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
+                                "--build, --variant or --dry-run with it")  # fmt: skip
+            return _resume(resume, opts, baseline, no_compare)
+        if config is None:
+            raise UserError("give a CONFIG to run, or --resume RUN")
+        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts)
     except UserError as exc:
-        raise _fail(exc) from None
+        return _fail(exc).exit_code
 
 
 def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
@@ -144,11 +200,27 @@ def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list
         cfg.repeats = repeats
 
 
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+
+
+def _interrupted(exc: Any) -> int:
+    err_console.print(
+        f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
+        f"{exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    return int(exc.exit_code)
+
+
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
-         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool) -> int:  # fmt: skip
+         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
+         opts: Any = None) -> int:  # fmt: skip
     from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
-    from mtpbench.results import ensure_out_dir, timing
+    from mtpbench.results import ensure_out_dir
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
@@ -160,29 +232,76 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
 
         base_obj = load_baseline(base)  # bad baseline: refuse before spending minutes on engines
     cells = runner.expand(cfg)
+    opts = opts or runner.RunOptions()
     if dry_run:
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         _render_dry_run(cfg, prompts, plans)
+        jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
+        _render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0
     ensure_out_dir(out)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
-        view = _ProgressView(progress, len(cells), len(prompts.prompts))
+    with _progress() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, len(cells), per_cell)
         try:
-            outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
-        except KeyboardInterrupt:
-            err_console.print("mtpbench: interrupted; finished prompts are kept in the run folder")
-            return 130
-    t = timing(outcome.manifest)
-    share = 100 * t["engine_start_s"] / t["wall_s"] if t["wall_s"] else 0.0
+            outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _render_time(outcome)
+    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool) -> int:
+    from mtpbench import runner
+
+    manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    base_obj = None
+    if base is not None and not no_compare:
+        from mtpbench.baseline import load_baseline
+
+        base_obj = load_baseline(base)
+    todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
+    console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    with _progress() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, todo, per_cell)
+        try:
+            outcome = runner.resume(run_dir, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _render_time(outcome)
+    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _render_time(outcome: Any) -> None:
+    from mtpbench.runner import time_breakdown
+
+    t = time_breakdown(outcome.manifest)
+    other = max(t["worker_s"] - t["startup_s"] - t["generation_s"], 0.0)
     console.print(
         f"results: {outcome.path}\n"
-        f"time: {int(t['cells'])} cell-repeats, {t['wall_s']:.1f} s in workers, of which engine start-up "
-        f"{t['engine_start_s']:.1f} s ({share:.0f} %), prompts and process start {t['other_s']:.1f} s",
+        f"time: {t['run_wall_s']:.1f} s wall for {int(t['cells'])} cell-repeats; in workers {t['worker_s']:.1f} s = "
+        f"start-up {t['startup_s']:.1f} s (engine {t['engine_start_s']:.1f} s) + generation {t['generation_s']:.1f} s"
+        f" + exit {other:.1f} s; waiting for a device {t['queued_s']:.1f} s (summed over cell-repeats); "
+        f"device slots busy {100 * t['utilisation']:.0f} %",
         highlight=False,
     )
-    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) -> None:
+    if est is None:
+        console.print(f"estimate: no earlier runs of {name} in {out} to estimate the wall time from", highlight=False)
+        return
+    console.print(
+        f"estimate: about {est.wall_s:.0f} s wall with --executor {executor} --jobs {jobs} "
+        f"(from {est.runs} earlier run(s) of {name} in {out}: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in est.per_cell_s.items())
+        + " per cell-repeat; parallel jobs that share CPU cores run slower than this assumes)",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
 
 
 def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool) -> int:
@@ -193,6 +312,8 @@ def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: b
     r = load_run(run_path)
     comp = cmp.compare(r, base_obj, baseline_name=base_name) if base_obj is not None else cmp.analyze(r)
     console.print(report.comparison_renderable(comp, ci=_wide()))
+    _print_serving(r)
+    _github(comp, False)
     code = int(comp.exit_code)
     return int(ExitCode.RUN_FAILED) if run_failed and code == 0 else code
 
@@ -212,26 +333,49 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        if p.job["workload"]["kind"] == "serving":
+            from mtpbench.serving import server_command
+
+            wl = p.job["workload"]
+            cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
+                                 wl["server_args"])  # fmt: skip
+            cmd[cmd.index("--port") + 1] = "<free port>"
+            console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
+                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
+                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     console.print("\ndry run: nothing was started")
 
 
 # --- show / compare / baseline ------------------------------------------------------------------------
 
 
-def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None) -> None:
-    from mtpbench import report
+def _print_serving(run: Any) -> None:
+    # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
+    from mtpbench import serving_summary as ss
 
+    if ss.is_serving(run):
+        console.print(ss.serving_table(ss.summarize_serving(run)))
+
+
+def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> None:
+    from mtpbench import report
+    from mtpbench import serving_summary as ss
+
+    serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
     if junit is not None:
         try:
             junit.write_text(report.comparison_junit(comp), encoding="utf-8")
         except OSError as exc:
             raise UserError(f"{junit}: cannot write JUnit file: {exc}") from None
     if as_json:
-        sys.stdout.write(report.comparison_json(comp) + "\n")
+        text = report.comparison_json(comp)
+        sys.stdout.write((ss.add_to_json(text, serving) if serving else text) + "\n")
     elif markdown:
-        sys.stdout.write(report.comparison_markdown(comp))
+        sys.stdout.write(report.comparison_markdown(comp) + (("\n" + ss.serving_markdown(serving)) if serving else ""))
     else:
         console.print(report.comparison_renderable(comp, ci=_wide()))
+        if serving:
+            console.print(ss.serving_table(serving))
 
 
 @app.command()
@@ -245,8 +389,8 @@ def show(
     from mtpbench.results import load_run
 
     try:
-        comp = cmp.analyze(load_run(run_dir))
-        _emit(comp, as_json, markdown, None)
+        r = load_run(run_dir)
+        _emit(cmp.analyze(r), as_json, markdown, None, r)
     except UserError as exc:
         raise _fail(exc) from None
 
@@ -272,6 +416,13 @@ def compare_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    github: Annotated[
+        bool,
+        typer.Option(
+            "--github",
+            help="GitHub Actions output: step summary + ::error annotations (automatic when GITHUB_ACTIONS=true).",
+        ),
+    ] = False,
 ) -> None:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
     from mtpbench import compare as cmp
@@ -287,7 +438,8 @@ def compare_cmd(
         if tolerance is not None:
             gate = gate.model_copy(update={"tolerance_pts": tolerance})
         comp = cmp.compare(r, b, gate, baseline_name=str(baseline))
-        _emit(comp, as_json, markdown, junit)
+        _emit(comp, as_json, markdown, junit, r)
+        _github(comp, github)
     except UserError as exc:
         raise _fail(exc) from None
     raise typer.Exit(int(comp.exit_code))
@@ -327,7 +479,7 @@ def baseline_save(
             )
             for c in cells
         ]
-        b = baseline_from_cells(r, name or out.stem, per_cell)
+        b = baseline_from_cells(r, name or out.stem, per_cell, variant=variant)
         write_baseline(b, out, force)
     except UserError as exc:
         raise _fail(exc) from None
@@ -391,6 +543,91 @@ def selftest(
         "[bold red]SELFTEST FAIL[/]: the gate did not behave as required"
     )  # fmt: skip
     raise typer.Exit(0 if result.passed else 1)
+
+
+# --- report / history (HTML, PNG, trend across runs) -------------------------------------------------------
+
+
+def _comparison(run_dir: Path, baseline: Path | None) -> tuple[Any, Any]:
+    from mtpbench import compare as cmp
+    from mtpbench.baseline import load_baseline
+    from mtpbench.results import load_run
+
+    r = load_run(run_dir)
+    if baseline is None:
+        return r, cmp.analyze(r)
+    return r, cmp.compare(r, load_baseline(baseline), baseline_name=str(baseline))
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report here.")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write the figures as PNG files into DIR.")] = None,
+) -> None:
+    """An HTML report (verdict, figures, fingerprint) that opens offline; exit 0 once written (the gate is
+    `compare`)."""
+    from mtpbench import htmlreport
+
+    try:
+        if html is None and png is None:
+            raise UserError("report: give --html FILE and/or --png DIR")
+        r, comp = _comparison(run_dir, baseline)
+        out = htmlreport.write_report(r, comp, html, png)
+    except UserError as exc:
+        raise _fail(exc) from None
+    for path in [out.html_path, *out.pngs]:
+        if path is not None:
+            console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _github(comp: Any, flag: bool) -> None:
+    """Under GitHub Actions (or --github): Markdown verdict to the step summary, failing checks as ::error."""
+    from mtpbench import ci, report
+
+    if not ci.github_enabled(flag):
+        return
+    lines, note = ci.publish(comp, report.comparison_markdown(comp))
+    for line in lines:  # workflow commands are read from stdout, one per line, never wrapped
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    if note:
+        err_console.print(f"mtpbench: {note}", markup=False, highlight=False)
+
+
+@app.command("history")
+def history_cmd(
+    runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(help="Smallest move that counts, points (default: the config's gate.tolerance_pts).", min=0),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the trend as a self-contained HTML page.")
+    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write one trend PNG per group into DIR.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables.")] = False,
+) -> None:
+    """Per-position acceptance across runs of the same config, and the first run where a position moved."""
+    from mtpbench import history, historyreport
+
+    try:
+        paths = list(runs or [])
+        if runs_dir is not None:
+            paths += history.find_runs(runs_dir)
+        if not paths:
+            raise UserError("history: give run folders or --runs DIR")
+        h = history.build_history(paths, tolerance)
+        if as_json:
+            sys.stdout.write(historyreport.history_json(h) + "\n")
+        else:
+            console.print(historyreport.history_renderable(h))
+        for path in historyreport.write_outputs(h, html, png):
+            err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    except UserError as exc:
+        raise _fail(exc) from None
 
 
 def main() -> None:

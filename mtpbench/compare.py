@@ -377,6 +377,7 @@ def analyze(run: Run, gate: GateSpec | None = None) -> Comparison:
                     f"{c.effective.get('cudagraph_mode')} on {c.effective.get('device_type') or 'this platform'}",
                 )
             )  # fmt: skip
+    comp.diagnoses.extend(_serving_diagnoses(run))
     if not greedy:
         # Sampled runs legitimately differ between processes and modes: only the baseline gate applies.
         return comp
@@ -396,6 +397,13 @@ def analyze(run: Run, gate: GateSpec | None = None) -> Comparison:
                 comp.diagnoses.append(d)
     comp.diagnoses.extend(_text_changes(cells))
     return comp
+
+
+def _serving_diagnoses(run: Run) -> list[Diagnosis]:
+    # Serving workload (mtpbench/serving_summary.py): failed requests, /metrics vs per-request counts.
+    from mtpbench import serving_summary
+
+    return serving_summary.diagnoses(run)
 
 
 # --- against a baseline -----------------------------------------------------------------------------
@@ -418,7 +426,10 @@ def check_comparable(run: Run, baseline: Baseline) -> list[str]:
         mismatches.append(f"method {rf['method']} vs baseline {bf.method}")
     if int(rf["num_speculative_tokens"]) != bf.num_speculative_tokens:
         mismatches.append(f"k={rf['num_speculative_tokens']} vs baseline k={bf.num_speculative_tokens}")
-    for key in ("model_config_sha256", "drafter_config_sha256", "prompts_sha256"):
+    for key in (
+        "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
+        "prompts_sha256",
+    ):  # fmt: skip
         want = getattr(bf, key)
         if want is None:
             unchecked.append(key)
@@ -482,7 +493,12 @@ def _entry_checks(c: CellResult, entry: BaselineEntry | None, gate: GateSpec) ->
 
 
 def compare(run: Run, baseline: Baseline, gate: GateSpec | None = None, baseline_name: str | None = None) -> Comparison:
-    unchecked = check_comparable(run, baseline)
+    from mtpbench import serving_summary
+
+    # Only entries of the run's workload (serving vs offline, same concurrency/max_tokens), else exit 4.
+    baseline, serving_unchecked = serving_summary.select_baseline(run, baseline)
+    unchecked = check_comparable(run, baseline) + serving_unchecked
+    unchecked += serving_summary.throughput_unchecked(run, baseline)
     comp = analyze(run, gate)
     comp.baseline = baseline_name or baseline.name
     comp.baseline_provenance = baseline.provenance.model_dump(exclude_none=True)
@@ -513,4 +529,5 @@ def compare(run: Run, baseline: Baseline, gate: GateSpec | None = None, baseline
                     f"baseline {comp.baseline} has no entry for {c.build}/{c.mode}",
                 )
             )
+    comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, baseline))
     return comp

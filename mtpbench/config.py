@@ -20,7 +20,7 @@ import json
 import math
 import stat
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -106,6 +106,12 @@ class SamplingSpec(Strict):
 class BuildSpec(Strict):
     python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
     env: dict[str, str] = Field(default_factory=dict)
+    device_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="variable that binds a worker to its devices (default: by platform, CUDA_VISIBLE_DEVICES, "
+        "ASCEND_RT_VISIBLE_DEVICES or VLLM_CPU_OMP_THREADS_BIND)",
+    )
 
     @field_validator("env")
     @classmethod
@@ -138,6 +144,45 @@ class GateSpec(Strict):
     fail_on_improvement: StrictBool = False
 
 
+class OfflineWorkload(Strict):
+    """The prompts one at a time through vllm.LLM in the worker (the default)."""
+
+    kind: Literal["offline"] = "offline"
+
+
+class ServingWorkload(Strict):
+    """vLLM's OpenAI-compatible server per cell-repeat and a fixed-concurrency streaming load
+    (mtpbench/serving.py). The prompts are the config's `prompts`, sent round-robin."""
+
+    kind: Literal["serving"]
+    concurrency: StrictInt = Field(16, gt=0, le=1024, description="requests in flight at once")
+    num_requests: StrictInt = Field(300, gt=0, le=100_000)
+    request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
+    max_tokens: StrictInt | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
+    warmup_requests: StrictInt = Field(0, ge=0, le=10_000, description="sent first, not counted")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
+    startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
+    server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
+    throughput_tolerance_pct: float = Field(
+        20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
+    )
+    fail_on_throughput_drop: StrictBool = False
+
+    @field_validator("server_args")
+    @classmethod
+    def _loopback_only(cls, v: list[str]) -> list[str]:
+        # mtpbench owns where the server listens (loopback, a free port) and what it serves.
+        owned = ("--host", "--port", "--model", "--speculative-config", "--uds")
+        bad = [a for a in v if a.split("=", 1)[0] in owned]
+        if bad:
+            flag = bad[0].split("=", 1)[0]
+            raise ValueError(f"{flag} is set by mtpbench (loopback, a free port, the config's model)")
+        return v
+
+
+Workload = Annotated[OfflineWorkload | ServingWorkload, Field(discriminator="kind")]
+
+
 class ExperimentConfig(Strict):
     # The name becomes part of the run folder's name: no separators, nothing hidden, no "..".
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -147,6 +192,10 @@ class ExperimentConfig(Strict):
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     prompts: PathStr
+    prompt_mode: Literal["batched", "sequential"] = Field(
+        "sequential",
+        description="batched: all prompts of a repeat at once, counted per request; sequential: one at a time",
+    )
     repeats: StrictInt = Field(3, gt=0, le=100)
     # One PYTHONHASHSEED per repeat; distinct seeds are what exposes set-iteration-order bugs.
     hash_seeds: list[StrictInt] | None = None
@@ -156,8 +205,17 @@ class ExperimentConfig(Strict):
     engine_args: dict[str, Any] = Field(default_factory=dict)
     baseline: PathStr | None = None
     gate: GateSpec = Field(default_factory=GateSpec)
-    timeout_s: float = Field(1800.0, gt=0)
+    timeout_s: float = Field(1800.0, gt=0, description="default for both deadlines below")
+    # Separate deadlines, so a slow graph capture is not taken for a hung generation (and vice versa).
+    startup_timeout_s: float | None = Field(None, gt=0, description="process start to engine ready")
+    generation_timeout_s: float | None = Field(None, gt=0, description="engine ready to the worker's exit")
+    jobs: StrictInt = Field(1, ge=1, le=1024, description="cell-repeats run at once, one device (set) each")
+    devices: list[str | int] | None = Field(None, description="device ids (or CPU core sets) for the pool")
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    ray_resource: Literal["GPU", "NPU", "CPU"] | None = Field(None, description="default: from the platform")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
+    workload: Workload = Field(default_factory=OfflineWorkload)
 
     @model_validator(mode="after")
     def _check_axes(self) -> ExperimentConfig:
@@ -180,9 +238,16 @@ class ExperimentConfig(Strict):
             if len(set(self.hash_seeds)) != len(self.hash_seeds):
                 # Two repeats with one seed are one observation of the iteration order, not two.
                 raise ValueError(f"hash_seeds: duplicate seed in {self.hash_seeds}; each repeat needs its own")
+        if self.devices is not None and (not self.devices or len(set(self.devices)) != len(self.devices)):
+            raise ValueError("devices: give at least one device, each once")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
         return self
+
+    @field_validator("devices")
+    @classmethod
+    def _device_names(cls, v: list[str | int] | None) -> list[str | int] | None:
+        return None if v is None else [str(d).strip() for d in v]
 
     def seeds(self) -> list[int]:
         return list(self.hash_seeds) if self.hash_seeds is not None else list(range(self.repeats))

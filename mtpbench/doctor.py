@@ -31,17 +31,21 @@ def attempt(name, fn):
         out["errors"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 def torch_info():
     import torch
-    info = {"version": torch.__version__, "cuda": torch.cuda.is_available(), "device": None}
+    info = {"version": torch.__version__, "cuda": torch.cuda.is_available(), "device": None, "count": 0}
     if torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name(0)
+        info["count"] = torch.cuda.device_count()
     try:
         import torch_npu  # noqa: F401
         if torch.npu.is_available():
             info["device"] = torch.npu.get_device_name(0)
             info["npu"] = True
+            info["count"] = torch.npu.device_count()
     except ImportError:
         pass
     return info
+out["visible"] = {v: os.environ.get(v) for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")}
+out["usable_cpus"] = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 attempt("torch", torch_info)
 if out["versions"].get("torchvision"):
     attempt("torchvision", lambda: __import__("torchvision").__version__)
@@ -106,6 +110,7 @@ def checks_from_probe(info: dict[str, Any]) -> list[Check]:
     if t:
         device = t.get("device") or "CPU only (no CUDA or NPU device visible)"
         out.append(Check("device", "ok", device))
+        out.append(Check("devices", "info", device_pool_text(info)))
     else:
         out.append(Check("torch", "fail", errs.get("torch", "torch is not installed")))
     if "torchvision" in errs:
@@ -129,3 +134,19 @@ def checks_from_probe(info: dict[str, Any]) -> list[Check]:
     else:
         out.append(Check("vllm import", "fail", errs.get("vllm", "vllm is not installed")))
     return out
+
+
+def device_pool_text(info: dict[str, Any]) -> str:
+    """What `run --jobs N` would use as its device pool on this interpreter (see devices.py)."""
+    t = info.get("torch") or {}
+    var = "ASCEND_RT_VISIBLE_DEVICES" if t.get("npu") else "CUDA_VISIBLE_DEVICES"
+    seen = (info.get("visible") or {}).get(var)
+    if t.get("count"):
+        ids = seen or ",".join(str(i) for i in range(int(t["count"])))
+        src = f"{var} in the environment" if seen else "detected by torch"
+        return f"{t['count']} device(s) {ids} ({src}); --jobs binds each worker through {var}"
+    cpus = info.get("usable_cpus") or []
+    return (
+        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N splits them into "
+        "N core sets, one per worker, through VLLM_CPU_OMP_THREADS_BIND"
+    )
