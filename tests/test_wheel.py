@@ -126,10 +126,10 @@ print(json.dumps({"pkg": mtpbench.__file__, "model": cfg.model, "drafter": cfg.s
     for key in ("model", "drafter", "prompts", "baseline", "selftest"):
         assert Path(got[key]).exists() and Path(got[key]).is_relative_to(pkg), (key, got[key])
     assert Path(got["model"], "model.safetensors").is_file()
-    source_prompts = REPO / "prompts" / "coding.yaml"
-    from mtpbench.config import load_prompts
+    from mtpbench.config import load_config, load_prompts
 
-    assert got["sha"] == load_prompts(source_prompts).sha256() and got["k"] == 3
+    source = load_config(REPO / "configs" / "tiny-gemma4-mtp.yaml")  # the same prompt set as in the source tree
+    assert got["sha"] == load_prompts(source.prompts).sha256() and got["k"] == 3
 
     mtpbench = str(installed / "bin" / "mtpbench")
     doctor = _run(installed, mtpbench, "doctor", "--no-engine", cwd=tmp_path)
