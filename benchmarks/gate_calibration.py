@@ -403,8 +403,19 @@ def render(doc: dict[str, Any]) -> str:
     lines += [
         "",
         "Goals (issue 8): false alarms <= 1 % per run over all checks; power >= 90 % for a 5-point drop.",
-        "Pairs share runs (each run is a baseline in some pairs and the compared run in others), so the",
-        "intervals above, which treat pairs as independent, are optimistic.",
+        "",
+        "How to read this:",
+        "",
+        "- Pairs share runs (each run is a baseline in some pairs and the compared run in others), so the",
+        "  intervals above, which treat pairs as independent, are optimistic; with few null runs a 0 %",
+        "  false-alarm count cannot show the 1 % goal (its upper bound is the figure to quote).",
+        "- Synthetic acceptance draws every draft independently at the configured rate, the same on every",
+        "  prompt: there is no easy/hard prompt effect and no correlation of drafts within a prompt. This is",
+        "  the most favourable noise a gate can meet; the spread above is the floor for a harmless change,",
+        "  not its size on a real drafter (where per-prompt regimes widen it).",
+        "- A measured drop is the configured drop plus sampling noise, so with the tolerance equal to the",
+        "  drop a catch depends on the noise's sign; the power at smaller tolerances is the informative one,",
+        "  read together with the false alarms at the same tolerance.",
         "",
     ]
     return "\n".join(lines)
