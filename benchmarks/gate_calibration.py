@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-pts", type=float, default=5.0, help="drop in points for the power runs")
     p.add_argument("--prompts", default="prompts/coding-40.yaml")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--tolerances", default="", help="comma-separated tolerances to sweep besides the config's")
+    p.add_argument("--tolerances", default="4,3,2.5,2", help="comma-separated tolerances to sweep besides the config's")
     p.add_argument("--work", default=str(REPO / "runs" / "gate-calibration"))
     p.add_argument("--report", default=str(REPO / "benchmarks" / "reports" / "gate_calibration"))
     p.add_argument("--subprocesses", action="store_true", help="one `mtpbench compare` process per comparison")
@@ -299,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         "gate_commit_subject": _git("log", "-1", "--format=%s"),
         "worktree_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["python", "benchmarks/gate_calibration.py", *(sys.argv[1:] if argv is None else argv)]),
+        "load_average": list(os.getloadavg()),
         "wall_s": {"total": total_s, "runs": sum(r.wall_s for r in runs), "compares": compare_s},
         "runs": [
             {
@@ -341,8 +343,9 @@ def render(doc: dict[str, Any]) -> str:
         "",
         f"- gate measured: commit `{doc['gate_commit'][:12]}` ({doc['gate_commit_subject']})"
         + (", with uncommitted changes" if doc["worktree_dirty"] else ""),
-        f"- date: {doc['date']}; wall time {doc['wall_s']['total']:.0f} s "
-        f"(engine runs {doc['wall_s']['runs']:.0f} s, comparisons {doc['wall_s']['compares']:.0f} s)",
+        f"- command: `{doc['command']}`; date: {doc['date']}; this invocation {doc['wall_s']['total']:.0f} s; "
+        f"engine runs {doc['wall_s']['runs']:.0f} s in all when made (2 cores shared with other jobs, load "
+        f"average {doc['load_average'][0]:.0f} at the end), comparisons {doc['wall_s']['compares']:.0f} s",
         f"- configured rates (unconditional, per position): {s['configured_rates']}; drop {s['drop_pts']:g} points",
         f"- {s['null_runs']} null runs, {s['drop_runs_per_position']} drop runs per position; prompts "
         f"`{s['prompts']}`, {s['repeats']} repeat(s), {s['mode']}; base config `{s['base_config']}`",
