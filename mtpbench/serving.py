@@ -87,7 +87,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Nothing listens on the loopback port: a new server could bind it. SO_REUSEADDR as servers set it
+    (uvicorn does), so the TIME_WAIT entries of closed connections do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((LOOPBACK, port))
         except OSError:
