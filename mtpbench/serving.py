@@ -57,6 +57,7 @@ FAMILIES = {
 PER_POS_FAMILY = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 # Lines of the server log the cell records: the engine's resolved config, and mtpbench.plugin's report.
+_ENGINE_CONFIG_LINE = "Initializing a V1 LLM engine"
 _CUDAGRAPH_RE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _COMPILE_RE = re.compile(r"'mode': <CompilationMode\.(\w+)")
 _PLUGIN_RE = re.compile(r"mtpbench (\S+): (applied|not-applicable|failed) \((.*)\) \[MTPBENCH_PATCHES\]")
@@ -245,8 +246,11 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> None:
 def effective_from_log(text: str) -> dict[str, Any]:
     """The graph/compile modes the engine resolved (its startup config line), and the patch outcomes
     mtpbench.plugin logged in the server's processes (one line per patch per process; first wins)."""
-    cg = _CUDAGRAPH_RE.search(text)
-    cm = _COMPILE_RE.search(text)
+    # Only the engine's resolved config line: the server's "non-default args" line earlier in the log
+    # holds the *requested* modes (e.g. FULL_DECODE_ONLY, which the CPU platform then runs as NONE).
+    line = next((ln for ln in text.splitlines() if _ENGINE_CONFIG_LINE in ln), "")
+    cg = _CUDAGRAPH_RE.search(line)
+    cm = _COMPILE_RE.search(line)
     patches: dict[str, dict[str, str]] = {}
     for m in _PLUGIN_RE.finditer(text):
         patches.setdefault(m.group(1), {"name": m.group(1), "status": m.group(2), "detail": m.group(3)})
