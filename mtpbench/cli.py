@@ -6,20 +6,21 @@ A `UserError` anywhere becomes one line on stderr and its exit code, never a tra
 
 from __future__ import annotations
 
-import os
+import math
 import shlex
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mtpbench import __version__
-from mtpbench.errors import ExitCode, UserError
+from mtpbench.ci import make_console
+from mtpbench.errors import DataWarning, ExitCode, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -30,8 +31,9 @@ app = typer.Typer(
 baseline_app = typer.Typer(no_args_is_help=True, help="Make baselines from runs.")
 app.add_typer(baseline_app, name="baseline")
 
-console = Console(width=int(os.environ.get("MTPBENCH_WIDTH", "0")) or None)
-err_console = Console(stderr=True)
+# Not a terminal (a CI log, a pipe): wide enough that no cell, number or verdict is ever cropped (ci.py).
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _wide() -> bool:
@@ -44,10 +46,22 @@ def _fail(exc: UserError) -> typer.Exit:
     return typer.Exit(int(exc.exit_code))
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    # What a loader skipped on purpose (a line cut off by a crash) is one line, like an error.
+    if issubclass(category, DataWarning):
+        err_console.print(f"mtpbench: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _default_showwarning(message, category, *args, **kwargs)
+
+
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
+    warnings.showwarning = _show_warning
     if version:
         console.print(f"mtpbench {__version__}")
         raise typer.Exit(0)
@@ -57,48 +71,67 @@ def _root(
 
 
 class _ProgressView:
-    """Turns runner events into a rich progress bar and one line per finished cell-repeat."""
+    """Turns runner events into rich progress: overall cells and prompts, one line per active cell-repeat
+    (several at once with --jobs), and one printed line per finished cell-repeat."""
 
     def __init__(self, progress: Progress, total_cells: int, prompts: int) -> None:
         self.p = progress
         self.cells = progress.add_task("cells", total=total_cells)
         self.prompts = progress.add_task("prompts", total=total_cells * prompts)
         self.per_cell = prompts
-        self.cell_prompts = 0  # prompts finished by the cell-repeat in flight
+        self.active: dict[int, Any] = {}  # index -> rich task of a running cell-repeat
+        self.done_prompts: dict[int, int] = {}
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         cell = payload.get("cell")
+        idx = int(payload.get("seq", -1))
         label = f"{cell.cell_id} r{cell.repeat} (PYTHONHASHSEED={cell.hash_seed})" if cell is not None else ""
-        if kind == "cell_start":
-            self.p.update(self.cells, description=f"starting {label}")
-            self.cell_prompts = 0
-        elif kind == "engine_ready":
+        if kind == "run_start":
+            self.p.update(self.cells, total=payload.get("cells"))
+            self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
+        elif kind == "cell_start":
+            devs = payload.get("devices")
+            on = f" on {','.join(devs)}" if devs else ""
+            self.active[idx] = self.p.add_task(f"  starting {label}{on}", total=self.per_cell)
+            self.done_prompts[idx] = 0
+        elif kind == "engine_ready" and idx in self.active:
             eff = payload.get("effective", {})
             self.p.update(
-                self.cells,
-                description=f"{label} engine up in {payload.get('engine_start_s', 0):.1f} s "
+                self.active[idx],
+                description=f"  {label} engine up in {payload.get('engine_start_s', 0):.1f} s "
                 f"(cudagraph_mode {eff.get('cudagraph_mode')})",
             )
         elif kind == "prompt_done":
-            self.cell_prompts += 1
+            self.done_prompts[idx] = self.done_prompts.get(idx, 0) + 1
             self.p.advance(self.prompts)
+            if idx in self.active:
+                self.p.advance(self.active[idx])
         elif kind == "cell_end":
-            self.p.update(self.cells, description="cells")
+            if idx in self.active:
+                self.p.remove_task(self.active.pop(idx))
             self.p.advance(self.cells)
-            missing = self.per_cell - self.cell_prompts
+            missing = self.per_cell - self.done_prompts.pop(idx, 0)
             if missing > 0:
                 self.p.advance(self.prompts, missing)
             status = payload.get("status")
             style = "green" if status == "ok" else "red"
-            tail = "" if status == "ok" else f": {str(payload.get('error') or '').splitlines()[0]}"
+            tail = "" if status == "ok" else f": {(str(payload.get('error') or '').splitlines() or [''])[0]}"
             self.p.console.print(
                 f"[{style}]{status}[/] {label} in {payload.get('wall_s', 0):.1f} s{tail}", markup=True, highlight=False
             )
 
 
+_H_CONFIG = "Experiment config (configs/*.yaml); omit with --resume."
+_H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
+_H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
+_H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
+_H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
+_H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
+
+
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="Experiment config (configs/*.yaml).")],
+    config: Annotated[Path | None, typer.Argument(help=_H_CONFIG)] = None,
     out: Annotated[Path, typer.Option(help="Folder for run results.")] = Path("runs"),
     repeats: Annotated[int | None, typer.Option(help="Override the config's repeats.", min=1)] = None,
     mode: Annotated[list[str] | None, typer.Option("--mode", help="Only these modes (repeatable).")] = None,
@@ -106,13 +139,50 @@ def run(
     variant: Annotated[list[str] | None, typer.Option("--variant", help="Only these variants (repeatable).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="Baseline to compare with (default: the config's).")] = None,
     no_compare: Annotated[bool, typer.Option("--no-compare", help="Only run; print the summary.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List cells, commands, env; start nothing.")] = False,
-) -> None:
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_H_DRY)] = False,
+    resume: Annotated[Path | None, typer.Option(metavar="RUN", help=_H_RESUME)] = None,
+    jobs: Annotated[int | None, typer.Option(help=_H_JOBS, min=1)] = None,
+    devices: Annotated[str | None, typer.Option(help=_H_DEVICES)] = None,
+    executor: Annotated[str | None, typer.Option(help="local or ray (default: the config's, local).")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
+) -> None:  # fmt: skip
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
+    from mtpbench.runner import StopSignals
+
+    # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
+    with StopSignals() as stops:
+        code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
+                            jobs, devices, executor, address, ray_resource)  # fmt: skip
+    if stops.caught and code == 0:
+        code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
+    raise typer.Exit(code)
+
+
+def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
+                 build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
+                 dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
+                 address: str | None, ray_resource: str | None) -> int:  # fmt: skip
+    from mtpbench.devices import parse_devices
+    from mtpbench.runner import RunOptions
+
     try:
-        raise typer.Exit(_run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run))
+        if executor is not None and executor not in ("local", "ray"):
+            raise UserError(f"--executor {executor!r}: expected local or ray")
+        if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
+            raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
+        opts = RunOptions(jobs, parse_devices(devices) if devices else None, executor, address,
+                          ray_resource.upper() if ray_resource else None)  # fmt: skip
+        if resume is not None:
+            if config is not None or repeats or mode or build or variant or dry_run:
+                raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
+                                "--build, --variant or --dry-run with it")  # fmt: skip
+            return _resume(resume, opts, baseline, no_compare)
+        if config is None:
+            raise UserError("give a CONFIG to run, or --resume RUN")
+        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts)
     except UserError as exc:
-        raise _fail(exc) from None
+        return _fail(exc).exit_code
 
 
 def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
@@ -130,11 +200,27 @@ def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list
         cfg.repeats = repeats
 
 
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+
+
+def _interrupted(exc: Any) -> int:
+    err_console.print(
+        f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
+        f"{exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    return int(exc.exit_code)
+
+
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
-         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool) -> int:  # fmt: skip
+         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
+         opts: Any = None) -> int:  # fmt: skip
     from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
-    from mtpbench.results import timing
+    from mtpbench.results import ensure_out_dir
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
@@ -146,30 +232,76 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
 
         base_obj = load_baseline(base)  # bad baseline: refuse before spending minutes on engines
     cells = runner.expand(cfg)
+    opts = opts or runner.RunOptions()
     if dry_run:
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         _render_dry_run(cfg, prompts, plans)
+        jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
+        _render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0
-    out.mkdir(parents=True, exist_ok=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    ensure_out_dir(out)
+    with _progress() as progress:
         per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
         view = _ProgressView(progress, len(cells), per_cell)
         try:
-            outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
-        except KeyboardInterrupt:
-            err_console.print("mtpbench: interrupted; finished prompts are kept in the run folder")
-            return 130
-    t = timing(outcome.manifest)
-    share = 100 * t["engine_start_s"] / t["wall_s"] if t["wall_s"] else 0.0
+            outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _render_time(outcome)
+    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool) -> int:
+    from mtpbench import runner
+
+    manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    base_obj = None
+    if base is not None and not no_compare:
+        from mtpbench.baseline import load_baseline
+
+        base_obj = load_baseline(base)
+    todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
+    console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    with _progress() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, todo, per_cell)
+        try:
+            outcome = runner.resume(run_dir, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _render_time(outcome)
+    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _render_time(outcome: Any) -> None:
+    from mtpbench.runner import time_breakdown
+
+    t = time_breakdown(outcome.manifest)
+    other = max(t["worker_s"] - t["startup_s"] - t["generation_s"], 0.0)
     console.print(
         f"results: {outcome.path}\n"
-        f"time: {int(t['cells'])} cell-repeats, {t['wall_s']:.1f} s in workers, of which engine start-up "
-        f"{t['engine_start_s']:.1f} s ({share:.0f} %), prompts and process start {t['other_s']:.1f} s",
+        f"time: {t['run_wall_s']:.1f} s wall for {int(t['cells'])} cell-repeats; in workers {t['worker_s']:.1f} s = "
+        f"start-up {t['startup_s']:.1f} s (engine {t['engine_start_s']:.1f} s) + generation {t['generation_s']:.1f} s"
+        f" + exit {other:.1f} s; waiting for a device {t['queued_s']:.1f} s (summed over cell-repeats); "
+        f"device slots busy {100 * t['utilisation']:.0f} %",
         highlight=False,
     )
-    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) -> None:
+    if est is None:
+        console.print(f"estimate: no earlier runs of {name} in {out} to estimate the wall time from", highlight=False)
+        return
+    console.print(
+        f"estimate: about {est.wall_s:.0f} s wall with --executor {executor} --jobs {jobs} "
+        f"(from {est.runs} earlier run(s) of {name} in {out}: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in est.per_cell_s.items())
+        + " per cell-repeat; parallel jobs that share CPU cores run slower than this assumes)",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
 
 
 def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool) -> int:
@@ -181,6 +313,7 @@ def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: b
     comp = cmp.compare(r, base_obj, baseline_name=base_name) if base_obj is not None else cmp.analyze(r)
     console.print(report.comparison_renderable(comp, ci=_wide()))
     _print_serving(r)
+    _github(comp, False)
     code = int(comp.exit_code)
     return int(ExitCode.RUN_FAILED) if run_failed and code == 0 else code
 
@@ -262,14 +395,34 @@ def show(
         raise _fail(exc) from None
 
 
+def _check_options(tolerance: float | None, junit: Path | None) -> None:
+    """Options that would only fail after the work is done (or pass silently, as NaN would) fail first."""
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
+        raise UserError(f"--tolerance: expected a finite number of points >= 0, got {tolerance}")
+    if junit is not None:
+        from mtpbench.config import path_kind
+
+        if path_kind(junit, "--junit") == "dir":
+            raise UserError(f"--junit {junit}: is a folder, not a file")
+        if path_kind(junit.parent, "--junit") != "dir":
+            raise UserError(f"--junit {junit}: no such folder {junit.parent}")
+
+
 @app.command("compare")
 def compare_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
-    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points.", min=0)] = None,
+    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    github: Annotated[
+        bool,
+        typer.Option(
+            "--github",
+            help="GitHub Actions output: step summary + ::error annotations (automatic when GITHUB_ACTIONS=true).",
+        ),
+    ] = False,
 ) -> None:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
     from mtpbench import compare as cmp
@@ -278,6 +431,7 @@ def compare_cmd(
     from mtpbench.results import load_run
 
     try:
+        _check_options(tolerance, junit)
         r = load_run(run_dir)
         b = load_baseline(baseline)
         gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
@@ -285,6 +439,7 @@ def compare_cmd(
             gate = gate.model_copy(update={"tolerance_pts": tolerance})
         comp = cmp.compare(r, b, gate, baseline_name=str(baseline))
         _emit(comp, as_json, markdown, junit, r)
+        _github(comp, github)
     except UserError as exc:
         raise _fail(exc) from None
     raise typer.Exit(int(comp.exit_code))
@@ -342,8 +497,11 @@ def doctor(
     """Platform, device, package versions, broken torchvision, and whether an engine starts."""
     from mtpbench import doctor as doc
 
-    checks = doc.checks_from_probe(doc.probe(python))
-    style = {"ok": "green", "info": "", "warn": "yellow", "fail": "bold red"}
+    info = doc.probe(python)
+    if python and "probe" in info.get("errors", {}):
+        raise _fail(UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}"))
+    checks = doc.checks_from_probe(info)
+    style = {"ok": "green", "info": "default", "warn": "yellow", "fail": "bold red"}
     t = Table(show_header=True)
     t.add_column("check")
     t.add_column("status")
@@ -385,6 +543,91 @@ def selftest(
         "[bold red]SELFTEST FAIL[/]: the gate did not behave as required"
     )  # fmt: skip
     raise typer.Exit(0 if result.passed else 1)
+
+
+# --- report / history (HTML, PNG, trend across runs) -------------------------------------------------------
+
+
+def _comparison(run_dir: Path, baseline: Path | None) -> tuple[Any, Any]:
+    from mtpbench import compare as cmp
+    from mtpbench.baseline import load_baseline
+    from mtpbench.results import load_run
+
+    r = load_run(run_dir)
+    if baseline is None:
+        return r, cmp.analyze(r)
+    return r, cmp.compare(r, load_baseline(baseline), baseline_name=str(baseline))
+
+
+@app.command("report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report here.")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write the figures as PNG files into DIR.")] = None,
+) -> None:
+    """An HTML report (verdict, figures, fingerprint) that opens offline; exit 0 once written (the gate is
+    `compare`)."""
+    from mtpbench import htmlreport
+
+    try:
+        if html is None and png is None:
+            raise UserError("report: give --html FILE and/or --png DIR")
+        r, comp = _comparison(run_dir, baseline)
+        out = htmlreport.write_report(r, comp, html, png)
+    except UserError as exc:
+        raise _fail(exc) from None
+    for path in [out.html_path, *out.pngs]:
+        if path is not None:
+            console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _github(comp: Any, flag: bool) -> None:
+    """Under GitHub Actions (or --github): Markdown verdict to the step summary, failing checks as ::error."""
+    from mtpbench import ci, report
+
+    if not ci.github_enabled(flag):
+        return
+    lines, note = ci.publish(comp, report.comparison_markdown(comp))
+    for line in lines:  # workflow commands are read from stdout, one per line, never wrapped
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    if note:
+        err_console.print(f"mtpbench: {note}", markup=False, highlight=False)
+
+
+@app.command("history")
+def history_cmd(
+    runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(help="Smallest move that counts, points (default: the config's gate.tolerance_pts).", min=0),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the trend as a self-contained HTML page.")
+    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write one trend PNG per group into DIR.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables.")] = False,
+) -> None:
+    """Per-position acceptance across runs of the same config, and the first run where a position moved."""
+    from mtpbench import history, historyreport
+
+    try:
+        paths = list(runs or [])
+        if runs_dir is not None:
+            paths += history.find_runs(runs_dir)
+        if not paths:
+            raise UserError("history: give run folders or --runs DIR")
+        h = history.build_history(paths, tolerance)
+        if as_json:
+            sys.stdout.write(historyreport.history_json(h) + "\n")
+        else:
+            console.print(historyreport.history_renderable(h))
+        for path in historyreport.write_outputs(h, html, png):
+            err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    except UserError as exc:
+        raise _fail(exc) from None
 
 
 def main() -> None:

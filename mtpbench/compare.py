@@ -426,7 +426,10 @@ def check_comparable(run: Run, baseline: Baseline) -> list[str]:
         mismatches.append(f"method {rf['method']} vs baseline {bf.method}")
     if int(rf["num_speculative_tokens"]) != bf.num_speculative_tokens:
         mismatches.append(f"k={rf['num_speculative_tokens']} vs baseline k={bf.num_speculative_tokens}")
-    for key in ("model_config_sha256", "drafter_config_sha256", "prompts_sha256"):
+    for key in (
+        "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
+        "prompts_sha256",
+    ):  # fmt: skip
         want = getattr(bf, key)
         if want is None:
             unchecked.append(key)

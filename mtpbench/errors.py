@@ -23,3 +23,13 @@ class NotComparableError(UserError):
     """Two results measure different things; comparing them would be a silent lie."""
 
     exit_code = ExitCode.NOT_COMPARABLE
+
+
+class StorageError(UserError):
+    """Results could not be written (disk full, folder gone, permissions): the run cannot go on."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
+class DataWarning(UserWarning):
+    """Something in stored results was skipped on purpose (a line cut off by a crash); shown as one line."""

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtpbench import runner
+from mtpbench import runner, shipped
 from mtpbench.baseline import load_baseline
 from mtpbench.compare import FAIL, Comparison, compare
 from mtpbench.config import ExperimentConfig, load_config, load_prompts
 from mtpbench.errors import UserError
-from mtpbench.results import load_run
+from mtpbench.results import ensure_out_dir, load_run
 
-DEFAULT_CONFIG = runner.SRC_ROOT / "configs" / "tiny-gemma4-mtp.yaml"
+# The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
+DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"
 FAULT = "flatten-draft-metadata"
 # vLLM 0.32 keeps the draft layer names in a set and the fault binds every draft layer to the first name it
 # iterates, so PYTHONHASHSEED decides which KV-cache group wins. With the shipped drafter (layers: full,
@@ -39,7 +40,7 @@ class SelftestResult:
 
 def selftest_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
     if not path.is_file():
-        raise UserError(f"{path}: the embedded default config is missing (is mtpbench installed from its source tree?)")
+        raise UserError(f"{path}: the embedded default config is missing (a broken install of mtpbench?)")
     cfg = load_config(path)
     eager = [m for m, spec in cfg.modes.items() if spec.enforce_eager]
     if not eager:
@@ -99,7 +100,7 @@ def run_selftest(
     prompts = load_prompts(cfg.prompts)
     cells = runner.expand(cfg)
     view = make_view(len(cells), len(prompts.prompts)) if make_view else (lambda kind, payload: None)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_out_dir(out)
     cfg.name = f"{cfg.name}-selftest"
     outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
     comp = compare(load_run(outcome.path), baseline, baseline_name=str(cfg.baseline))

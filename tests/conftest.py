@@ -30,7 +30,8 @@ def counts_for(rates_pct: list[float], drafts: int) -> dict[str, Any]:
 
 
 def split(counts: dict[str, Any], parts: int) -> list[dict[str, Any]]:
-    """Spread counts over prompts so that the sums are exact."""
+    """Spread counts over prompts so that the sums are exact and every prompt's counts are possible
+    (per-position counts non-increasing and at most the prompt's drafts; k draft tokens per draft)."""
     out = []
     for i in range(parts):
 
@@ -40,7 +41,8 @@ def split(counts: dict[str, Any], parts: int) -> list[dict[str, Any]]:
         out.append(
             {
                 "num_drafts": share(counts["num_drafts"]),
-                "num_draft_tokens": share(counts["num_draft_tokens"]),
+                # k per draft, as the engine counts them: a share of the total could exceed k × drafts.
+                "num_draft_tokens": share(counts["num_drafts"]) * len(counts["accepted_per_pos"]),
                 "num_accepted_tokens": share(counts["num_accepted_tokens"]),
                 "accepted_per_pos": [share(a) for a in counts["accepted_per_pos"]],
             }
