@@ -529,7 +529,8 @@ def run_serving_job(
 ) -> int:
     """Start the server, load it, record; 0 when every request was sent and the server lived, else 3."""
     base = {key: job[key] for key in ("run_id", "cell", "build", "mode", "variant", "repeat", "hash_seed")}
-    base = {"schema": job.get("schema", 1), **base}
+    # A resumed run re-runs a repeat as a new attempt; readers keep only the manifest's attempt.
+    base = {"schema": job.get("schema", 1), **base, "attempt": int(job.get("attempt", 1))}
     records = job["records_path"]
     k = int(job["speculative_config"]["num_speculative_tokens"])
     wl = dict(job["workload"])
