@@ -154,6 +154,9 @@ def test_request_schedule_unlimited_and_poisson() -> None:
 
 def test_effective_config_and_patches_are_read_from_the_server_log() -> None:
     log = (
+        # The requested modes come first (the server's argument dump), the engine's resolved config later.
+        "(APIServer pid=2) INFO [api_utils.py:286] non-default args: {'compilation_config': {'mode': None, "
+        "'cudagraph_mode': <CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}}\n"
         "(EngineCore pid=1) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='t', "
         "compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}\n"
         "(APIServer pid=2) WARNING mtpbench flatten-draft-metadata: applied (wrapped) [MTPBENCH_PATCHES]\n"
