@@ -311,6 +311,7 @@ def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: b
 
     r = load_run(run_path)
     comp = cmp.compare(r, base_obj, baseline_name=base_name) if base_obj is not None else cmp.analyze(r)
+    _print_unapplied_fix(r.cell_starts())
     console.print(report.comparison_renderable(comp, ci=_wide()))
     _print_serving(r)
     _github(comp, False)
@@ -318,7 +319,29 @@ def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: b
     return int(ExitCode.RUN_FAILED) if run_failed and code == 0 else code
 
 
+def _print_unapplied_fix(cell_starts: list[dict[str, Any]]) -> None:
+    from rich.text import Text
+
+    from mtpbench.fixes.status import headline
+
+    top = headline(cell_starts)
+    if top:
+        console.print(Text(top, style="bold red"), soft_wrap=True)
+
+
+def _render_preflight(checks: list[Any]) -> None:
+    from rich.text import Text
+
+    for pf in checks:
+        console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
+
+
 def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
+    from mtpbench.fixes.status import preflight
+
+    # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix.
+    checks = preflight(plans)
+    _render_preflight(checks)
     console.print(
         f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
         f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
@@ -343,7 +366,11 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
             console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
                           f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
                           markup=False, highlight=False, soft_wrap=True)  # fmt: skip
-    console.print("\ndry run: nothing was started")
+    if checks:
+        console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
+        _render_preflight(checks)
+    console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
+                                                       if checks else ""))  # fmt: skip
 
 
 # --- show / compare / baseline ------------------------------------------------------------------------

@@ -378,6 +378,10 @@ def analyze(run: Run, gate: GateSpec | None = None) -> Comparison:
                 )
             )  # fmt: skip
     comp.diagnoses.extend(_serving_diagnoses(run))
+    # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
+    from mtpbench.fixes.status import unapplied
+
+    comp.diagnoses.extend(Diagnosis(u.kind, u.severity, u.cell, u.message) for u in unapplied(run.cell_starts()))
     if not greedy:
         # Sampled runs legitimately differ between processes and modes: only the baseline gate applies.
         return comp
