@@ -499,7 +499,7 @@ def test_refused_install_changes_nothing(shared: Callable[[], type], upstream_fi
     assert snapshot(modules) == before
 
 
-def test_load_modules_refuses_a_build_that_predates_updatable_graph() -> None:
+def test_load_modules_refuses_a_build_without_updatable_graph() -> None:
     def importer(name: str) -> types.ModuleType:
         if name == ascend_api.UPDATABLE_GRAPH:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
@@ -729,3 +729,14 @@ def test_installed_hook_passes_a_layer_tagged_list_through_unchanged() -> None:
     assert isinstance(held, list) and len(held) == 3 * 4
     assert [p["layer_name"] for p in held[:4]] == list(steps[0])
     assert wrapper.attn_backend == "backend"
+
+
+def test_layer_tagged_hook_with_layer_tagged_shared_source_is_left_alone() -> None:
+    ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
+    ug.SharedSource = shared_source_layer_tagged()  # type: ignore[attr-defined]
+    base = layer_tagged_base_proposer_module()
+    modules = AscendModules(ug, base, gemma4_module(base))
+    before = snapshot(modules)
+    with pytest.raises(PatchNotApplicable, match="already resolves draft params per layer"):
+        install(modules)
+    assert snapshot(modules) == before
