@@ -508,3 +508,8 @@ def test_dry_run_of_the_ascend_config_makes_an_unapplied_fix_impossible_to_miss(
     assert lines[0].startswith("FIX NOT APPLIED on build vllm-ascend: ascend-gemma4-layer-params")
     assert any(x.startswith("FIX NOT APPLIED") for x in lines[-5:])
     assert "_build_draft_attn_metadata_updates" in lines[0]
+
+
+def test_preflight_skips_patches_without_a_check() -> None:
+    plan = _Plan(_Cell("cpu"), "/nonexistent/python", {}, {"patches": ["flatten-draft-metadata", "nope"]})
+    assert preflight([plan]) == []  # no probe started: the interpreter path would not even exist

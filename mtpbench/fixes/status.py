@@ -12,6 +12,7 @@ starts). Nothing here prints; `preflight` is the only function that starts a pro
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -142,6 +143,18 @@ class Preflight:
         return f"{label} on build {self.build}: {self.patch}: {self.detail.removeprefix(_PREFIX)}"
 
 
+def _has_check(name: str) -> bool:
+    # Patch modules import only the standard library at module level, so importing one here is cheap and
+    # spares a probe process for patches (the fault) that have nothing to check.
+    target = REGISTRY.get(name)
+    if target is None:
+        return False
+    try:
+        return callable(getattr(importlib.import_module(target.split(":")[0]), "check", None))
+    except Exception:  # an unimportable patch module is the worker's to report, not the dry run's
+        return False
+
+
 def preflight(plans: Iterable[Any], timeout_s: float = 300.0) -> list[Preflight]:
     """Ask each build's interpreter what every variant patch would do there; one answer per build and patch.
 
@@ -153,7 +166,7 @@ def preflight(plans: Iterable[Any], timeout_s: float = 300.0) -> list[Preflight]
     for plan in plans:
         for name in plan.job.get("patches", []):
             key = (plan.cell.build, name)
-            if key in done or name not in REGISTRY:
+            if key in done or not _has_check(name):
                 continue
             done.add(key)
             env = {**os.environ, **plan.env}
