@@ -373,13 +373,36 @@ def _verdict(
     else:
         comp = cmp.compare(r, base_obj, baseline_name=base_name, baseline_path=base_name, run_failed=run_failed,
                            allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)  # fmt: skip
+    _print_unapplied_fix(r.cell_starts())
     console.print(report.comparison_renderable(comp, ci=_wide()))
     _print_serving(r)
     _github(comp, False)
     return int(comp.exit_code)
 
 
+def _print_unapplied_fix(cell_starts: list[dict[str, Any]]) -> None:
+    from rich.text import Text
+
+    from mtpbench.fixes.status import headline
+
+    top = headline(cell_starts)
+    if top:
+        console.print(Text(top, style="bold red"), soft_wrap=True)
+
+
+def _render_preflight(checks: list[Any]) -> None:
+    from rich.text import Text
+
+    for pf in checks:
+        console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
+
+
 def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
+    from mtpbench.fixes.status import preflight
+
+    # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix.
+    checks = preflight(plans)
+    _render_preflight(checks)
     console.print(
         f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
         f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
@@ -404,7 +427,11 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
             console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
                           f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
                           markup=False, highlight=False, soft_wrap=True)  # fmt: skip
-    console.print("\ndry run: nothing was started")
+    if checks:
+        console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
+        _render_preflight(checks)
+    console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
+                                                       if checks else ""))  # fmt: skip
 
 
 # --- show / compare / baseline ------------------------------------------------------------------------

@@ -623,6 +623,10 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) ->
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
         comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, {"excluded": []}))
     comp.diagnoses.extend(_serving_diagnoses(run))
+    # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
+    from mtpbench.fixes.status import unapplied
+
+    comp.diagnoses.extend(Diagnosis(u.kind, u.severity, u.cell, u.message) for u in unapplied(run.cell_starts()))
     for c in cells:
         d = _instability(c, gate, greedy)
         if d:
