@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tiny-gemma4-mtp.yaml
 
-.PHONY: run test lint selftest clean
+.PHONY: run test lint selftest clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,15 @@ $(VENV)/.installed-test: $(VENV)/.installed-cpu
 run: $(VENV)/.installed-cpu
 	$(VENV)/bin/mtpbench run $(CONFIG)
 
-test: $(VENV)/.installed-test
+# The HTML report's test opens it in a real headless Chromium (Debian's package). Installed only when
+# missing and only as root (CI runs as root); elsewhere the test says what to install.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "chromium is missing: the browser test needs it (apt-get install chromium)"; fi; }
+
+test: $(VENV)/.installed-test chromium
 	$(VENV)/bin/ruff check mtpbench tests
 	$(PY) -m pytest -q
 

@@ -59,6 +59,7 @@ MAX_COUNT = 2**53
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
 RepeatIndex = Annotated[StrictInt, Field(ge=0, le=10_000)]
 HashSeed = Annotated[StrictInt, Field(ge=0, le=4294967295)]
+Attempt = Annotated[StrictInt, Field(ge=1, le=10_000)]  # --resume re-runs a repeat as attempt 2, 3, …
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # A run id names a folder: no separators, no "..", nothing hidden.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -159,6 +160,7 @@ class ManifestCell(_OnDisk):
     variant: str = Field(min_length=1)
     repeat: RepeatIndex
     hash_seed: HashSeed | None = None
+    attempt: Attempt | None = None
     status: str = Field("pending", min_length=1)
     error: str | None = None
     log: str | None = None
@@ -255,6 +257,7 @@ class RecordBase(_OnDisk):
     mode: str | None = None
     variant: str | None = None
     hash_seed: HashSeed | None = None
+    attempt: Attempt | None = None
 
 
 class PromptRecord(RecordBase, Counts):
@@ -382,20 +385,34 @@ def read_records(path: Path, k: int | None = None) -> list[dict[str, Any]]:
 class Run:
     path: Path
     manifest: dict[str, Any]
-    records: list[dict[str, Any]]
+    _records: list[dict[str, Any]] | None = None
     meta: Manifest | None = None
     warnings: list[str] = field(default_factory=list)
+    # From the columnar copy (columnar.py): the prompt frame and the non-prompt records, so that loading a
+    # run of 10⁶ prompts never builds 10⁶ dicts. `records` then parses the JSONL only if someone asks.
+    frame: pd.DataFrame | None = None
+    meta_records: list[dict[str, Any]] | None = None
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        if self._records is None:
+            recs = scan_records(self.path / RECORDS, self.meta.k if self.meta else None)
+            self._records = current_attempts(recs.records, self.manifest["cells"])
+        return self._records
 
     @property
     def run_id(self) -> str:
         return str(self.manifest["run_id"])
 
     def prompt_frame(self) -> pd.DataFrame:
+        if self.frame is not None:
+            return self.frame
         rows = [r for r in self.records if r.get("type") == "prompt"]
         return pd.DataFrame(rows, columns=[*PROMPT_COLUMNS, "per_request", "output_head"] if not rows else None)
 
     def cell_starts(self) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("type") == "cell_start"]
+        meta = self.meta_records if self.meta_records is not None else self.records
+        return [r for r in meta if r.get("type") == "cell_start"]
 
 
 def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:
@@ -431,9 +448,19 @@ def load_run(path: str | Path) -> Run:
     if kind != "dir":
         raise UserError(f"{p}: not a run folder (a file)")
     manifest, meta = read_manifest(p / MANIFEST)
+    from mtpbench import columnar
+
+    cached = columnar.read_copy(p)
+    if cached is not None:
+        frame, meta_records = cached
+        cells = manifest["cells"]
+        return Run(p, manifest, None, meta, frame=current_attempts_frame(frame, cells),
+                   meta_records=current_attempts(meta_records, cells))  # fmt: skip
     recs = scan_records(p / RECORDS, meta.k)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)
+    # All attempts go into the copy; which attempt is current is the manifest's to say, at every load.
+    columnar.write_copy(p, recs.records)  # best effort: the next load is fast (no-op without pyarrow)
     return Run(p, manifest, current_attempts(recs.records, manifest["cells"]), meta, recs.warnings)
 
 
@@ -443,6 +470,18 @@ def current_attempts(records: list[dict[str, Any]], cells: list[dict[str, Any]])
     Records and manifest entries without an attempt (runs before resume existed) are attempt 1."""
     want = {(c.get("cell"), c.get("repeat")): c.get("attempt", 1) for c in cells if isinstance(c, dict)}
     return [r for r in records if r.get("attempt", 1) == want.get((r.get("cell"), r.get("repeat")), 1)]
+
+
+def current_attempts_frame(frame: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """current_attempts for the columnar prompt frame (vectorised: runs of 10⁶ prompts stay fast)."""
+    want = {(c.get("cell"), c.get("repeat")): int(c.get("attempt", 1) or 1) for c in cells if isinstance(c, dict)}
+    have = frame["attempt"].fillna(1).astype("int64") if "attempt" in frame else None
+    if (have is None or bool((have == 1).all())) and all(a == 1 for a in want.values()):
+        return frame  # never resumed: every record is attempt 1
+    keys = pd.MultiIndex.from_arrays([frame["cell"], frame["repeat"]])
+    wanted = pd.Series(want, dtype="int64").reindex(keys).fillna(1).to_numpy()
+    got = have.to_numpy() if have is not None else 1
+    return frame[got == wanted].reset_index(drop=True)
 
 
 def timing(manifest: dict[str, Any]) -> dict[str, float]:

@@ -10,11 +10,13 @@ records every cell's outcome in the manifest as it happens. A failed cell does n
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import queue
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import mtpbench
+from mtpbench import columnar
 from mtpbench.baseline import model_identity
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
@@ -30,6 +33,7 @@ from mtpbench.errors import ExitCode, UserError
 from mtpbench.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.results import MANIFEST, RECORDS, new_manifest, new_run_dir, now_iso, write_json_atomic
+from mtpbench.weights import cache_dir
 
 EventCallback = Callable[[str, dict[str, Any]], None]
 SRC_ROOT = Path(mtpbench.__file__).resolve().parent.parent
@@ -114,6 +118,48 @@ def expand(
     return cells
 
 
+def package_path_dir() -> Path:
+    """A folder whose only entry is the mtpbench package, for a worker's PYTHONPATH.
+
+    The package's parent folder is a source checkout after an editable install but site-packages itself
+    after `pip install .`, and putting that on another build's path would let it import this
+    environment's vllm. A cache folder keyed by the package's location holds one symlink to it.
+    """
+    pkg = Path(mtpbench.__file__).resolve().parent
+    digest = hashlib.sha256(str(pkg).encode()).hexdigest()[:16]
+    try:
+        return _link_folder(cache_dir() / "pythonpath" / digest, pkg)
+    except OSError:
+        # An unwritable cache (read-only home in CI) must not stop a run: a private temp folder will do.
+        return _link_folder(Path(tempfile.mkdtemp(prefix="mtpbench-path-")), pkg)
+
+
+def _link_folder(folder: Path, pkg: Path) -> Path:
+    link = folder / "mtpbench"
+    if link.is_symlink() and link.resolve() == pkg:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    # Replace atomically: a concurrent runner may be reading the same link.
+    tmp = folder / f".mtpbench.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(pkg, target_is_directory=True)
+    os.replace(tmp, link)
+    return folder
+
+
+def worker_pythonpath(*user_paths: str) -> str:
+    """mtpbench alone first, then the user's own entries (a build's env, then the inherited one) in order.
+
+    Inherited entries are kept: on Ascend, CANN's set_env.sh puts Python packages on PYTHONPATH.
+    """
+    entries = [str(package_path_dir())]
+    for raw in user_paths:
+        for entry in raw.split(os.pathsep):
+            if entry and entry not in entries:
+                entries.append(entry)
+    return os.pathsep.join(entries)
+
+
 def plan(
     cfg: ExperimentConfig, prompts: PromptSet, cells: list[Cell], run_id: str, records_path: str
 ) -> list[CellPlan]:
@@ -123,7 +169,7 @@ def plan(
         build = cfg.builds[c.build]
         engine_args, requested = engine_args_for(cfg, c.mode)
         patches = cfg.variants[c.variant]
-        pythonpath = os.pathsep.join(p for p in (str(SRC_ROOT), build.env.get("PYTHONPATH", "")) if p)
+        pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
         env = {
             **build.env,
             "PYTHONHASHSEED": str(c.hash_seed),
@@ -147,7 +193,12 @@ def plan(
             "sampling": sampling,
             "patches": patches,
             "prompts": [p.model_dump() for p in prompts.prompts],
+            "prompt_mode": cfg.prompt_mode,
             "records_path": records_path,
+            # A build with its own interpreter must not import vLLM from this environment (the worker checks).
+            "foreign_prefix": sys.prefix if build.python else None,
+            # offline | serving (mtpbench/serving.py); the worker dispatches on its kind.
+            "workload": cfg.workload.model_dump(mode="json"),
         }
         plans.append(CellPlan(c, build.python or sys.executable, env, job))
     return plans
@@ -480,6 +531,7 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
+        columnar.refresh(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
         return RunOutcome(run_dir, manifest, failed)
     finally:
         executor.close()
@@ -555,6 +607,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         failed_all = [f"{c['cell']} r{c['repeat']}" for c in manifest["cells"] if c.get("status") != "ok"]
         manifest.update(status="failed" if failed_all else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
+        columnar.refresh(run_dir)
         return RunOutcome(run_dir, manifest, failed_all or failed)
     finally:
         os.close(lock)

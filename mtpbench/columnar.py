@@ -1,0 +1,168 @@
+"""The columnar copy of a run's records: `runs/<id>/records.parquet`, for fast reading.
+
+records.jsonl stays the crash-safe write path (workers append a line per prompt). Reading it back means
+parsing one JSON object per prompt, which at 10⁶ prompts takes most of a minute; the Parquet copy holds the
+prompt records as columns (per-position accepted counts as `acc_pos0..acc_pos{k-1}`, so sums are
+vectorised) and the few non-prompt records (cell_start / cell_end) as JSON in the file's metadata.
+
+The copy is written when a run ends and whenever a run is loaded without a fresh one; it is fresh only
+while records.jsonl has the size and modification time it was made from, so an appended, edited or
+truncated JSONL is re-read (and re-validated) by the authoritative reader in results.py. Without pyarrow
+every function here returns None and mtpbench reads the JSONL as before. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+COPY = "records.parquet"
+# Bumped when the copy's layout changes: an older copy is then stale and rebuilt from the JSONL.
+COPY_VERSION = 1
+_META_KEY = b"mtpbench.columnar"
+
+# Scalar prompt fields kept as columns (anything else of a prompt record goes to `extra_json`).
+_SCALARS = (
+    "cell", "build", "mode", "variant", "repeat", "hash_seed", "prompt_id", "prompt_index",
+    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_prompt_tokens", "num_generated_tokens",
+    "finish_reason", "output_sha256", "output_head", "wall_s", "source", "attempt",
+)  # fmt: skip
+
+
+_NOT_LOADED = ("output_head", "extra_json")
+_LABELS = ("cell", "build", "mode", "variant", "finish_reason", "source")
+
+
+def available() -> bool:
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _source_stamp(records_path: Path) -> dict[str, int]:
+    st = records_path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def frame_from_records(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The prompt frame (one row per prompt record) with per-position counts as int64 columns."""
+    rows = [r for r in records if r.get("type") == "prompt"]
+    k = max((len(r.get("accepted_per_pos") or ()) for r in rows), default=0)
+    df = pd.DataFrame({c: [r.get(c) for r in rows] for c in _SCALARS})
+    acc = np.zeros((len(rows), k), dtype=np.int64)
+    for n, r in enumerate(rows):
+        vec = r.get("accepted_per_pos") or ()
+        acc[n, : len(vec)] = vec
+    for i in range(k):
+        df[f"acc_pos{i}"] = acc[:, i]
+    known = {*_SCALARS, "accepted_per_pos", "type", "schema", "run_id"}
+    df["extra_json"] = [
+        json.dumps({key: v for key, v in r.items() if key not in known}, sort_keys=True) if set(r) - known else None
+        for r in rows
+    ]
+    return df
+
+
+def write_copy(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
+    """Write records.parquet beside records.jsonl (atomically); None when pyarrow is missing or the
+    folder is not writable (a run read from a read-only CI artifact still loads, from the JSONL)."""
+    if not available():
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = run_dir / "records.jsonl"
+    try:
+        stamp = _source_stamp(src)
+        frame = frame_from_records(records)
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        meta = {
+            "version": COPY_VERSION,
+            "source": stamp,
+            "k": sum(1 for c in frame.columns if c.startswith("acc_pos")),
+            "other_records": [r for r in records if r.get("type") != "prompt"],
+        }
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: json.dumps(meta)})
+        fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{COPY}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            pq.write_table(table, tmp, compression="zstd")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the copy from the run's other readers
+            os.replace(tmp, run_dir / COPY)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError:
+        return None
+    return run_dir / COPY
+
+
+def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]] | None:
+    """(prompt frame, non-prompt records) from a fresh copy; None when there is none, it is stale (the
+    JSONL changed since), of another layout version, unreadable, or pyarrow is missing."""
+    path = run_dir / COPY
+    if not path.is_file() or not available():
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        raw = (pf.schema_arrow.metadata or {}).get(_META_KEY)
+        meta = json.loads(raw) if raw else None
+        if not meta or meta.get("version") != COPY_VERSION:
+            return None
+        if meta.get("source") != _source_stamp(run_dir / "records.jsonl"):
+            return None
+        # The 120-character output heads and the per-request JSON stay on disk (Run.records has them):
+        # at 10⁶ prompts they are most of the bytes and no verdict reads them.
+        columns = [n for n in pf.schema_arrow.names if n not in _NOT_LOADED]
+        # Low-cardinality labels as categoricals: a comparison or group-by on them costs one integer pass.
+        table = pf.read(columns=columns, use_pandas_metadata=False)
+        labels = [c for c in _LABELS if c in columns
+                  and (pa.types.is_string(t := table.schema.field(c).type) or pa.types.is_large_string(t))]  # fmt: skip
+        frame = table.to_pandas(categories=labels)
+    except Exception:  # a damaged cache is never an error: the JSONL is the truth, read it instead
+        return None
+    k = int(meta["k"])
+    acc = positions(frame, k)
+    # The list column the row-wise code of compare.collect reads; views into one array, so it is cheap.
+    frame["accepted_per_pos"] = list(acc)
+    return frame, list(meta["other_records"])
+
+
+def positions(frame: pd.DataFrame, k: int) -> np.ndarray:
+    """The accepted-per-position counts of every prompt row as an (n, k) int64 array."""
+    cols = [f"acc_pos{i}" for i in range(k)]
+    if all(c in frame.columns for c in cols):
+        return frame[cols].to_numpy(dtype=np.int64, copy=False).reshape(len(frame), k)
+    out = np.zeros((len(frame), k), dtype=np.int64)
+    for n, vec in enumerate(frame["accepted_per_pos"]):
+        v = list(vec)[:k]
+        out[n, : len(v)] = v
+    return out
+
+
+def refresh(run_dir: Path) -> Path | None:
+    """Make the copy fresh (called when a run ends); a records file the reader refuses gets no copy and is
+    reported by whoever loads the run next, with the reader's own message."""
+    from mtpbench.errors import UserError
+    from mtpbench.results import RECORDS, read_records
+
+    if read_copy(run_dir) is not None:
+        return run_dir / COPY
+    try:
+        records = read_records(run_dir / RECORDS)
+    except UserError:
+        return None
+    return write_copy(run_dir, records)

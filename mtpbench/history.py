@@ -1,0 +1,311 @@
+"""`mtpbench history`: per-position acceptance of the same config across runs, and where it moved.
+
+Runs are grouped by what makes them comparable (run_fingerprint: model and drafter identity, method, k,
+prompt-set sha256, sampling); runs of different groups are never mixed, each group gets its own table,
+plot and change points. Within a group runs are ordered by creation time and labelled by date, build
+version (vllm / vllm-ascend, from the workers' fingerprints) and git sha where recorded.
+
+Change points: for every cell × position, binary segmentation over the run sequence. The best split is
+the one with the largest weighted between-segment sum of squares of the runs' rates; it is accepted when
+the pooled rates on either side differ by more than the tolerance *and* a permutation test says the split
+is not chance. The permutation test's units are prompts (DESIGN: the prompt is the unit of evidence): each
+run contributes its per-prompt rates (pooled over repeats; prompts folded into at most MAX_UNITS buckets
+per run so that a serving run of 10⁶ requests stays cheap), the units are shuffled across the run slots
+and the best-split statistic recomputed (the maximum over splits, so the search itself is paid for).
+Accepted splits are searched again on both sides. The first change point is named with its numbers and
+with what changed in the fingerprint between the run before and the run at the change. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtpbench.baseline import run_fingerprint
+from mtpbench.columnar import positions
+from mtpbench.errors import UserError
+from mtpbench.results import MANIFEST, Run, load_run
+from mtpbench.stats import Interval, diff_interval
+
+MAX_UNITS = 256  # per run and cell: prompts beyond this are pooled into hash buckets
+PERMUTATIONS = 999
+DEFAULT_TOLERANCE_PTS = 5.0
+
+
+@dataclass
+class RunPoint:
+    """One run of a group: where it came from and its pooled counts per cell."""
+
+    run_id: str
+    path: Path
+    created: str
+    versions: dict[str, str]
+    git_sha: dict[str, str]
+    # cell -> (drafts, accepted per position); per cell also per-unit (drafts, accepted) arrays
+    counts: dict[str, tuple[int, list[int]]]
+    units: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False, default_factory=dict)
+    patches: dict[str, list[str]] = field(default_factory=dict)
+    effective: dict[str, str | None] = field(default_factory=dict)
+    tool_version: str | None = None
+    status: str = ""
+    # Cells with a repeat that did not finish (or is still running): shown, never used to find a change.
+    incomplete: set[str] = field(default_factory=set)
+
+    @property
+    def label(self) -> str:
+        v = self.versions.get("vllm_ascend") or self.versions.get("vllm") or "?"
+        sha = next((s[:8] for s in self.git_sha.values() if s), "")
+        return f"{self.created[:16].replace('T', ' ')} {v}" + (f" {sha}" if sha else "")
+
+
+@dataclass
+class ChangePoint:
+    cell: str
+    pos: int
+    index: int  # the first run after the change
+    run_id: str
+    before: float
+    after: float
+    delta: float
+    ci: Interval | None
+    pvalue: float
+    units: tuple[int, int]
+    changed: list[str]  # what differs in the fingerprint between run index-1 and run index
+
+    @property
+    def why(self) -> str:
+        ci = "" if self.ci is None else f", 95 % CI [{100 * self.ci.low:+.1f}, {100 * self.ci.high:+.1f}]"
+        what = "; ".join(self.changed) if self.changed else "nothing recorded in the fingerprint changed"
+        return (
+            f"pos{self.pos} {100 * self.before:.1f} % → {100 * self.after:.1f} % ({100 * self.delta:+.1f} pts{ci}); "
+            f"permutation test over prompts p={self.pvalue:.3g} ({self.units[0]} vs {self.units[1]} prompt units); "
+            f"changed at this run: {what}"
+        )
+
+
+@dataclass
+class HistoryGroup:
+    key: dict[str, Any]
+    runs: list[RunPoint]
+    k: int
+    cells: list[str]
+    change_points: list[ChangePoint] = field(default_factory=list)
+    tolerance_pts: float = DEFAULT_TOLERANCE_PTS
+
+    def rate(self, cell: str, run_index: int, pos: int) -> float | None:
+        c = self.runs[run_index].counts.get(cell)
+        if c is None or c[0] == 0 or pos >= len(c[1]):
+            return None
+        return c[1][pos] / c[0]
+
+    @property
+    def first(self) -> ChangePoint | None:
+        return min(self.change_points, key=lambda c: (c.index, c.cell, c.pos), default=None)
+
+
+@dataclass
+class History:
+    groups: list[HistoryGroup]
+    skipped: list[str] = field(default_factory=list)  # runs that could not be read, with the reason
+
+
+# --- gathering ----------------------------------------------------------------------------------------------
+
+
+def find_runs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise UserError(f"{root}: no such folder")
+    found = sorted({p.parent for p in root.glob(f"*/{MANIFEST}")} | {p.parent for p in root.glob(f"*/*/{MANIFEST}")})
+    if not found:
+        raise UserError(f"{root}: no run folders (none has a {MANIFEST})")
+    return found
+
+
+def _unit_counts(run: Run, cell_rows: Any, k: int, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-prompt (drafts, accepted[k]) pooled over repeats, folded into ≤ MAX_UNITS buckets."""
+    import pandas as pd
+
+    prompts = cell_rows["prompt_id"].astype(str).to_numpy()
+    codes, uniques = pd.factorize(prompts)
+    n_units = len(uniques)
+    if n_units > MAX_UNITS:
+        codes = codes % MAX_UNITS
+        n_units = MAX_UNITS
+    drafts = np.bincount(codes, weights=cell_rows["num_drafts"].to_numpy(dtype=np.float64), minlength=n_units)
+    accepted = np.stack([np.bincount(codes, weights=acc[:, i], minlength=n_units) for i in range(k)], axis=1)
+    return drafts.astype(np.int64), accepted.astype(np.int64)
+
+
+def point(run: Run) -> RunPoint:
+    cfg = run.manifest["config"]
+    k = int(cfg["speculative"]["num_speculative_tokens"])
+    df = run.prompt_frame()
+    counts: dict[str, tuple[int, list[int]]] = {}
+    units: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if len(df):
+        acc_all = positions(df, k)
+        for cell, idx in df.groupby("cell", sort=False).indices.items():
+            rows = df.iloc[idx]
+            acc = acc_all[idx]
+            counts[str(cell)] = (int(rows["num_drafts"].sum()), [int(x) for x in acc.sum(axis=0)])
+            units[str(cell)] = _unit_counts(run, rows, k, acc)
+    versions: dict[str, str] = {}
+    shas: dict[str, str] = {}
+    patches: dict[str, list[str]] = {}
+    effective: dict[str, str | None] = {}
+    for s in run.cell_starts():
+        env = s.get("env") or {}
+        versions.update({n: str(v) for n, v in (env.get("versions") or {}).items() if v})
+        shas.update({n: str(v) for n, v in (env.get("git_sha") or {}).items() if v})
+        cell = str(s.get("cell"))
+        patches[cell] = [f"{p.get('name')} ({p.get('status')})" for p in s.get("patches") or [] if isinstance(p, dict)]
+        effective[cell] = (s.get("effective") or {}).get("cudagraph_mode")
+    return RunPoint(
+        run_id=run.run_id, path=run.path, created=str(run.manifest.get("created") or ""), versions=versions,
+        git_sha=shas, counts=counts, units=units, patches=patches, effective=effective,
+        tool_version=run.manifest.get("tool_version"), status=str(run.manifest.get("status") or ""),
+        incomplete={str(c.get("cell")) for c in run.manifest.get("cells", []) if c.get("status") != "ok"},
+    )  # fmt: skip
+
+
+def _what_changed(a: RunPoint, b: RunPoint, cell: str) -> list[str]:
+    out: list[str] = []
+    for name in sorted(set(a.versions) | set(b.versions)):
+        if a.versions.get(name) != b.versions.get(name):
+            out.append(f"{name} {a.versions.get(name)} → {b.versions.get(name)}")
+    for name in sorted(set(a.git_sha) | set(b.git_sha)):
+        if a.git_sha.get(name) != b.git_sha.get(name):
+            out.append(f"{name} git {str(a.git_sha.get(name))[:10]} → {str(b.git_sha.get(name))[:10]}")
+    if a.patches.get(cell) != b.patches.get(cell):
+        out.append(f"patches [{', '.join(a.patches.get(cell) or []) or 'none'}] → "
+                   f"[{', '.join(b.patches.get(cell) or []) or 'none'}]")  # fmt: skip
+    if a.effective.get(cell) != b.effective.get(cell):
+        out.append(f"effective cudagraph_mode {a.effective.get(cell)} → {b.effective.get(cell)}")
+    if a.tool_version != b.tool_version:
+        out.append(f"mtpbench {a.tool_version} → {b.tool_version}")
+    return out
+
+
+# --- change points ------------------------------------------------------------------------------------------
+
+
+def _best_split(rates: np.ndarray, weights: np.ndarray) -> tuple[int, float]:
+    """Split index t (segments [:t], [t:]) maximising the weighted between-segment sum of squares."""
+    best_t, best = 0, -1.0
+    total_w = weights.sum()
+    mean = (rates * weights).sum() / total_w
+    cw = np.cumsum(weights)
+    cs = np.cumsum(rates * weights)
+    for t in range(1, len(rates)):
+        wl, wr = cw[t - 1], total_w - cw[t - 1]
+        if wl <= 0 or wr <= 0:
+            continue
+        ml, mr = cs[t - 1] / wl, (cs[-1] - cs[t - 1]) / wr
+        ss = wl * (ml - mean) ** 2 + wr * (mr - mean) ** 2
+        if ss > best:
+            best_t, best = t, ss
+    return best_t, best
+
+
+def _unit_stat(values: np.ndarray, bounds: np.ndarray) -> float:
+    """max over the run boundaries of the between-segment sum of squares of the units, n_l·n_r/n·(m_l − m_r)²
+    (the statistic the split search maximises; unweighted mean differences would favour tiny end segments)."""
+    cs = np.cumsum(values)
+    n = len(values)
+    left = cs[bounds - 1] / bounds
+    right = (cs[-1] - cs[bounds - 1]) / (n - bounds)
+    return float((bounds * (n - bounds) / n * (left - right) ** 2).max())
+
+
+def _permutation_p(unit_rates: list[np.ndarray], rng: np.random.Generator) -> float:
+    sizes = np.array([len(u) for u in unit_rates])
+    values = np.concatenate(unit_rates)
+    bounds = np.cumsum(sizes)[:-1]
+    bounds = bounds[(bounds > 0) & (bounds < len(values))]
+    if len(bounds) == 0:
+        return 1.0
+    observed = _unit_stat(values, bounds)
+    hits = sum(_unit_stat(rng.permutation(values), bounds) >= observed - 1e-12 for _ in range(PERMUTATIONS))
+    return (hits + 1) / (PERMUTATIONS + 1)
+
+
+def _segment(group: HistoryGroup, cell: str, pos: int, lo: int, hi: int, alpha: float, confidence: float,
+             rng: np.random.Generator) -> list[ChangePoint]:  # fmt: skip
+    idx = [
+        n
+        for n in range(lo, hi)
+        if cell in group.runs[n].counts and group.runs[n].counts[cell][0] > 0 and cell not in group.runs[n].incomplete
+    ]
+    if len(idx) < 2:
+        return []
+    drafts = np.array([group.runs[n].counts[cell][0] for n in idx], dtype=np.float64)
+    acc = np.array([group.runs[n].counts[cell][1][pos] for n in idx], dtype=np.float64)
+    t, _ = _best_split(acc / drafts, drafts)
+    if t == 0:
+        return []
+    a_l, n_l, a_r, n_r = int(acc[:t].sum()), int(drafts[:t].sum()), int(acc[t:].sum()), int(drafts[t:].sum())
+    before, after = a_l / n_l, a_r / n_r
+    delta = after - before
+    ci = diff_interval(a_r, n_r, a_l, n_l, before, confidence)
+    out: list[ChangePoint] = []
+    big = abs(delta) > group.tolerance_pts / 100 and ci is not None and (ci.low > 0 or ci.high < 0)
+    if big:
+        unit_rates = []
+        for n in idx:
+            d, a = group.runs[n].units[cell]
+            keep = d > 0
+            unit_rates.append(a[keep, pos] / d[keep])
+        p = _permutation_p(unit_rates, rng)
+        if p < alpha:
+            at = idx[t]
+            out.append(ChangePoint(
+                cell=cell, pos=pos, index=at, run_id=group.runs[at].run_id, before=before, after=after,
+                delta=delta, ci=ci, pvalue=p, units=(sum(len(u) for u in unit_rates[:t]),
+                                                     sum(len(u) for u in unit_rates[t:])),
+                changed=_what_changed(group.runs[idx[t - 1]], group.runs[at], cell),
+            ))  # fmt: skip
+            out += _segment(group, cell, pos, lo, at, alpha, confidence, rng)
+            out += _segment(group, cell, pos, at, hi, alpha, confidence, rng)
+    return out
+
+
+def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list[ChangePoint]:
+    rng = np.random.default_rng(seed)  # fixed: the same runs always give the same verdict
+    cps: list[ChangePoint] = []
+    for cell in group.cells:
+        for pos in range(group.k):
+            cps += _segment(group, cell, pos, 0, len(group.runs), 1 - confidence, confidence, rng)
+    return sorted(cps, key=lambda c: (c.index, c.cell, c.pos))
+
+
+def build_history(paths: list[Path], tolerance_pts: float | None = None, confidence: float = 0.95) -> History:
+    """Load every run (a run that cannot be read is listed, not fatal), group by comparability, detect."""
+    groups: dict[str, HistoryGroup] = {}
+    skipped: list[str] = []
+    for p in paths:
+        try:
+            run = load_run(p)
+            fp = run_fingerprint(run)
+            pt = point(run)
+        except UserError as exc:
+            skipped.append(f"{p}: {exc}")
+            continue
+        key = json.dumps(fp, sort_keys=True, default=str)
+        cfg = run.manifest["config"]
+        tol = tolerance_pts if tolerance_pts is not None else float(
+            (cfg.get("gate") or {}).get("tolerance_pts", DEFAULT_TOLERANCE_PTS))  # fmt: skip
+        g = groups.setdefault(key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[],
+                                                tolerance_pts=tol))  # fmt: skip
+        g.runs.append(pt)
+    for g in groups.values():
+        g.runs.sort(key=lambda r: (r.created, r.run_id))
+        g.cells = list(dict.fromkeys(c for r in g.runs for c in r.counts))
+        g.change_points = detect(g, confidence)
+    if not groups:
+        raise UserError("history: no readable runs" + (f" ({skipped[0]})" if skipped else ""))
+    ordered = sorted(groups.values(), key=lambda g: (-len(g.runs), g.runs[0].created))
+    return History(ordered, skipped)

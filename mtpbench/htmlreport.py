@@ -1,0 +1,222 @@
+"""`mtpbench report --html`: one self-contained HTML file (inline CSS and SVG, no script, no network) that
+opens from a CI artifact offline, and `--png DIR` with the same figures as PNG files.
+
+Order on the page: the verdict and the diagnoses first, then the figures (per-position acceptance per cell
+with intervals, baseline and one dot per repeat; the prompt × position heat map with changed-text marks),
+the cells' graph modes requested vs effective, the per-position checks, and the fingerprint and
+provenance folded below. Figures come from plots.py, their data from views.py; every number is rendered
+from the Comparison, nothing is computed here.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtpbench import __version__, plots, views
+from mtpbench.compare import Comparison
+from mtpbench.errors import UserError
+from mtpbench.results import Run
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
+  padding:0 1rem;color:#1a1a1a}
+h1{font-size:1.3rem;margin:.2rem 0} h2{font-size:1.1rem;margin-top:1.8rem;border-bottom:1px solid #ddd}
+.verdict{padding:.7rem 1rem;border-radius:6px;font-weight:600;font-size:1.05rem}
+.exit-0{background:#e8f5e9;color:#1b5e20}.exit-1{background:#ffebee;color:#b71c1c}
+.exit-3,.exit-2,.exit-4{background:#fff8e1;color:#8d6e00}
+ul.diag{padding-left:1.1rem} ul.diag li{margin:.35rem 0}
+.sev{font-weight:700;font-family:ui-monospace,monospace;font-size:.85em;padding:0 .3em;border-radius:3px}
+.sev-fail{background:#c62828;color:#fff}.sev-warn{background:#f9a825;color:#000}.sev-info{background:#90caf9}
+.cause{color:#555;font-size:.92em}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.9em} th,td{border:1px solid #ddd;padding:.2rem .5rem;
+  text-align:right;vertical-align:top} th{background:#f5f5f5} td.l,th.l{text-align:left}
+td.regression{color:#b71c1c;font-weight:700} td.improvement{color:#0d47a1} td.pass{color:#1b5e20}
+td.changed{color:#b71c1c} .downgraded{color:#8d6e00;font-weight:600}
+figure{margin:.5rem 0} figure svg{max-width:100%;height:auto} figcaption{color:#555;font-size:.9em}
+details{margin:.6rem 0} summary{cursor:pointer;font-weight:600} pre{background:#fafafa;border:1px solid #eee;
+  padding:.6rem;overflow:auto;font-size:.82em;max-height:40rem}
+.meta{color:#555}
+"""
+
+
+@dataclass
+class Rendered:
+    html_path: Path | None
+    pngs: list[Path]
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def _pts(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}"
+
+
+def _verdict_text(comp: Comparison) -> str:
+    from mtpbench import report
+
+    return str(report.verdict_line(comp))
+
+
+def _figures(run: Run, comp: Comparison) -> dict[str, Any]:
+    k = max((c.summary.counts.k for c in comp.cells), default=0)
+    hm = views.heatmap(run, k)
+    title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
+    what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
+    return {
+        "acceptance": plots.acceptance_figure(views.cell_views(comp), title),
+        "heatmap": plots.heatmap_figure(hm, k, f"acceptance per {what} and position (pooled over repeats)"),
+    }
+
+
+def _diagnoses(comp: Comparison) -> str:
+    if not comp.diagnoses:
+        return "<p>No diagnoses: every check passed.</p>"
+    from mtpbench.report import cause_text, finding_message
+
+    items = []
+    for d in comp.diagnoses:
+        sev = views._value(d.severity)
+        why = cause_text(d)
+        cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
+        items.append(
+            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(d.name)}</b> '
+            f"<code>{_e(d.cell)}</code>: {_e(finding_message(d))}{cause}</li>"
+        )
+    return '<ul class="diag">' + "".join(items) + "</ul>"
+
+
+def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
+    k = max((c.summary.counts.k for c in comp.cells), default=0)
+    head = ["cell", "graph mode requested", "effective", "compilation", "patches", "repeats", "drafts",
+            *[f"pos{i} %" for i in range(k)], "mean %", "AL", "changed text"]  # fmt: skip
+    rows = []
+    for c in comp.cells:
+        s = c.summary
+        req = c.requested.get("cudagraph_mode") or ("eager" if c.requested.get("enforce_eager") else "–")
+        eff = c.effective.get("cudagraph_mode") or "?"
+        down = ' class="l downgraded" title="the requested graph mode did not run"'
+        eff_cls = down if c.graph_downgraded else ' class="l"'
+        comp_mode = c.effective.get("compilation_mode") or ("eager" if c.effective.get("enforce_eager") else "–")
+        patches = ", ".join(f"{p.get('name')} ({p.get('status')})" for p in c.patches if isinstance(p, dict))
+        prompts = sorted(p for cell, p in changed if cell == c.cell)
+        if len(prompts) > 12:  # a serving run can change thousands: the count and the first few
+            prompts = [f"{len(prompts)} prompts: {', '.join(prompts[:10])}, …"]
+        done = sum(1 for st in c.statuses if st == "ok")
+        cells = [
+            f'<td class="l"><code>{_e(c.cell)}</code></td>', f'<td class="l">{_e(req)}</td>',
+            f"<td{eff_cls}>{_e(eff)}</td>", f'<td class="l">{_e(comp_mode)}</td>',
+            f'<td class="l">{_e(patches or "none")}</td>', f"<td>{done}/{len(c.statuses)}</td>",
+            f"<td>{s.counts.num_drafts}</td>",
+            *[f"<td>{_pct(s.per_pos[i]) if i < s.counts.k else ''}</td>" for i in range(k)],
+            f"<td>{_pct(s.mean)}</td>",
+            f"<td>{'–' if s.acceptance_length is None else f'{s.acceptance_length:.2f}'}</td>",
+            f'<td class="l{" changed" if prompts else ""}">{_e(", ".join(prompts) or "none")}</td>',
+        ]  # fmt: skip
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    th = "".join(f'<th class="l">{_e(h)}</th>' if n < 5 else f"<th>{_e(h)}</th>" for n, h in enumerate(head))
+    return f'<table id="cells"><tr>{th}</tr>{"".join(rows)}</table>'
+
+
+def _checks_table(comp: Comparison) -> str:
+    if not comp.checks:
+        return "<p>No baseline given: only the signatures that need none were checked.</p>"
+    rows = []
+    for x in comp.checks:
+        v = views._value(x.verdict)
+        ci = "" if x.ci is None else f"[{100 * x.ci.low:+.1f}, {100 * x.ci.high:+.1f}]"
+        rows.append(
+            f'<tr><td class="l"><code>{_e(x.cell)}</code></td><td>{x.pos}</td><td>{_pct(x.run_rate)}</td>'
+            f"<td>{_pct(x.base_rate)}</td><td>{_pts(x.delta)}</td><td>{_e(ci)}</td>"
+            f'<td class="l {_e(v)}">{_e(v)}</td></tr>'
+        )
+    head = "<tr><th class='l'>cell</th><th>pos</th><th>run %</th><th>baseline %</th><th>Δ pts</th>" \
+           "<th>Δ 95% CI</th><th class='l'>verdict</th></tr>"  # fmt: skip
+    extra = ""
+    if comp.unchecked:
+        extra = f"<p class='meta'>Not checked (the baseline lacks them): {_e(', '.join(comp.unchecked))}</p>"
+    return f'<table id="checks">{head}{"".join(rows)}</table>{extra}'
+
+
+def _pre(obj: Any) -> str:
+    return f"<pre>{_e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>"
+
+
+def render_html(run: Run, comp: Comparison, figures: dict[str, str]) -> str:
+    code = int(comp.exit_code)
+    m = run.manifest
+    cfg = m.get("config", {})
+    spec = cfg.get("speculative", {})
+    changed = views.changed_text(run)
+    meta = (
+        f"config <b>{_e(cfg.get('name'))}</b> · {_e(spec.get('method'))} k={_e(spec.get('num_speculative_tokens'))}"
+        f" · prompts {_e(m.get('prompts', {}).get('name'))} ({_e(str(m.get('prompts', {}).get('sha256'))[:12])})"
+        f" · created {_e(m.get('created'))} · status {_e(m.get('status'))}"
+        + (f" · baseline <code>{_e(comp.baseline)}</code>" if comp.baseline else " · no baseline")
+    )
+    provenance = {
+        "run": {key: m.get(key) for key in ("run_id", "created", "finished", "status", "command", "config_path",
+                                            "tool_version", "model", "drafter", "prompts")},
+        "config": cfg,
+        "baseline": {"file": comp.baseline, "provenance": comp.baseline_provenance},
+        "report": {"tool": "mtpbench", "version": __version__},
+    }  # fmt: skip
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>mtpbench report: {_e(comp.run_id)}</title>
+<style>{CSS}</style></head>
+<body>
+<h1>mtpbench report: run <code>{_e(comp.run_id)}</code></h1>
+<div id="verdict" class="verdict exit-{code}">{_e(_verdict_text(comp))}</div>
+<p class="meta">{meta}</p>
+<section id="diagnoses"><h2>Diagnoses</h2>{_diagnoses(comp)}</section>
+<section><h2>Per-position acceptance</h2>
+<figure id="fig-acceptance">{figures["acceptance"]}
+<figcaption>Bars: acceptance per position pooled over repeats (red: regression, blue: improvement), whiskers
+its 95 % interval; black bar: the baseline; dots: each repeat (a fresh process with its own PYTHONHASHSEED):
+dots apart mean cross-process instability.</figcaption></figure></section>
+<section><h2>Prompt × position</h2>
+<figure id="fig-heatmap">{figures["heatmap"]}
+<figcaption>Acceptance % per prompt and position, pooled over repeats. ≠ marks a prompt whose greedy text
+differs from the rest of its build (the target's numerics changed); without ≠ the text is identical and a
+drop is the drafter's.</figcaption></figure></section>
+<section><h2>Cells: graph mode requested vs effective</h2>{_cells_table(comp, changed)}</section>
+<section><h2>Checks against the baseline</h2>{_checks_table(comp)}</section>
+<h2>Fingerprint and provenance</h2>
+<details id="fingerprint"><summary>Fingerprint (per cell-repeat: versions, device, modes, patches)</summary>
+{_pre(views.fingerprint(run, comp.cells))}</details>
+<details id="provenance"><summary>Provenance (run, config, baseline)</summary>{_pre(provenance)}</details>
+<p class="meta">mtpbench {_e(__version__)} · exit code {code}</p>
+</body></html>
+"""
+
+
+def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None) -> Rendered:
+    """Draw the figures once; write the HTML and/or the PNGs."""
+    plt = plots.require()
+    figs = _figures(run, comp)
+    pngs: list[Path] = []
+    try:
+        if png_dir is not None:
+            pngs = [plots.save_png(f, png_dir / f"{name}.png", close=False) for name, f in figs.items()]
+        if html_path is not None:
+            page = render_html(run, comp, {name: plots.svg(f, close=False) for name, f in figs.items()})
+            try:
+                html_path.parent.mkdir(parents=True, exist_ok=True)
+                html_path.write_text(page, encoding="utf-8")
+            except OSError as exc:
+                raise UserError(f"{html_path}: cannot write the HTML report: {exc}") from None
+    finally:
+        for f in figs.values():
+            plt.close(f)
+    return Rendered(html_path, pngs)

