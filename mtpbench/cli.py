@@ -87,9 +87,11 @@ def _guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
         except UserError as exc:
             _say(f"mtpbench: error: {exc}")
             code = int(exc.exit_code)
-        except KeyboardInterrupt:
-            _say("mtpbench: interrupted")
-            code = 130
+        except KeyboardInterrupt as exc:
+            # runner.RunInterrupted (a KeyboardInterrupt) carries the signal's code: 130 / 143 / 129.
+            where = getattr(exc, "path", None)
+            _say(f"mtpbench: interrupted; finished cell-repeats are kept in {where}" if where else "mtpbench: interrupted")
+            code = int(getattr(exc, "exit_code", 130))
         except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
             first = (str(exc).splitlines() or [""])[0][:300]
             _say(f"mtpbench: internal error: {type(exc).__name__}: {first} ({_crash_log(exc)})")
