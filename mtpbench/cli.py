@@ -90,7 +90,7 @@ def _guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
         except KeyboardInterrupt as exc:
             # runner.RunInterrupted (a KeyboardInterrupt) carries the signal's code: 130 / 143 / 129.
             where = getattr(exc, "path", None)
-            _say(f"mtpbench: interrupted; finished cell-repeats are kept in {where}" if where else "mtpbench: interrupted")
+            _say("mtpbench: interrupted" + (f"; finished cell-repeats are kept in {where}" if where else ""))
             code = int(getattr(exc, "exit_code", 130))
         except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
             first = (str(exc).splitlines() or [""])[0][:300]
