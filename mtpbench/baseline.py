@@ -2,52 +2,107 @@
 by build/mode, with provenance and the fingerprint that decides what they can be compared with.
 
 A published baseline (figures from a report, no counts) leaves unknown fingerprint fields null: they are
-then listed as "not checked" instead of silently passing. A baseline saved from a run carries the run's
-counts, so the comparison can use an interval on the difference instead of treating it as exact.
+then listed as "not checked", and such a baseline is used only when the run's config names it or the user
+says so (compare.py). A baseline saved from a run carries the run's counts, pooled and (since 0.2) per
+prompt, so the comparison is prompt-paired instead of treating the baseline as exact. Saved counts are
+the evidence: identical repeats of a prompt count once (older saves pooled every repeat).
 
-Format history: schema 1 (mtpbench 0.1) is the only one; another schema is refused with a clear message.
+Loading validates what a gate will trust: rates are finite percentages that do not grow with the
+position, counts are possible (the same rules as a run's records: `results.count_problem`), every entry
+has k positions and its rates agree with its counts. Any problem is a UserError naming the file and key.
+
+Format history (`schema.BASELINE_SCHEMA`): schema 1 (mtpbench 0.1) is the only one; another schema is
+refused with a message saying whether the file is newer or older than this mtpbench.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, StrictInt, ValidationError, model_validator
 
 from mtpbench import __version__
-from mtpbench.config import Strict, format_validation_error, read_yaml
+from mtpbench.config import Strict, format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
-from mtpbench.results import Run, now_iso
+from mtpbench.results import MAX_COUNT, Counts, Run, count_problem, now_iso
+from mtpbench.schema import BASELINE_SCHEMA, schema_problem
+from mtpbench.weights import weights_sha256
 
-BASELINE_SCHEMA = 1
+__all__ = ["BASELINE_SCHEMA", "Baseline", "BaselineEntry", "load_baseline"]
+
+# Rates saved from counts are rounded to 3 decimals: a larger gap means the file was edited by hand.
+RATE_SLACK_PTS = 0.01
 
 
 class BaselineCounts(Strict):
-    num_drafts: int = Field(ge=0)
-    num_draft_tokens: int = Field(ge=0)
-    num_accepted_tokens: int = Field(ge=0)
-    accepted_per_pos: list[int]
+    num_drafts: StrictInt = Field(ge=0, le=MAX_COUNT)
+    num_draft_tokens: StrictInt = Field(ge=0, le=MAX_COUNT)
+    num_accepted_tokens: StrictInt = Field(ge=0, le=MAX_COUNT)
+    accepted_per_pos: list[StrictInt] = Field(max_length=64)
+
+
+class ServingBaselineEntry(Strict):
+    """A serving entry's load and what it achieved (mtpbench/serving_summary.py reads it). Fields a
+    published figure does not give stay null; `not_checked` names what a run cannot be checked against."""
+
+    concurrency: int = Field(gt=0)
+    num_requests: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    request_rate: float | None = Field(None, gt=0)
+    requests_ok: int | None = Field(None, ge=0)
+    requests_total: int | None = Field(None, ge=0)
+    req_per_s: float | None = Field(None, gt=0)
+    output_tok_per_s: float | None = None
+    ttft_p50_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    mean_request_al: float | None = None
+    not_checked: list[str] = Field(default_factory=list)
 
 
 class BaselineEntry(Strict):
-    build: str = "*"
-    mode: str = "*"
-    rates_pct: list[float] = Field(min_length=1, description="unconditional per-position acceptance, %")
-    mean_pct: float | None = None
-    avg_accepted: float | None = None
+    build: str = Field("*", min_length=1)
+    mode: str = Field("*", min_length=1)
+    rates_pct: list[float] = Field(min_length=1, max_length=64, description="unconditional per-position acceptance, %")
+    mean_pct: float | None = Field(None, ge=0.0, le=100.0)
+    avg_accepted: float | None = Field(None, ge=0.0)
     counts: BaselineCounts | None = None
-    repeats: int | None = None
+    # Per-prompt cluster totals (identical repeats counted once), keyed by prompt id: what a prompt-paired
+    # comparison needs. Absent in published baselines and in saves before mtpbench 0.2.
+    prompts: dict[str, BaselineCounts] | None = None
+    repeats: StrictInt | None = Field(None, gt=0, le=10_000)
+    # Set on entries measured with the serving workload; a serving run is only compared with these.
+    serving: ServingBaselineEntry | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
         if any(r < 0 or r > 100 for r in self.rates_pct):
-            raise ValueError("rates_pct: rates are percentages in 0..100")
-        if self.counts is not None and len(self.counts.accepted_per_pos) != len(self.rates_pct):
-            raise ValueError("counts.accepted_per_pos: length differs from rates_pct")
+            raise ValueError(f"rates_pct: rates are percentages in 0..100, got {self.rates_pct}")
+        if any(b > a for a, b in itertools.pairwise(self.rates_pct)):
+            raise ValueError(f"rates_pct: {self.rates_pct} grows with the position (acceptance is a prefix)")
+        if self.avg_accepted is not None and self.avg_accepted > len(self.rates_pct):
+            raise ValueError(f"avg_accepted: {self.avg_accepted} accepted of {len(self.rates_pct)} drafted per step")
+        for pid, pc in (self.prompts or {}).items():
+            why = count_problem(Counts.model_validate(pc.model_dump()), len(self.rates_pct))
+            if why:
+                raise ValueError(f"prompts.{pid}: impossible counts: {why}")
+        if self.counts is None:
+            return self
+        c = self.counts
+        why = count_problem(Counts.model_validate(c.model_dump()), len(self.rates_pct))
+        if why:
+            raise ValueError(f"counts: impossible counts: {why}")
+        for i, (rate, a) in enumerate(zip(self.rates_pct, c.accepted_per_pos, strict=True)):
+            from_counts = 100.0 * a / c.num_drafts if c.num_drafts else 0.0
+            if abs(rate - from_counts) > RATE_SLACK_PTS:
+                raise ValueError(
+                    f"rates_pct: position {i} says {rate} % but counts give {from_counts:.3f} % "
+                    f"({a}/{c.num_drafts})"
+                )
         return self
 
 
@@ -65,14 +120,17 @@ class BaselineFingerprint(Strict):
     model: str | None = None
     model_config_sha256: str | None = None
     drafter_config_sha256: str | None = None
+    # Digests of the weight files (mtpbench.weights); null = not checked (e.g. a published baseline).
+    model_weights_sha256: str | None = None
+    drafter_weights_sha256: str | None = None
     method: str
-    num_speculative_tokens: int = Field(gt=0)
+    num_speculative_tokens: StrictInt = Field(gt=0, le=64)
     prompts_sha256: str | None = None
     sampling: dict[str, Any] = Field(default_factory=dict)
 
 
 class Baseline(Strict):
-    schema_version: int = Field(alias="schema")
+    schema_version: StrictInt = Field(alias="schema")
     name: str
     provenance: Provenance
     fingerprint: BaselineFingerprint
@@ -93,34 +151,36 @@ class Baseline(Strict):
 def load_baseline(path: str | Path) -> Baseline:
     path = Path(path)
     data = read_yaml(path, "baseline")
-    if data.get("schema") != BASELINE_SCHEMA:
-        raise UserError(
-            f"{path}: baseline schema {data.get('schema')!r} is not supported by mtpbench {__version__} "
-            f"(reads schema {BASELINE_SCHEMA})"
-        )
+    problem = schema_problem(data.get("schema"), BASELINE_SCHEMA, "baseline")
+    if problem:
+        raise UserError(f"{path}: {problem}")
     try:
         b = Baseline.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(path, exc)) from None
-    for e in b.entries:
+    for i, e in enumerate(b.entries):
         if len(e.rates_pct) != b.fingerprint.num_speculative_tokens:
             raise UserError(
-                f"{path}: entry {e.build}/{e.mode} has {len(e.rates_pct)} positions, "
+                f"{path}: entries.{i}.rates_pct: entry {e.build}/{e.mode} has {len(e.rates_pct)} positions, "
                 f"fingerprint says k={b.fingerprint.num_speculative_tokens}"
             )
     return b
 
 
 def model_identity(model: str | None) -> dict[str, str | None]:
-    """Name and config.json hash of a local model dir; a hub id keeps its name only."""
+    """Name, config.json hash and weights digest of a local model dir; a hub id keeps its name only.
+
+    The weights digest is what tells a retrained model with an unchanged config.json apart; it is cached
+    by file path, size and mtime (mtpbench.weights), so an unchanged model is not reread.
+    """
     if not model:
-        return {"name": None, "config_sha256": None}
+        return {"name": None, "config_sha256": None, "weights_sha256": None}
     p = Path(model)
     sha = None
     cfg = p / "config.json"
     if cfg.is_file():
         sha = hashlib.sha256(cfg.read_bytes()).hexdigest()
-    return {"name": p.name if p.exists() else model, "config_sha256": sha}
+    return {"name": p.name if p.exists() else model, "config_sha256": sha, "weights_sha256": weights_sha256(p)}
 
 
 def run_fingerprint(run: Run) -> dict[str, Any]:
@@ -130,11 +190,25 @@ def run_fingerprint(run: Run) -> dict[str, Any]:
         "model": run.manifest.get("model", {}).get("name") or cfg["model"],
         "model_config_sha256": run.manifest.get("model", {}).get("config_sha256"),
         "drafter_config_sha256": run.manifest.get("drafter", {}).get("config_sha256"),
+        "model_weights_sha256": run.manifest.get("model", {}).get("weights_sha256"),
+        "drafter_weights_sha256": run.manifest.get("drafter", {}).get("weights_sha256"),
         "method": spec["method"],
         "num_speculative_tokens": spec["num_speculative_tokens"],
         "prompts_sha256": run.manifest["prompts"]["sha256"],
         "sampling": cfg["sampling"],
     }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, except a list of numbers stays on one line (rate and count vectors)."""
+
+
+def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(isinstance(x, (int, float)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _list)
 
 
 def dump_baseline(b: Baseline) -> str:
@@ -143,31 +217,46 @@ def dump_baseline(b: Baseline) -> str:
         f"# mtpbench baseline (schema {BASELINE_SCHEMA}). Rates are unconditional per-position acceptance in %\n"
         "# (accepted_per_pos[i] / num_drafts); counts are the raw sums they were computed from.\n"
     )
-    return header + yaml.safe_dump(data, sort_keys=False, width=110)
+    return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110)
 
 
 def write_baseline(b: Baseline, out: Path, force: bool) -> None:
-    if out.exists() and not force:
+    kind = path_kind(out, "a baseline file")
+    if kind == "dir":
+        raise UserError(f"{out}: is a folder, not a baseline file")
+    if kind != "missing" and not force:
         raise UserError(f"{out}: exists; pass --force to overwrite")
-    if not out.parent.is_dir():
+    if path_kind(out.parent, "a folder") != "dir":
         raise UserError(f"{out.parent}: no such folder")
     text = dump_baseline(b)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    try:  # temp file + rename: a failed write leaves the old baseline, never half of a new one
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{out}: cannot write the baseline: {exc.strerror or exc}") from None
 
 
 def baseline_from_cells(
-    run: Run, name: str, per_cell: list[tuple[str, str, dict[str, Any], int]], source: str | None = None
+    run: Run,
+    name: str,
+    per_cell: list[tuple[str, str, dict[str, Any], int, dict[str, dict[str, Any]] | None]],
+    source: str | None = None,
+    variant: str | None = None,
 ) -> Baseline:
-    """per_cell: (build, mode, counts dict, repeats) — variants are pooled by the caller's choice."""
+    """per_cell: (build, mode, counts dict, repeats, per-prompt counts dicts or None) — variants are pooled
+    by the caller's choice."""
     fp = run_fingerprint(run)
     entries = []
-    for build, mode, counts, repeats in per_cell:
+    for build, mode, counts, repeats, prompts in per_cell:
         d = counts["num_drafts"]
         if d <= 0:
             continue
         rates = [round(100.0 * a / d, 3) for a in counts["accepted_per_pos"]]
+        from mtpbench.serving_summary import baseline_fields  # serving runs: the load and what it achieved
+
+        serving = baseline_fields(run, build, mode, variant)
         entries.append(
             BaselineEntry(
                 build=build,
@@ -176,7 +265,9 @@ def baseline_from_cells(
                 mean_pct=round(100.0 * counts["num_accepted_tokens"] / max(counts["num_draft_tokens"], 1), 3),
                 avg_accepted=round(counts["num_accepted_tokens"] / d, 4),
                 counts=BaselineCounts(**counts),
+                prompts={p: BaselineCounts(**c) for p, c in prompts.items()} if prompts else None,
                 repeats=repeats,
+                serving=ServingBaselineEntry(**serving) if serving else None,
             )
         )
     if not entries:

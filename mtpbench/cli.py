@@ -1,24 +1,36 @@
 """The `mtpbench` command line: parse, call one library function, render, map the outcome to an exit code.
 
-Exit codes (DESIGN.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed, 4 not comparable.
-A `UserError` anywhere becomes one line on stderr and its exit code, never a traceback.
+Exit codes (errors.py, DESIGN.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
+internal error, 4 not comparable, 5 inconclusive. Every command goes through `_guarded`, the one handler:
+a command returns its exit code; a `UserError` becomes one line on stderr and its code; any other
+exception becomes one line naming a log file that holds the traceback, and exit 3 — never 1, which
+means "regression" to every CI.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+import os
 import shlex
 import sys
 import tempfile
+import traceback
+import warnings
+from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from mtpbench import __version__
 from mtpbench.ci import make_console
-from mtpbench.errors import ExitCode, UserError
+from mtpbench.errors import DataWarning, ExitCode, UserError
 
 app = typer.Typer(
     add_completion=False,
@@ -39,15 +51,72 @@ def _wide() -> bool:
     return console.width >= 90
 
 
+def _say(line: str) -> None:
+    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _fail(exc: UserError) -> typer.Exit:
-    err_console.print(f"mtpbench: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+    _say(f"mtpbench: error: {exc}")
     return typer.Exit(int(exc.exit_code))
+
+
+def _crash_log(exc: BaseException) -> str:
+    """Write the traceback of an unexpected error to a log file; where it went (or why it could not)."""
+    folder = Path(os.environ.get("MTPBENCH_LOG_DIR") or Path(tempfile.gettempdir()) / "mtpbench-logs")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = folder / f"crash-{stamp}-{os.getpid()}.log"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        path.write_text(f"mtpbench {__version__}: {' '.join(sys.argv)}\n{text}", encoding="utf-8")
+    except OSError as again:
+        return f"the traceback could not be saved either: {again}"
+    return f"traceback: {path}"
+
+
+def _guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
+    """The one error handler and exit path of every command (asv's main.py pattern): a command returns its
+    exit code (or raises typer.Exit); a UserError is one line and its code; anything else is exit 3."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            code = int(fn(*args, **kwargs) or 0)
+        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except UserError as exc:
+            _say(f"mtpbench: error: {exc}")
+            code = int(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            # runner.RunInterrupted (a KeyboardInterrupt) carries the signal's code: 130 / 143 / 129.
+            where = getattr(exc, "path", None)
+            _say("mtpbench: interrupted" + (f"; finished cell-repeats are kept in {where}" if where else ""))
+            code = int(getattr(exc, "exit_code", 130))
+        except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
+            first = (str(exc).splitlines() or [""])[0][:300]
+            _say(f"mtpbench: internal error: {type(exc).__name__}: {first} ({_crash_log(exc)})")
+            code = int(ExitCode.RUN_FAILED)
+        raise typer.Exit(code)
+
+    return wrapper
+
+
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    # What a loader skipped on purpose (a line cut off by a crash) is one line, like an error.
+    if issubclass(category, DataWarning):
+        err_console.print(f"mtpbench: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _default_showwarning(message, category, *args, **kwargs)
 
 
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
+    warnings.showwarning = _show_warning
     if version:
         console.print(f"mtpbench {__version__}")
         raise typer.Exit(0)
@@ -57,48 +126,68 @@ def _root(
 
 
 class _ProgressView:
-    """Turns runner events into a rich progress bar and one line per finished cell-repeat."""
+    """Turns runner events into rich progress: overall cells and prompts, one line per active cell-repeat
+    (several at once with --jobs), and one printed line per finished cell-repeat."""
 
     def __init__(self, progress: Progress, total_cells: int, prompts: int) -> None:
         self.p = progress
         self.cells = progress.add_task("cells", total=total_cells)
         self.prompts = progress.add_task("prompts", total=total_cells * prompts)
         self.per_cell = prompts
-        self.cell_prompts = 0  # prompts finished by the cell-repeat in flight
+        self.active: dict[int, Any] = {}  # index -> rich task of a running cell-repeat
+        self.done_prompts: dict[int, int] = {}
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         cell = payload.get("cell")
+        idx = int(payload.get("seq", -1))
         label = f"{cell.cell_id} r{cell.repeat} (PYTHONHASHSEED={cell.hash_seed})" if cell is not None else ""
-        if kind == "cell_start":
-            self.p.update(self.cells, description=f"starting {label}")
-            self.cell_prompts = 0
-        elif kind == "engine_ready":
+        if kind == "run_start":
+            self.p.update(self.cells, total=payload.get("cells"))
+            self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
+        elif kind == "cell_start":
+            devs = payload.get("devices")
+            on = f" on {','.join(devs)}" if devs else ""
+            self.active[idx] = self.p.add_task(f"  starting {label}{on}", total=self.per_cell)
+            self.done_prompts[idx] = 0
+        elif kind == "engine_ready" and idx in self.active:
             eff = payload.get("effective", {})
             self.p.update(
-                self.cells,
-                description=f"{label} engine up in {payload.get('engine_start_s', 0):.1f} s "
+                self.active[idx],
+                description=f"  {label} engine up in {payload.get('engine_start_s', 0):.1f} s "
                 f"(cudagraph_mode {eff.get('cudagraph_mode')})",
             )
         elif kind == "prompt_done":
-            self.cell_prompts += 1
+            self.done_prompts[idx] = self.done_prompts.get(idx, 0) + 1
             self.p.advance(self.prompts)
+            if idx in self.active:
+                self.p.advance(self.active[idx])
         elif kind == "cell_end":
-            self.p.update(self.cells, description="cells")
+            if idx in self.active:
+                self.p.remove_task(self.active.pop(idx))
             self.p.advance(self.cells)
-            missing = self.per_cell - self.cell_prompts
+            missing = self.per_cell - self.done_prompts.pop(idx, 0)
             if missing > 0:
                 self.p.advance(self.prompts, missing)
             status = payload.get("status")
             style = "green" if status == "ok" else "red"
-            tail = "" if status == "ok" else f": {str(payload.get('error') or '').splitlines()[0]}"
+            tail = "" if status == "ok" else f": {(str(payload.get('error') or '').splitlines() or [''])[0]}"
             self.p.console.print(
                 f"[{style}]{status}[/] {label} in {payload.get('wall_s', 0):.1f} s{tail}", markup=True, highlight=False
             )
 
 
+_H_CONFIG = "Experiment config (configs/*.yaml); omit with --resume."
+_H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
+_H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
+_H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
+_H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
+_H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
+
+
 @app.command()
+@_guarded
 def run(
-    config: Annotated[Path, typer.Argument(help="Experiment config (configs/*.yaml).")],
+    config: Annotated[Path | None, typer.Argument(help=_H_CONFIG)] = None,
     out: Annotated[Path, typer.Option(help="Folder for run results.")] = Path("runs"),
     repeats: Annotated[int | None, typer.Option(help="Override the config's repeats.", min=1)] = None,
     mode: Annotated[list[str] | None, typer.Option("--mode", help="Only these modes (repeatable).")] = None,
@@ -106,13 +195,50 @@ def run(
     variant: Annotated[list[str] | None, typer.Option("--variant", help="Only these variants (repeatable).")] = None,
     baseline: Annotated[Path | None, typer.Option(help="Baseline to compare with (default: the config's).")] = None,
     no_compare: Annotated[bool, typer.Option("--no-compare", help="Only run; print the summary.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List cells, commands, env; start nothing.")] = False,
-) -> None:
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_H_DRY)] = False,
+    resume: Annotated[Path | None, typer.Option(metavar="RUN", help=_H_RESUME)] = None,
+    jobs: Annotated[int | None, typer.Option(help=_H_JOBS, min=1)] = None,
+    devices: Annotated[str | None, typer.Option(help=_H_DEVICES)] = None,
+    executor: Annotated[str | None, typer.Option(help="local or ray (default: the config's, local).")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
+) -> None:  # fmt: skip
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
+    from mtpbench.runner import StopSignals
+
+    # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
+    with StopSignals() as stops:
+        code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
+                            jobs, devices, executor, address, ray_resource)  # fmt: skip
+    if stops.caught and code == 0:
+        code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
+    raise typer.Exit(code)
+
+
+def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
+                 build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
+                 dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
+                 address: str | None, ray_resource: str | None) -> int:  # fmt: skip
+    from mtpbench.devices import parse_devices
+    from mtpbench.runner import RunOptions
+
     try:
-        raise typer.Exit(_run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run))
+        if executor is not None and executor not in ("local", "ray"):
+            raise UserError(f"--executor {executor!r}: expected local or ray")
+        if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
+            raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
+        opts = RunOptions(jobs, parse_devices(devices) if devices else None, executor, address,
+                          ray_resource.upper() if ray_resource else None)  # fmt: skip
+        if resume is not None:
+            if config is not None or repeats or mode or build or variant or dry_run:
+                raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
+                                "--build, --variant or --dry-run with it")  # fmt: skip
+            return _resume(resume, opts, baseline, no_compare)
+        if config is None:
+            raise UserError("give a CONFIG to run, or --resume RUN")
+        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts)
     except UserError as exc:
-        raise _fail(exc) from None
+        return _fail(exc).exit_code
 
 
 def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
@@ -130,11 +256,27 @@ def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list
         cfg.repeats = repeats
 
 
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+
+
+def _interrupted(exc: Any) -> int:
+    err_console.print(
+        f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
+        f"{exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    return int(exc.exit_code)
+
+
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
-         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool) -> int:  # fmt: skip
+         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
+         opts: Any = None) -> int:  # fmt: skip
     from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
-    from mtpbench.results import timing
+    from mtpbench.results import ensure_out_dir
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
@@ -146,45 +288,123 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
 
         base_obj = load_baseline(base)  # bad baseline: refuse before spending minutes on engines
     cells = runner.expand(cfg)
+    opts = opts or runner.RunOptions()
     if dry_run:
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         _render_dry_run(cfg, prompts, plans)
+        jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
+        _render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0
-    out.mkdir(parents=True, exist_ok=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
-        view = _ProgressView(progress, len(cells), len(prompts.prompts))
+    ensure_out_dir(out)
+    with _progress() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, len(cells), per_cell)
         try:
-            outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
-        except KeyboardInterrupt:
-            err_console.print("mtpbench: interrupted; finished prompts are kept in the run folder")
-            return 130
-    t = timing(outcome.manifest)
-    share = 100 * t["engine_start_s"] / t["wall_s"] if t["wall_s"] else 0.0
-    console.print(
-        f"results: {outcome.path}\n"
-        f"time: {int(t['cells'])} cell-repeats, {t['wall_s']:.1f} s in workers, of which engine start-up "
-        f"{t['engine_start_s']:.1f} s ({share:.0f} %), prompts and process start {t['other_s']:.1f} s",
-        highlight=False,
-    )
+            outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _render_time(outcome)
     return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
 
 
-def _verdict(run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool) -> int:
+def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool) -> int:
+    from mtpbench import runner
+
+    manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    base_obj = None
+    if base is not None and not no_compare:
+        from mtpbench.baseline import load_baseline
+
+        base_obj = load_baseline(base)
+    todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
+    console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    with _progress() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = _ProgressView(progress, todo, per_cell)
+        try:
+            outcome = runner.resume(run_dir, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _render_time(outcome)
+    return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _render_time(outcome: Any) -> None:
+    from mtpbench.runner import time_breakdown
+
+    t = time_breakdown(outcome.manifest)
+    other = max(t["worker_s"] - t["startup_s"] - t["generation_s"], 0.0)
+    console.print(
+        f"results: {outcome.path}\n"
+        f"time: {t['run_wall_s']:.1f} s wall for {int(t['cells'])} cell-repeats; in workers {t['worker_s']:.1f} s = "
+        f"start-up {t['startup_s']:.1f} s (engine {t['engine_start_s']:.1f} s) + generation {t['generation_s']:.1f} s"
+        f" + exit {other:.1f} s; waiting for a device {t['queued_s']:.1f} s (summed over cell-repeats); "
+        f"device slots busy {100 * t['utilisation']:.0f} %",
+        highlight=False,
+    )
+
+
+def _render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) -> None:
+    if est is None:
+        console.print(f"estimate: no earlier runs of {name} in {out} to estimate the wall time from", highlight=False)
+        return
+    console.print(
+        f"estimate: about {est.wall_s:.0f} s wall with --executor {executor} --jobs {jobs} "
+        f"(from {est.runs} earlier run(s) of {name} in {out}: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in est.per_cell_s.items())
+        + " per cell-repeat; parallel jobs that share CPU cores run slower than this assumes)",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+
+
+def _verdict(
+    run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool, *, allow_unmatched: bool = False,
+    accept_unchecked: bool = False,
+) -> int:  # fmt: skip
+    """The verdict at the end of `run`: the same comparison and exit code as `compare` (or `show`)."""
     from mtpbench import compare as cmp
     from mtpbench import report
     from mtpbench.results import load_run
 
     r = load_run(run_path)
-    comp = cmp.compare(r, base_obj, baseline_name=base_name) if base_obj is not None else cmp.analyze(r)
+    if base_obj is None:
+        comp = cmp.analyze(r, run_failed=run_failed)
+    else:
+        comp = cmp.compare(r, base_obj, baseline_name=base_name, baseline_path=base_name, run_failed=run_failed,
+                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)  # fmt: skip
+    _print_unapplied_fix(r.cell_starts())
     console.print(report.comparison_renderable(comp, ci=_wide()))
+    _print_serving(r)
     _github(comp, False)
-    code = int(comp.exit_code)
-    return int(ExitCode.RUN_FAILED) if run_failed and code == 0 else code
+    return int(comp.exit_code)
+
+
+def _print_unapplied_fix(cell_starts: list[dict[str, Any]]) -> None:
+    from rich.text import Text
+
+    from mtpbench.fixes.status import headline
+
+    top = headline(cell_starts)
+    if top:
+        console.print(Text(top, style="bold red"), soft_wrap=True)
+
+
+def _render_preflight(checks: list[Any]) -> None:
+    from rich.text import Text
+
+    for pf in checks:
+        console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
 
 
 def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
+    from mtpbench.fixes.status import preflight
+
+    # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix.
+    checks = preflight(plans)
+    _render_preflight(checks)
     console.print(
         f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
         f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
@@ -199,50 +419,95 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
-    console.print("\ndry run: nothing was started")
+        if p.job["workload"]["kind"] == "serving":
+            from mtpbench.serving import server_command
+
+            wl = p.job["workload"]
+            cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
+                                 wl["server_args"])  # fmt: skip
+            cmd[cmd.index("--port") + 1] = "<free port>"
+            console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
+                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
+                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+    if checks:
+        console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
+        _render_preflight(checks)
+    console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
+                                                       if checks else ""))  # fmt: skip
 
 
 # --- show / compare / baseline ------------------------------------------------------------------------
 
 
-def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None) -> None:
-    from mtpbench import report
+def _print_serving(run: Any) -> None:
+    # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
+    from mtpbench import serving_summary as ss
 
+    if ss.is_serving(run):
+        console.print(ss.serving_table(ss.summarize_serving(run)))
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write JUnit file: {exc}") from None
+
+
+def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> int:
+    """Render a comparison in the asked format (and JUnit beside it); its exit code, the one every format shows."""
+    from mtpbench import report
+    from mtpbench import serving_summary as ss
+
+    serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
     if junit is not None:
-        try:
-            junit.write_text(report.comparison_junit(comp), encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"{junit}: cannot write JUnit file: {exc}") from None
+        _write(junit, report.comparison_junit(comp))
     if as_json:
-        sys.stdout.write(report.comparison_json(comp) + "\n")
+        text = report.comparison_json(comp)
+        sys.stdout.write((ss.add_to_json(text, serving) if serving else text) + "\n")
     elif markdown:
-        sys.stdout.write(report.comparison_markdown(comp))
+        sys.stdout.write(report.comparison_markdown(comp) + (("\n" + ss.serving_markdown(serving)) if serving else ""))
     else:
         console.print(report.comparison_renderable(comp, ci=_wide()))
+        if serving:
+            console.print(ss.serving_table(serving))
+    return int(comp.exit_code)
 
 
 @app.command()
+@_guarded
 def show(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of a table.")] = False,
-) -> None:
-    """The summary table of a stored run, with the bug signatures that need no baseline."""
+) -> int:
+    """The summary table of a stored run and the bug signatures that need no baseline; exits with their verdict."""
     from mtpbench import compare as cmp
     from mtpbench.results import load_run
 
-    try:
-        comp = cmp.analyze(load_run(run_dir))
-        _emit(comp, as_json, markdown, None)
-    except UserError as exc:
-        raise _fail(exc) from None
+    r = load_run(run_dir)
+    return _emit(cmp.analyze(r), as_json, markdown, None, r)
+
+
+def _check_options(tolerance: float | None, junit: Path | None) -> None:
+    """Options that would only fail after the work is done (or pass silently, as NaN would) fail first."""
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
+        raise UserError(f"--tolerance: expected a finite number of points >= 0, got {tolerance}")
+    if junit is not None:
+        from mtpbench.config import path_kind
+
+        if path_kind(junit, "--junit") == "dir":
+            raise UserError(f"--junit {junit}: is a folder, not a file")
+        if path_kind(junit.parent, "--junit") != "dir":
+            raise UserError(f"--junit {junit}: no such folder {junit.parent}")
 
 
 @app.command("compare")
+@_guarded
 def compare_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
-    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points.", min=0)] = None,
+    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
@@ -253,122 +518,154 @@ def compare_cmd(
             help="GitHub Actions output: step summary + ::error annotations (automatic when GITHUB_ACTIONS=true).",
         ),
     ] = False,
-) -> None:
+    allow_unmatched: Annotated[
+        bool, typer.Option("--allow-unmatched", help="A cell with no baseline entry warns instead of exit 4.")
+    ] = False,
+    accept_unchecked: Annotated[
+        bool,
+        typer.Option("--accept-unchecked", help="Use a baseline that cannot check the model, drafter or prompts."),
+    ] = False,
+    fail_underpowered: Annotated[
+        bool, typer.Option("--fail-underpowered", help="Exit 5 when a cell could not detect a tolerance-sized drop.")
+    ] = False,
+) -> int:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
     from mtpbench import compare as cmp
+    from mtpbench import report
     from mtpbench.baseline import load_baseline
     from mtpbench.config import GateSpec
+    from mtpbench.errors import NotComparableError
     from mtpbench.results import load_run
 
+    _check_options(tolerance, junit)
+    r = load_run(run_dir)
+    b = load_baseline(baseline)
+    gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
+    if tolerance is not None:
+        gate = gate.model_copy(update={"tolerance_pts": tolerance})
+    if fail_underpowered:
+        gate = gate.model_copy(update={"fail_on_underpowered": True})
     try:
-        r = load_run(run_dir)
-        b = load_baseline(baseline)
-        gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
-        if tolerance is not None:
-            gate = gate.model_copy(update={"tolerance_pts": tolerance})
-        comp = cmp.compare(r, b, gate, baseline_name=str(baseline))
-        _emit(comp, as_json, markdown, junit)
-        _github(comp, github)
-    except UserError as exc:
-        raise _fail(exc) from None
-    raise typer.Exit(int(comp.exit_code))
+        comp = cmp.compare(r, b, gate, baseline_name=str(baseline), baseline_path=baseline,
+                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)  # fmt: skip
+    except NotComparableError as exc:
+        # CI still reads a document: the same verdict as the exit code, in every format asked for.
+        if junit is not None:
+            _write(junit, report.not_comparable_junit(exc))
+        if as_json:
+            sys.stdout.write(report.not_comparable_json(exc) + "\n")
+        raise
+    code = _emit(comp, as_json, markdown, junit, r)
+    _github(comp, github)
+    return code
 
 
 @baseline_app.command("save")
+@_guarded
 def baseline_save(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     out: Annotated[Path, typer.Option(help="Baseline file to write.")],
     name: Annotated[str | None, typer.Option(help="Baseline name (default: the file's stem).")] = None,
     variant: Annotated[str, typer.Option(help="Variant whose cells become the baseline.")] = "stock",
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
-) -> None:
-    """Write a baseline (per build/mode rates and counts, with provenance) from a run."""
+) -> int:
+    """Write a baseline (per build/mode rates, pooled and per-prompt counts, provenance) from a complete run."""
     from mtpbench import compare as cmp
     from mtpbench.baseline import baseline_from_cells, write_baseline
     from mtpbench.results import load_run
 
-    try:
-        r = load_run(run_dir)
-        cells = [c for c in cmp.collect(r) if c.variant == variant]
-        if not cells:
-            raise UserError(f"{run_dir}: no cells of variant {variant!r}")
-        if any(not c.complete for c in cells):
-            raise UserError(f"{run_dir}: some cells did not finish; a baseline must come from a complete run")
-        per_cell = [
-            (
-                c.build,
-                c.mode,
-                {
-                    "num_drafts": c.summary.counts.num_drafts,
-                    "num_draft_tokens": c.summary.counts.num_draft_tokens,
-                    "num_accepted_tokens": c.summary.counts.num_accepted_tokens,
-                    "accepted_per_pos": list(c.summary.counts.accepted_per_pos),
-                },
-                len(c.repeats),
-            )
-            for c in cells
-        ]
-        b = baseline_from_cells(r, name or out.stem, per_cell)
-        write_baseline(b, out, force)
-    except UserError as exc:
-        raise _fail(exc) from None
-    console.print(f"wrote {out} ({len(b.entries)} entries from run {r.run_id})")
+    r = load_run(run_dir)
+    cells = [c for c in cmp.collect(r) if c.variant == variant]
+    if not cells:
+        raise UserError(f"{run_dir}: no cells of variant {variant!r}")
+    if any(not c.complete for c in cells):
+        raise UserError(f"{run_dir}: some cells did not finish; a baseline must come from a complete run")
+    per_cell = [(c.build, c.mode, _counts_dict(c.summary.counts), len(c.repeats), _prompt_counts(c)) for c in cells]
+    b = baseline_from_cells(r, name or out.stem, per_cell, variant=variant)
+    write_baseline(b, out, force)
+    console.print(f"wrote {out} ({len(b.entries)} entries from run {r.run_id})", markup=False, highlight=False)
+    return 0
+
+
+def _counts_dict(c: Any) -> dict[str, Any]:
+    return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
+            "num_accepted_tokens": c.num_accepted_tokens, "accepted_per_pos": list(c.accepted_per_pos)}  # fmt: skip
+
+
+def _prompt_counts(cell: Any) -> dict[str, dict[str, Any]]:
+    ev = cell.evidence
+    return {
+        pid: {"num_drafts": int(ev.drafts[i]), "num_draft_tokens": int(ev.draft_tokens[i]),
+              "num_accepted_tokens": int(ev.accepted[i]), "accepted_per_pos": [int(x) for x in ev.per_pos[i]]}
+        for i, pid in enumerate(ev.ids)
+    }  # fmt: skip
 
 
 # --- doctor / selftest -----------------------------------------------------------------------------------
 
+DOCTOR_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
+
 
 @app.command()
+@_guarded
 def doctor(
     python: Annotated[str | None, typer.Option(help="Interpreter of the build to check (default: this one).")] = None,
     engine: Annotated[bool, typer.Option(help="Also start an engine on the embedded tiny pair.")] = True,
-) -> None:
+) -> int:
     """Platform, device, package versions, broken torchvision, and whether an engine starts."""
     from mtpbench import doctor as doc
 
-    checks = doc.checks_from_probe(doc.probe(python))
-    style = {"ok": "green", "info": "", "warn": "yellow", "fail": "bold red"}
+    info = doc.probe(python)
+    if python and "probe" in info.get("errors", {}):
+        raise UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}")
+    checks = doc.checks_from_probe(info)
     t = Table(show_header=True)
     t.add_column("check")
     t.add_column("status")
     t.add_column("detail", overflow="fold")
     for c in checks:
-        t.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail)
+        # Text, not markup: a detail may hold brackets (and an empty style once rendered "[]info[/]").
+        t.add_row(Text(c.name), Text(c.status, style=DOCTOR_STYLE.get(c.status, "")), Text(c.detail))
     console.print(t)
     failed = any(c.status == "fail" for c in checks)
     if engine and not failed:
         from mtpbench.selftest import engine_check
 
         with console.status("starting an engine on the embedded tiny pair…"):
-            ok, detail = engine_check(python, Path(tempfile.mkdtemp(prefix="mtpbench-doctor-")))
-        console.print(f"[{'green' if ok else 'bold red'}]engine {'ok' if ok else 'fail'}[/]: {detail}")
+            try:
+                ok, detail = engine_check(python, Path(tempfile.mkdtemp(prefix="mtpbench-doctor-")))
+            except UserError as exc:  # e.g. the embedded config is missing after a non-editable install
+                ok, detail = False, str(exc)
+        line = Text(f"engine {'ok' if ok else 'fail'}", style="green" if ok else "bold red")
+        line.append(f": {detail}", style="")
+        console.print(line)
         failed = not ok
-    raise typer.Exit(int(ExitCode.RUN_FAILED) if failed else 0)
+    return int(ExitCode.RUN_FAILED) if failed else 0
 
 
 @app.command()
+@_guarded
 def selftest(
     out: Annotated[Path, typer.Option(help="Folder for the selftest's run.")] = Path("runs"),
-) -> None:
+) -> int:
     """Prove the gate has teeth: the embedded pair stock vs the injected flattening fault."""
     from mtpbench import report
     from mtpbench.selftest import run_selftest
 
-    try:
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-        ) as progress:
-            result = run_selftest(out, lambda total, prompts: _ProgressView(progress, total, prompts))
-    except UserError as exc:
-        raise _fail(exc) from None
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        result = run_selftest(out, lambda total, prompts: _ProgressView(progress, total, prompts))
     console.print(report.comparison_renderable(result.comparison, ci=_wide()))
     for line in result.lines:
         console.print(line, markup=False, highlight=False)
     console.print(
-        "[bold green]SELFTEST PASS[/]: the gate catches the flattening fault" if result.passed else
-        "[bold red]SELFTEST FAIL[/]: the gate did not behave as required"
-    )  # fmt: skip
-    raise typer.Exit(0 if result.passed else 1)
+        Text("SELFTEST PASS", style="bold green").append(": the gate catches the flattening fault", style="")
+        if result.passed
+        else Text("SELFTEST FAIL", style="bold red").append(": the gate did not behave as required", style="")
+    )
+    # The selftest's own verdict: 1 when the gate missed the fault (a regression of mtpbench itself).
+    return 0 if result.passed else int(ExitCode.REGRESSION)
 
 
 # --- report / history (HTML, PNG, trend across runs) -------------------------------------------------------
@@ -382,10 +679,11 @@ def _comparison(run_dir: Path, baseline: Path | None) -> tuple[Any, Any]:
     r = load_run(run_dir)
     if baseline is None:
         return r, cmp.analyze(r)
-    return r, cmp.compare(r, load_baseline(baseline), baseline_name=str(baseline))
+    return r, cmp.compare(r, load_baseline(baseline), baseline_name=str(baseline), baseline_path=baseline)
 
 
 @app.command("report")
+@_guarded
 def report_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
@@ -423,6 +721,7 @@ def _github(comp: Any, flag: bool) -> None:
 
 
 @app.command("history")
+@_guarded
 def history_cmd(
     runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,

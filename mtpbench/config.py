@@ -2,36 +2,90 @@
 
 One experiment is a target model, a speculative config, sampling, a prompt set and the matrix axes
 (builds × modes × variants × repeats). Relative paths are resolved against the config file's folder, so
-a config works from any working directory. A validation error becomes one `UserError` line naming the
-file, the key path and what was expected.
+a config works from any working directory; a bare name (`tiny-gemma4-mtp`) that is not a file names a
+shipped config (`mtpbench.shipped`). A validation error becomes one `UserError` line naming the file, the
+key path and what was expected.
+
+Input is untrusted: YAML is read with the safe loader (no `!!python/...` tags), files and prompts have
+size limits, and alias expansion is counted before anything walks the document, so a "billion laughs"
+file is refused in milliseconds instead of exhausting memory. Numbers that must be integers or booleans
+are strict (`repeats: true` or `k: 2.5` is an error, not a coercion); NaN and infinity are refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from mtpbench import shipped
 from mtpbench.errors import UserError
 from mtpbench.patches import REGISTRY
+
+# Limits on untrusted input. A prompt of a million characters is ~250k tokens, beyond any context an
+# acceptance probe needs; a YAML document expanding (through aliases) to more nodes than this is an attack.
+MAX_YAML_BYTES = 8 * 1024 * 1024
+MAX_YAML_NODES = 200_000
+MAX_PROMPT_CHARS = 1_000_000
+
+def _no_nul(v: str) -> str:
+    if "\0" in v:
+        raise ValueError("a path or name cannot contain a NUL byte")
+    return v
+
+
+# A path, model id or interpreter: any string a filesystem (and execve) can take.
+PathStr = Annotated[str, AfterValidator(_no_nul)]
 
 # vLLM's CUDAGraphMode names (vllm/config/compilation.py); vllm-ascend uses the same enum.
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SpeculativeSpec(Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
-    model: str | None = Field(None, description="drafter model path or id (none for ngram)")
-    num_speculative_tokens: int = Field(gt=0, le=16)
+    model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
+    num_speculative_tokens: StrictInt = Field(gt=0, le=16)
     extra: dict[str, Any] = Field(default_factory=dict, description="passthrough keys of speculative_config")
+
+    @model_validator(mode="after")
+    def _synthetic_rates(self) -> SpeculativeSpec:
+        # vLLM's synthetic rejection sampler: per-position unconditional acceptance rates, fractions that
+        # cannot grow with the position (acceptance is a prefix).
+        rates = self.extra.get("synthetic_acceptance_rates")
+        if rates is None:
+            return self
+        where = "extra.synthetic_acceptance_rates"
+        numbers = isinstance(rates, list) and all(isinstance(r, int | float) and not isinstance(r, bool) for r in rates)
+        if not numbers:
+            raise ValueError(f"{where}: expected a list of numbers")
+        if not all(math.isfinite(r) and 0.0 <= r <= 1.0 for r in rates):
+            raise ValueError(f"{where}: rates are fractions in [0, 1], got {rates}")
+        if any(b > a for a, b in itertools.pairwise(rates)):
+            raise ValueError(f"{where}: rates must not grow with the position, got {rates}")
+        if len(rates) != self.num_speculative_tokens:
+            raise ValueError(f"{where}: {len(rates)} rates for k={self.num_speculative_tokens}")
+        return self
 
     def to_vllm(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
@@ -43,20 +97,34 @@ class SpeculativeSpec(Strict):
 class SamplingSpec(Strict):
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1)
-    max_tokens: int = Field(128, gt=0)
-    seed: int | None = None
-    ignore_eos: bool = False
+    top_k: StrictInt = Field(-1, ge=-1, le=1 << 31)
+    max_tokens: StrictInt = Field(128, gt=0, le=1 << 24)
+    seed: StrictInt | None = Field(None, ge=-(1 << 63), lt=1 << 63)
+    ignore_eos: StrictBool = False
 
 
 class BuildSpec(Strict):
-    python: str | None = Field(None, description="interpreter of the build; none = the current one")
+    python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
     env: dict[str, str] = Field(default_factory=dict)
+    device_env: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="variable that binds a worker to its devices (default: by platform, CUDA_VISIBLE_DEVICES, "
+        "ASCEND_RT_VISIBLE_DEVICES or VLLM_CPU_OMP_THREADS_BIND)",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _valid_environment(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"{key!r}: not a valid environment variable (empty, '=' or NUL byte)")
+        return v
 
 
 class ModeSpec(Strict):
     cudagraph_mode: str | None = None
-    enforce_eager: bool | None = None
+    enforce_eager: StrictBool | None = None
     compilation_config: dict[str, Any] = Field(default_factory=dict)
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
@@ -68,33 +136,102 @@ class ModeSpec(Strict):
         return v.upper() if v is not None else None
 
 
+# The default allowed drop per position, in absolute points. It should sit just above the spread that
+# harmless changes produce (different seeds/processes on an unchanged build), so that noise never fails a
+# build and a real drop does: the calibration benchmark (benchmarks/) measures that spread and the
+# gate's false-alarm rate and power; set this from its report, nowhere else.
+DEFAULT_TOLERANCE_PTS = 5.0
+
+
 class GateSpec(Strict):
-    tolerance_pts: float = Field(5.0, ge=0.0, description="allowed drop per position, absolute points")
+    tolerance_pts: float = Field(
+        DEFAULT_TOLERANCE_PTS, ge=0.0, description="allowed drop per position, absolute points"
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    power: float = Field(0.9, gt=0.5, lt=1.0, description="power at which the smallest detectable drop is stated")
     instability_pts: float = Field(2.0, ge=0.0, description="allowed spread across greedy repeats, points")
     divergence_pts: float = Field(5.0, ge=0.0, description="allowed graph-vs-eager gap, points")
-    fail_on_improvement: bool = False
+    fail_on_improvement: StrictBool = False
+    fail_on_underpowered: StrictBool = Field(
+        False, description="a cell that could not detect a drop as large as the tolerance fails (exit 5)"
+    )
+
+
+class OfflineWorkload(Strict):
+    """The prompts one at a time through vllm.LLM in the worker (the default)."""
+
+    kind: Literal["offline"] = "offline"
+
+
+class ServingWorkload(Strict):
+    """vLLM's OpenAI-compatible server per cell-repeat and a fixed-concurrency streaming load
+    (mtpbench/serving.py). The prompts are the config's `prompts`, sent round-robin."""
+
+    kind: Literal["serving"]
+    concurrency: StrictInt = Field(16, gt=0, le=1024, description="requests in flight at once")
+    num_requests: StrictInt = Field(300, gt=0, le=100_000)
+    request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
+    max_tokens: StrictInt | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
+    warmup_requests: StrictInt = Field(0, ge=0, le=10_000, description="sent first, not counted")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
+    startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
+    server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
+    throughput_tolerance_pct: float = Field(
+        20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
+    )
+    fail_on_throughput_drop: StrictBool = False
+
+    @field_validator("server_args")
+    @classmethod
+    def _loopback_only(cls, v: list[str]) -> list[str]:
+        # mtpbench owns where the server listens (loopback, a free port) and what it serves.
+        owned = ("--host", "--port", "--model", "--speculative-config", "--uds")
+        bad = [a for a in v if a.split("=", 1)[0] in owned]
+        if bad:
+            flag = bad[0].split("=", 1)[0]
+            raise ValueError(f"{flag} is set by mtpbench (loopback, a free port, the config's model)")
+        return v
+
+
+Workload = Annotated[OfflineWorkload | ServingWorkload, Field(discriminator="kind")]
 
 
 class ExperimentConfig(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    # The name becomes part of the run folder's name: no separators, nothing hidden, no "..".
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
-    model: str = Field(min_length=1)
-    tokenizer: str | None = None
+    model: PathStr = Field(min_length=1)
+    tokenizer: PathStr | None = None
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    prompts: str
-    repeats: int = Field(3, gt=0, le=100)
+    prompts: PathStr
+    prompt_mode: Literal["batched", "sequential"] = Field(
+        "sequential",
+        description="batched: all prompts of a repeat at once, counted per request; sequential: one at a time",
+    )
+    repeats: StrictInt = Field(3, gt=0, le=100)
     # One PYTHONHASHSEED per repeat; distinct seeds are what exposes set-iteration-order bugs.
-    hash_seeds: list[int] | None = None
+    hash_seeds: list[StrictInt] | None = None
     builds: dict[str, BuildSpec] = Field(default_factory=lambda: {"current": BuildSpec()})
     modes: dict[str, ModeSpec] = Field(default_factory=lambda: {"eager": ModeSpec(enforce_eager=True)})
     variants: dict[str, list[str]] = Field(default_factory=lambda: {"stock": []})
     engine_args: dict[str, Any] = Field(default_factory=dict)
-    baseline: str | None = None
+    baseline: PathStr | None = None
+    # Which baseline entry judges a cell whose build/mode has no entry of its own: "build/mode" (or
+    # "build/mode/variant") -> "build/mode" of the entry. Without it, an unmatched cell is not comparable.
+    baseline_entry: dict[str, str] = Field(default_factory=dict)
     gate: GateSpec = Field(default_factory=GateSpec)
-    timeout_s: float = Field(1800.0, gt=0)
+    timeout_s: float = Field(1800.0, gt=0, description="default for both deadlines below")
+    # Separate deadlines, so a slow graph capture is not taken for a hung generation (and vice versa).
+    startup_timeout_s: float | None = Field(None, gt=0, description="process start to engine ready")
+    generation_timeout_s: float | None = Field(None, gt=0, description="engine ready to the worker's exit")
+    jobs: StrictInt = Field(1, ge=1, le=1024, description="cell-repeats run at once, one device (set) each")
+    devices: list[str | int] | None = Field(None, description="device ids (or CPU core sets) for the pool")
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    ray_resource: Literal["GPU", "NPU", "CPU"] | None = Field(None, description="default: from the platform")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
+    workload: Workload = Field(default_factory=OfflineWorkload)
 
     @model_validator(mode="after")
     def _check_axes(self) -> ExperimentConfig:
@@ -114,17 +251,37 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"hash_seeds: {len(self.hash_seeds)} seeds for {self.repeats} repeats")
             if any(s < 0 or s > 4294967295 for s in self.hash_seeds):
                 raise ValueError("hash_seeds: PYTHONHASHSEED must be in 0..4294967295")
+            if len(set(self.hash_seeds)) != len(self.hash_seeds):
+                # Two repeats with one seed are one observation of the iteration order, not two.
+                raise ValueError(f"hash_seeds: duplicate seed in {self.hash_seeds}; each repeat needs its own")
+        if self.devices is not None and (not self.devices or len(set(self.devices)) != len(self.devices)):
+            raise ValueError("devices: give at least one device, each once")
+        for key, entry in self.baseline_entry.items():
+            if key.count("/") not in (1, 2) or entry.count("/") != 1:
+                raise ValueError(f"baseline_entry: {key!r}: {entry!r}: expected 'build/mode[/variant]': 'build/mode'")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
         return self
+
+    @field_validator("devices")
+    @classmethod
+    def _device_names(cls, v: list[str | int] | None) -> list[str | int] | None:
+        return None if v is None else [str(d).strip() for d in v]
 
     def seeds(self) -> list[int]:
         return list(self.hash_seeds) if self.hash_seeds is not None else list(range(self.repeats))
 
 
 class Prompt(Strict):
-    id: str = Field(min_length=1)
-    text: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the prompt is blank")
+        return v
 
 
 class PromptSet(Strict):
@@ -162,20 +319,102 @@ def format_validation_error(path: Path, exc: ValidationError) -> str:
     return f"{path}: {_loc(err)}: {msg}{more}"
 
 
-def read_yaml(path: Path, what: str) -> dict[str, Any]:
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes the document would have with every alias expanded, counted without expanding (shared nodes
+    are counted once per reference, in linear time); refuses recursive aliases."""
+    size: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            kids = _children(node)
+            size[key] = min(1 + sum(size[id(c)] for c in kids), MAX_YAML_NODES + 1)
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise ValueError("a recursive alias (a node that contains itself)")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    return size[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same rules, ~100x faster
+
+
+def _safe_load(text: str) -> Any:
+    loader = _Loader(text)
     try:
-        text = path.read_text(encoding="utf-8")
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            n = _expanded_size(node)
+        except ValueError as exc:
+            raise _Refused(str(exc)) from None
+        if n > MAX_YAML_NODES:
+            raise _Refused(f"expands to more than {MAX_YAML_NODES} nodes through aliases")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+class _Refused(Exception):
+    pass
+
+
+def path_kind(path: Path, what: str) -> str:
+    """"file", "dir", "missing" or "other" for a path a user gave; a name no filesystem takes (too long, a
+    NUL byte) is a one-line UserError instead of pathlib's OSError."""
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{str(path)[:200]}: cannot use as {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file as a mapping, or a one-line UserError naming the file (and line) and what is wrong."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{path}: {what} file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read {what}: {exc}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: {what} file is a folder") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{str(path)[:200]}: cannot read {what}: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise UserError(f"{path}: {what} file is larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: {what} file is not UTF-8 (byte {exc.start})") from None
+    try:
+        data = _safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
+        where = f"{mark.line + 1}:" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise UserError(f"{path}:{where}: malformed YAML: {problem}") from None
+        raise UserError(f"{path}:{where} malformed YAML: {problem}") from None
+    except _Refused as exc:
+        raise UserError(f"{path}: refused YAML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{path}: refused YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -185,15 +424,28 @@ def _resolve(base: Path, value: str, must_exist: bool) -> str:
     p = Path(value).expanduser()
     if p.is_absolute():
         return str(p)
-    candidate = (base / p).resolve()
+    candidate = shipped.rebase((base / p).resolve())
     # A model may be a hub id ("org/name"): only rewrite it when it names something next to the config.
-    if must_exist or candidate.exists():
+    try:
+        exists = candidate.exists()
+    except OSError:  # a name too long for the filesystem names nothing there
+        exists = False
+    if must_exist or exists:
         return str(candidate)
     return value
 
 
+def config_path(arg: str | Path) -> Path:
+    """The config a command line names: a file, or else the name of a shipped config (`tiny-gemma4-mtp`)."""
+    path = Path(arg)
+    if path_kind(path, "a config") != "missing" or path.parent != Path("."):
+        return path
+    found = shipped.shipped_file("configs", str(arg))
+    return found if found is not None else path
+
+
 def load_config(path: str | Path) -> ExperimentConfig:
-    path = Path(path)
+    path = config_path(path)
     data = read_yaml(path, "config")
     try:
         cfg = ExperimentConfig.model_validate(data)

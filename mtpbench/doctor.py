@@ -31,17 +31,21 @@ def attempt(name, fn):
         out["errors"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 def torch_info():
     import torch
-    info = {"version": torch.__version__, "cuda": torch.cuda.is_available(), "device": None}
+    info = {"version": torch.__version__, "cuda": torch.cuda.is_available(), "device": None, "count": 0}
     if torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name(0)
+        info["count"] = torch.cuda.device_count()
     try:
         import torch_npu  # noqa: F401
         if torch.npu.is_available():
             info["device"] = torch.npu.get_device_name(0)
             info["npu"] = True
+            info["count"] = torch.npu.device_count()
     except ImportError:
         pass
     return info
+out["visible"] = {v: os.environ.get(v) for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")}
+out["usable_cpus"] = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 attempt("torch", torch_info)
 if out["versions"].get("torchvision"):
     attempt("torchvision", lambda: __import__("torchvision").__version__)
@@ -57,6 +61,9 @@ print("@@doctor " + json.dumps(out))
 """
 
 
+PROBE_KEYS = {"python", "executable", "platform", "cpus", "versions", "errors"}
+
+
 @dataclass
 class Check:
     name: str
@@ -68,15 +75,24 @@ def probe(python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
     exe = python or sys.executable
     try:
         proc = subprocess.run(
-            [exe, "-c", PROBE], capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+            [exe, "-c", PROBE], capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
         return {"errors": {"probe": f"cannot run {exe}: {exc}"}}
     for line in proc.stdout.splitlines():
         if line.startswith("@@doctor "):
-            return dict(json.loads(line[len("@@doctor ") :]))
+            # Whatever the interpreter printed is untrusted: a wrapper script or a broken sitecustomize can
+            # print anything after the marker.
+            try:
+                info = json.loads(line[len("@@doctor ") :])
+            except (json.JSONDecodeError, RecursionError):
+                info = None
+            if isinstance(info, dict) and PROBE_KEYS <= info.keys() and isinstance(info.get("errors"), dict):
+                return info
+            return {"errors": {"probe": f"{exe} answered the probe with garbage: {line[:80]!r}"}}
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-    return {"errors": {"probe": f"{exe} exited {proc.returncode}: {tail[0]}"}}
+    return {"errors": {"probe": f"{exe} exited {proc.returncode} without answering the probe: {tail[0][:200]}"}}
 
 
 def checks_from_probe(info: dict[str, Any]) -> list[Check]:
@@ -94,6 +110,7 @@ def checks_from_probe(info: dict[str, Any]) -> list[Check]:
     if t:
         device = t.get("device") or "CPU only (no CUDA or NPU device visible)"
         out.append(Check("device", "ok", device))
+        out.append(Check("devices", "info", device_pool_text(info)))
     else:
         out.append(Check("torch", "fail", errs.get("torch", "torch is not installed")))
     if "torchvision" in errs:
@@ -117,3 +134,19 @@ def checks_from_probe(info: dict[str, Any]) -> list[Check]:
     else:
         out.append(Check("vllm import", "fail", errs.get("vllm", "vllm is not installed")))
     return out
+
+
+def device_pool_text(info: dict[str, Any]) -> str:
+    """What `run --jobs N` would use as its device pool on this interpreter (see devices.py)."""
+    t = info.get("torch") or {}
+    var = "ASCEND_RT_VISIBLE_DEVICES" if t.get("npu") else "CUDA_VISIBLE_DEVICES"
+    seen = (info.get("visible") or {}).get(var)
+    if t.get("count"):
+        ids = seen or ",".join(str(i) for i in range(int(t["count"])))
+        src = f"{var} in the environment" if seen else "detected by torch"
+        return f"{t['count']} device(s) {ids} ({src}); --jobs binds each worker through {var}"
+    cpus = info.get("usable_cpus") or []
+    return (
+        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N splits them into "
+        "N core sets, one per worker, through VLLM_CPU_OMP_THREADS_BIND"
+    )

@@ -81,13 +81,16 @@ def _figures(run: Run, comp: Comparison, changed: set[tuple[str, str]]) -> dict[
 def _diagnoses(comp: Comparison) -> str:
     if not comp.diagnoses:
         return "<p>No diagnoses: every check passed.</p>"
+    from mtpbench.report import cause_text, finding_message
+
     items = []
     for d in comp.diagnoses:
         sev = views._value(d.severity)
-        cause = f'<br><span class="cause">likely cause: {_e(d.cause)}</span>' if d.cause else ""
+        why = cause_text(d)
+        cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
-            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(views._value(d.kind))}</b> '
-            f"<code>{_e(d.cell)}</code>: {_e(d.message)}{cause}</li>"
+            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(d.name)}</b> '
+            f"<code>{_e(d.cell)}</code>: {_e(finding_message(d))}{cause}</li>"
         )
     return '<ul class="diag">' + "".join(items) + "</ul>"
 

@@ -1,33 +1,49 @@
 """Run storage: `runs/<id>/manifest.json` (what was asked, what happened) + `records.jsonl` (what was measured).
 
-records.jsonl is append-only and written by the workers as prompts finish; manifest.json is rewritten
-atomically (temp file + rename) by the runner when a cell changes state, so a crash or Ctrl-C loses at
-most the prompt in flight and never leaves a half-written manifest.
+records.jsonl is append-only and written by the workers as prompts finish (`worker.append_record`: one
+locked, complete write per line); manifest.json is rewritten atomically (temp file + rename) by the runner
+when a cell changes state, so a crash or Ctrl-C loses at most the prompt in flight and never leaves a
+half-written manifest.
 
-Format history (SCHEMA_VERSION), pyperf-style:
+Reading is where untrusted files meet the rest of mtpbench, so everything is validated here, once: the
+manifest is parsed into a typed model (`Manifest`), every record into its own (`PromptRecord`,
+`CellStart`, `CellEnd`), and counts that cannot be (accepted > drafts, per-position counts that grow or
+have the wrong length, more draft tokens than k × drafts) are refused with the file and line. A crash
+mid-write leaves a truncated last line: it is reported (`Run.warnings`, also issued as a `DataWarning`)
+and ignored, and the next append marks it with a `torn` record so it stays readable once lines follow it.
+Anything else unreadable is a `UserError` naming the file, line and key.
+
+Format history (`schema.SCHEMA_VERSION`), pyperf-style:
 - 1 (mtpbench 0.1): manifest {schema, tool, tool_version, run_id, created, finished, status, config,
   config_path, prompts{name, sha256, ids}, cells[{cell, build, mode, variant, repeat, hash_seed,
   status, error, log, wall_s, engine_start_s}]}; records: one JSON object a line, `type` in
-  cell_start | prompt | cell_end, every line carries `schema`.
-Files of another schema are refused with a clear message, never guessed at.
+  cell_start | prompt | cell_end | torn (the line before it was cut off by a crash), every line carries
+  `schema`.
+Files of another schema are refused with a message saying whether they are newer or older, never guessed at.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from mtpbench import __version__
-from mtpbench.errors import UserError
+from mtpbench.config import GateSpec, path_kind
+from mtpbench.errors import DataWarning, StorageError, UserError
+from mtpbench.schema import SCHEMA_VERSION, schema_problem
 
-SCHEMA_VERSION = 1
+__all__ = ["MANIFEST", "RECORDS", "SCHEMA_VERSION", "DataWarning", "Manifest", "Run", "load_run", "read_records"]
+
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 
@@ -37,13 +53,29 @@ PROMPT_COLUMNS = [
     "num_generated_tokens", "output_sha256", "wall_s",
 ]  # fmt: skip
 
+# Bounds that no real run comes near, so that 10**30 or a bool is a typed error, not a silent number:
+# counts stay exact as JSON numbers (2**53), repeats and PYTHONHASHSEED within what the runner can set.
+MAX_COUNT = 2**53
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
+RepeatIndex = Annotated[StrictInt, Field(ge=0, le=10_000)]
+HashSeed = Annotated[StrictInt, Field(ge=0, le=4294967295)]
+Attempt = Annotated[StrictInt, Field(ge=1, le=10_000)]  # --resume re-runs a repeat as attempt 2, 3, …
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# A run id names a folder: no separators, no "..", nothing hidden.
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
+
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Temp file + fsync + rename: readers see the old or the new file, never half of one. A failed write
+    (disk full, folder gone) is a StorageError (exit 3) and leaves the old file in place."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2, sort_keys=False)
@@ -51,21 +83,49 @@ def write_json_atomic(path: Path, data: Any) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise StorageError(f"{path}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def ensure_out_dir(out: Path) -> None:
+    """The folder runs go into: created if missing; a file, a dangling path or an impossible name is a
+    one-line UserError before anything is written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"{out}: output folder is a file, not a folder") from None
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create the output folder: {exc.strerror or exc}") from None
+
+
 def new_run_dir(out: Path, config_name: str) -> Path:
+    """A fresh `<out>/<UTC stamp>-<config name>[-n]` folder that no other run shares.
+
+    The folder itself is the claim: `mkdir` succeeds for exactly one caller, so two runs started in the
+    same second (or racing from two shells / CI jobs on one --out) take different names instead of one
+    appending to the other's records."""
+    ensure_out_dir(out)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = out / f"{stamp}-{config_name}"
-    path, n = base, 1
-    while path.exists():  # two runs in one second keep separate folders instead of mixing records
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    (path / "logs").mkdir(parents=True)
-    (path / RECORDS).touch()
-    return path
+    base = f"{stamp}-{config_name}"
+    for n in range(1, 10_000):
+        path = out / (base if n == 1 else f"{base}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserError(f"{path}: cannot create the run folder: {exc.strerror or exc}") from None
+        try:
+            (path / "logs").mkdir()
+            (path / RECORDS).touch()
+        except OSError as exc:
+            raise StorageError(f"{path}: cannot create the run folder: {exc.strerror or exc}") from None
+        return path
+    raise UserError(f"{out}: too many runs named {base!r}")
 
 
 def new_manifest(run_id: str, config: dict[str, Any], config_path: str, prompts: dict[str, Any]) -> dict[str, Any]:
@@ -84,25 +144,265 @@ def new_manifest(run_id: str, config: dict[str, Any], config_path: str, prompts:
     }
 
 
+# --- typed models of what is on disk --------------------------------------------------------------------
+# Unknown keys are kept (extra="allow"): newer writers of the same schema may add fields; what is read
+# here is checked for type and range.
+
+
+class _OnDisk(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class ManifestCell(_OnDisk):
+    cell: str = Field(min_length=1)
+    build: str = Field(min_length=1)
+    mode: str = Field(min_length=1)
+    variant: str = Field(min_length=1)
+    repeat: RepeatIndex
+    hash_seed: HashSeed | None = None
+    attempt: Attempt | None = None
+    status: str = Field("pending", min_length=1)
+    error: str | None = None
+    log: str | None = None
+    wall_s: Seconds | None = None
+    engine_start_s: Seconds | None = None
+
+
+class ManifestSpeculative(_OnDisk):
+    method: str = Field(min_length=1)
+    num_speculative_tokens: Annotated[StrictInt, Field(gt=0, le=64)]
+
+
+class ManifestSampling(_OnDisk):
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+
+
+class ManifestConfig(_OnDisk):
+    speculative: ManifestSpeculative
+    sampling: ManifestSampling = Field(default_factory=ManifestSampling)
+    gate: GateSpec = Field(default_factory=GateSpec)
+
+
+class ManifestPrompts(_OnDisk):
+    name: str | None = None
+    sha256: str = Field(min_length=1)
+    ids: list[str] = Field(default_factory=list)
+
+
+class Manifest(_OnDisk):
+    """manifest.json, typed. `Run.manifest` keeps the raw dict for code that reads extra keys."""
+
+    schema_version: StrictInt = Field(alias="schema")
+    run_id: str
+    status: str = "running"
+    created: str | None = None
+    finished: str | None = None
+    tool_version: str | None = None
+    config: ManifestConfig
+    prompts: ManifestPrompts
+    cells: list[ManifestCell]
+
+    @field_validator("run_id")
+    @classmethod
+    def _folder_name(cls, v: str) -> str:
+        if not RUN_ID.match(v) or ".." in v:
+            raise ValueError("a run id is a folder name: letters, digits, '.', '_', '-', no '..' or '/'")
+        return v
+
+    @property
+    def k(self) -> int:
+        return self.config.speculative.num_speculative_tokens
+
+
+class Counts(_OnDisk):
+    num_drafts: Count
+    num_draft_tokens: Count
+    num_accepted_tokens: Count
+    accepted_per_pos: list[Count] = Field(max_length=64)
+
+
+def count_problem(c: Counts, k: int | None) -> str | None:
+    """Why these counts cannot come from a speculative decoder with k draft tokens, or None.
+
+    Acceptance is a prefix (position i is accepted only if 0..i-1 were), so accepted_per_pos is
+    non-increasing and its first entry at most num_drafts; every accepted token was drafted, and a draft
+    proposes at most k tokens."""
+    pos = c.accepted_per_pos
+    if k is not None and len(pos) != k:
+        return f"accepted_per_pos: {len(pos)} positions, but k is {k}"
+    # One pass (this runs for every record of every run that is read).
+    prev, total = c.num_drafts, 0
+    for i, a in enumerate(pos):
+        if a > prev:
+            if i == 0:
+                return f"accepted_per_pos: {a} accepted at position 0 but only {c.num_drafts} drafts"
+            return f"accepted_per_pos: {pos} grows with the position (acceptance is a prefix: it cannot)"
+        prev, total = a, total + a
+    if total != c.num_accepted_tokens:
+        return f"num_accepted_tokens: {c.num_accepted_tokens}, but accepted_per_pos sums to {total}"
+    if c.num_accepted_tokens > c.num_draft_tokens:
+        return f"num_accepted_tokens: {c.num_accepted_tokens} accepted of {c.num_draft_tokens} draft tokens"
+    kk = k if k is not None else len(pos)
+    if c.num_draft_tokens > kk * c.num_drafts:
+        return f"num_draft_tokens: {c.num_draft_tokens} draft tokens in {c.num_drafts} drafts of k={kk}"
+    return None
+
+
+class RecordBase(_OnDisk):
+    schema_version: StrictInt = Field(alias="schema")
+    type: str = Field(min_length=1)
+    cell: str = Field(min_length=1)
+    repeat: RepeatIndex
+    build: str | None = None
+    mode: str | None = None
+    variant: str | None = None
+    hash_seed: HashSeed | None = None
+    attempt: Attempt | None = None
+
+
+class PromptRecord(RecordBase, Counts):
+    type: Literal["prompt"]
+    prompt_id: str = Field(min_length=1)
+    prompt_index: Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)] | None = None
+    output_sha256: str = Field(min_length=1)
+    num_generated_tokens: Count | None = None
+    wall_s: Seconds | None = None
+    per_request: Counts | None = None
+
+
+class CellStart(RecordBase):
+    type: Literal["cell_start"]
+    requested: dict[str, Any] = Field(default_factory=dict)
+    effective: dict[str, Any] = Field(default_factory=dict)
+    patches: list[Any] = Field(default_factory=list)
+    engine_start_s: Seconds | None = None
+
+
+class CellEnd(RecordBase):
+    type: Literal["cell_end"]
+    wall_s: Seconds | None = None
+    engine_start_s: Seconds | None = None
+
+
+TORN = "torn"
+
+
+class TornMark(_OnDisk):
+    """Written by worker.append_record right after a line that a crash cut off (of any cell), so that the
+    cut-off line, now in the middle of the file, is still told apart from garbage."""
+
+    schema_version: StrictInt = Field(alias="schema")
+    type: Literal["torn"]
+    bytes: Count | None = None
+
+
+# Records of other types (added by newer writers of the same schema) are checked against RecordBase.
+RECORD_MODELS: dict[str, type[_OnDisk]] = {
+    "prompt": PromptRecord, "cell_start": CellStart, "cell_end": CellEnd, TORN: TornMark,
+}  # fmt: skip
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = "missing"
+    return f"{loc}: {msg}"
+
+
+@dataclass
+class Records:
+    records: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _parse_line(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return _UNPARSABLE
+
+
+_UNPARSABLE = object()
+
+
+def _check_record(where: str, rec: Any, k: int | None) -> dict[str, Any]:
+    if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+        raise UserError(f"{where}: not a mtpbench record (no 'type')")
+    problem = schema_problem(rec.get("schema"), SCHEMA_VERSION, "record")
+    if problem:
+        raise UserError(f"{where}: {problem}")
+    model = RECORD_MODELS.get(rec["type"], RecordBase)
+    try:
+        parsed = model.model_validate(rec)
+    except ValidationError as exc:
+        raise UserError(f"{where}: {rec['type']} record: {_first_error(exc)}") from None
+    if isinstance(parsed, PromptRecord):
+        for key, counts in (("", parsed), ("per_request.", parsed.per_request)):
+            why = count_problem(counts, k) if counts is not None else None
+            if why:
+                raise UserError(f"{where}: impossible counts: {key}{why}")
+    return rec
+
+
+def scan_records(path: Path, k: int | None = None) -> Records:
+    """Every record of a records.jsonl, validated; a last line cut off by a crash (and any line a `torn`
+    record marks as such) is skipped with a warning, anything else unreadable is a UserError."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: records file not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: records file is a folder") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read records: {exc.strerror or exc}") from None
+    out = Records([])
+    lines = raw.split(b"\n")
+    parsed = [_parse_line(line) if line.strip() else None for line in lines]
+    for n, (line, rec) in enumerate(zip(lines, parsed, strict=True), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        if rec is _UNPARSABLE:
+            last = n == len(lines) and not raw.endswith(b"\n")
+            marked = n < len(parsed) and isinstance(parsed[n], dict) and parsed[n].get("type") == TORN
+            if last or marked:
+                out.warnings.append(f"{where}: ignored a line cut off by a crash ({len(line)} bytes)")
+                continue
+            raise UserError(f"{where}: corrupt JSON (not a record)")
+        checked = _check_record(where, rec, k)
+        if checked["type"] != TORN:
+            out.records.append(checked)
+    return out
+
+
+def read_records(path: Path, k: int | None = None) -> list[dict[str, Any]]:
+    return scan_records(path, k).records
+
+
 @dataclass
 class Run:
     path: Path
     manifest: dict[str, Any]
     _records: list[dict[str, Any]] | None = None
+    meta: Manifest | None = None
+    warnings: list[str] = field(default_factory=list)
     # From the columnar copy (columnar.py): the prompt frame and the non-prompt records, so that loading a
     # run of 10⁶ prompts never builds 10⁶ dicts. `records` then parses the JSONL only if someone asks.
     frame: pd.DataFrame | None = None
     meta_records: list[dict[str, Any]] | None = None
 
     @property
-    def run_id(self) -> str:
-        return str(self.manifest["run_id"])
-
-    @property
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
-            self._records = read_records(self.path / RECORDS)
+            recs = scan_records(self.path / RECORDS, self.meta.k if self.meta else None)
+            self._records = current_attempts(recs.records, self.manifest["cells"])
         return self._records
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest["run_id"])
 
     def prompt_frame(self) -> pd.DataFrame:
         if self.frame is not None:
@@ -115,70 +415,73 @@ class Run:
         return [r for r in meta if r.get("type") == "cell_start"]
 
 
-def _check_schema(where: str, value: Any) -> None:
-    if value != SCHEMA_VERSION:
-        raise UserError(
-            f"{where}: schema version {value!r} is not supported by mtpbench {__version__} "
-            f"(reads version {SCHEMA_VERSION})"
-        )
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
+def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:
+    """manifest.json as its raw dict and its typed model; any problem is a UserError naming the key."""
     try:
-        raw = path.read_bytes()
+        manifest = json.loads(mpath.read_bytes())
     except FileNotFoundError:
-        raise UserError(f"{path}: records file not found") from None
+        raise UserError(f"{mpath.parent}: not a mtpbench run (no {MANIFEST})") from None
+    except IsADirectoryError:
+        raise UserError(f"{mpath}: unreadable manifest: a folder, not a file") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read records: {exc}") from None
-    out: list[dict[str, Any]] = []
-    lines = raw.split(b"\n")
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            truncated = n == len(lines) and not raw.endswith(b"\n")
-            what = "truncated last line (a write was cut off)" if truncated else "corrupt JSON"
-            raise UserError(f"{path}:{n}: {what}") from None
-        if not isinstance(rec, dict) or "type" not in rec:
-            raise UserError(f"{path}:{n}: not a mtpbench record (no 'type')")
-        _check_schema(f"{path}:{n}", rec.get("schema"))
-        if rec["type"] == "prompt":
-            missing = [c for c in ("cell", "num_drafts", "accepted_per_pos") if c not in rec]
-            if missing:
-                raise UserError(f"{path}:{n}: prompt record lacks {missing[0]!r}")
-        out.append(rec)
-    return out
+        raise UserError(f"{mpath}: unreadable manifest: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise UserError(f"{mpath}: unreadable manifest: {str(exc).splitlines()[0][:200]}") from None
+    if not isinstance(manifest, dict):
+        raise UserError(f"{mpath}: unreadable manifest: not a JSON object")
+    problem = schema_problem(manifest.get("schema"), SCHEMA_VERSION, "run")
+    if problem:
+        raise UserError(f"{mpath}: {problem}")
+    try:
+        return manifest, Manifest.model_validate(manifest)
+    except ValidationError as exc:
+        raise UserError(f"{mpath}: manifest key {_first_error(exc)}") from None
 
 
 def load_run(path: str | Path) -> Run:
     p = Path(path)
-    if p.is_file() and p.name in (MANIFEST, RECORDS):
-        p = p.parent
-    mpath = p / MANIFEST
-    if not p.exists():
+    kind = path_kind(p, "a run folder")
+    if kind == "file" and p.name in (MANIFEST, RECORDS):
+        p, kind = p.parent, "dir"
+    if kind == "missing":
         raise UserError(f"{p}: no such run folder")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{p}: not a mtpbench run (no {MANIFEST})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise UserError(f"{mpath}: unreadable manifest: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise UserError(f"{mpath}: unreadable manifest: not a JSON object")
-    _check_schema(str(mpath), manifest.get("schema"))
-    for key in ("run_id", "config", "prompts", "cells"):
-        if key not in manifest:
-            raise UserError(f"{mpath}: manifest lacks {key!r}")
+    if kind != "dir":
+        raise UserError(f"{p}: not a run folder (a file)")
+    manifest, meta = read_manifest(p / MANIFEST)
     from mtpbench import columnar
 
     cached = columnar.read_copy(p)
     if cached is not None:
-        return Run(p, manifest, frame=cached[0], meta_records=cached[1])
-    records = read_records(p / RECORDS)
-    columnar.write_copy(p, records)  # best effort: the next load is fast (no-op without pyarrow)
-    return Run(p, manifest, records)
+        frame, meta_records = cached
+        cells = manifest["cells"]
+        return Run(p, manifest, None, meta, frame=current_attempts_frame(frame, cells),
+                   meta_records=current_attempts(meta_records, cells))  # fmt: skip
+    recs = scan_records(p / RECORDS, meta.k)
+    for w in recs.warnings:
+        warnings.warn(w, DataWarning, stacklevel=2)
+    # All attempts go into the copy; which attempt is current is the manifest's to say, at every load.
+    columnar.write_copy(p, recs.records)  # best effort: the next load is fast (no-op without pyarrow)
+    return Run(p, manifest, current_attempts(recs.records, manifest["cells"]), meta, recs.warnings)
+
+
+def current_attempts(records: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Only the records of each repeat's current attempt (the manifest's): a resumed run re-runs failed or
+    interrupted repeats as a new attempt, and the records an earlier attempt left must not count twice.
+    Records and manifest entries without an attempt (runs before resume existed) are attempt 1."""
+    want = {(c.get("cell"), c.get("repeat")): c.get("attempt", 1) for c in cells if isinstance(c, dict)}
+    return [r for r in records if r.get("attempt", 1) == want.get((r.get("cell"), r.get("repeat")), 1)]
+
+
+def current_attempts_frame(frame: pd.DataFrame, cells: list[dict[str, Any]]) -> pd.DataFrame:
+    """current_attempts for the columnar prompt frame (vectorised: runs of 10⁶ prompts stay fast)."""
+    want = {(c.get("cell"), c.get("repeat")): int(c.get("attempt", 1) or 1) for c in cells if isinstance(c, dict)}
+    have = frame["attempt"].fillna(1).astype("int64") if "attempt" in frame else None
+    if (have is None or bool((have == 1).all())) and all(a == 1 for a in want.values()):
+        return frame  # never resumed: every record is attempt 1
+    keys = pd.MultiIndex.from_arrays([frame["cell"], frame["repeat"]])
+    wanted = pd.Series(want, dtype="int64").reindex(keys).fillna(1).to_numpy()
+    got = have.to_numpy() if have is not None else 1
+    return frame[got == wanted].reset_index(drop=True)
 
 
 def timing(manifest: dict[str, Any]) -> dict[str, float]:

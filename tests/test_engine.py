@@ -26,6 +26,7 @@ CONFIG = REPO / "configs" / "tiny-gemma4-mtp.yaml"
 PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
 
 pytestmark = pytest.mark.engine
+N_PROMPTS = len(yaml.safe_load((REPO / "prompts" / "coding-40.yaml").read_text())["prompts"])
 
 
 def mtpbench(*args: Any, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -61,7 +62,7 @@ def test_shipped_pair_reaches_the_acceptance_bar(eager_run: Path) -> None:
     (cell,) = collect(run)
     rates = cell.summary.per_pos
     assert rates[0] >= 0.85 and rates[1] >= 0.80 and rates[2] >= 0.75, rates
-    assert len(cell.repeats) == 2 and all(len(r.outputs) == 5 for r in cell.repeats)
+    assert len(cell.repeats) == 2 and all(len(r.outputs) == N_PROMPTS for r in cell.repeats)
     # Greedy and deterministic on CPU: both fresh processes generate the same text and the same counts.
     assert cell.repeats[0].outputs == cell.repeats[1].outputs
     assert cell.repeats[0].counts == cell.repeats[1].counts
@@ -70,7 +71,7 @@ def test_shipped_pair_reaches_the_acceptance_bar(eager_run: Path) -> None:
 def test_run_records_raw_counts_and_fingerprint(eager_run: Path) -> None:
     run = load_run(eager_run)
     prompts = [r for r in run.records if r["type"] == "prompt"]
-    assert len(prompts) == 10
+    assert len(prompts) == 2 * N_PROMPTS
     for r in prompts:
         assert r["num_draft_tokens"] == 3 * r["num_drafts"]
         assert r["num_accepted_tokens"] == sum(r["accepted_per_pos"])
@@ -78,6 +79,11 @@ def test_run_records_raw_counts_and_fingerprint(eager_run: Path) -> None:
         assert r["per_request"] is None or r["per_request"]["accepted_per_pos"] == r["accepted_per_pos"]
     start = run.cell_starts()[0]
     assert start["effective"]["cudagraph_mode"] == "NONE" and start["effective"]["enforce_eager"] is True
+    # The default config batches the prompts: each prompt's counts are its per-request counts, and they
+    # sum exactly to the engine's counters around the batch.
+    assert start["prompt_mode"] == {"requested": "batched", "effective": "batched"}
+    ends = [r for r in run.records if r["type"] == "cell_end"]
+    assert len(ends) == 2 and all(e["batch_counters_match"] and not e["prompts_without_spec_metrics"] for e in ends)
     assert start["env"]["versions"]["vllm"].startswith("0.")
     assert start["env"]["pythonhashseed"] == "0"
     assert {c["hash_seed"] for c in run.manifest["cells"]} == {0, 1}

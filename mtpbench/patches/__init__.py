@@ -26,9 +26,11 @@ class PatchNotApplicable(Exception):
 
 
 # name -> "module:function". The fault reproduces the vllm-ascend flattening bug on any build with the
-# Gemma4 MTP proposer; the fix is the per-layer parameter resolution for vllm-ascend graph mode.
+# Gemma4 MTP proposer; the fix is the per-layer parameter resolution for vllm-ascend graph mode; the
+# synthetic sampler lets the CPU engine accept drafts at configured rates (the gate's calibration).
 REGISTRY: dict[str, str] = {
     "flatten-draft-metadata": "mtpbench.patches.flatten:apply",
+    "cpu-synthetic-rejection": "mtpbench.patches.synthetic:apply",
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
 }
 

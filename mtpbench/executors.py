@@ -1,0 +1,340 @@
+"""Where a cell-repeat's worker process runs: here (local) or on a Ray cluster node, and how it is watched.
+
+`supervise` is the one place a worker process is started and watched, on this machine or inside a Ray
+task on another: it starts `<build python> -m mtpbench.worker JOB.json` in its own process group, keeps
+its log, turns its event lines into callbacks, and kills the whole group (SIGTERM, then SIGKILL) when
+the start-up deadline (process start to engine ready: imports, weights, graph capture) or the
+generation deadline (engine ready to exit) passes, or when asked to stop. The stop request is a
+`threading.Event` checked right after the process exists, so a stop that arrives while it is being
+started still reaches it: there is no moment when a worker runs unwatched. The worker also dies with
+the thread that started it (PR_SET_PDEATHSIG, set by the worker from MTPBENCH_PARENT_PID), so even a
+SIGKILL of the runner leaves nothing behind.
+
+The Ray executor submits one task per cell-repeat that requests the cell's devices (`num_gpus`, a custom
+`NPU` resource, or CPUs), runs `supervise` on the node with a node-local records file, and returns the
+records, the log and the events to the driver, which appends them to the run folder. Ray is imported
+only here and only when asked for: it is an optional extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtpbench.errors import UserError
+from mtpbench.worker import EVENT_PREFIX
+
+EventSink = Callable[[dict[str, Any]], None]
+PARENT_ENV = "MTPBENCH_PARENT_PID"
+KILL_GRACE_S = 3.0
+
+
+@dataclass
+class WorkerSpec:
+    """Everything needed to start and watch one worker, picklable so a Ray task can carry it."""
+
+    command: list[str]
+    env: dict[str, str]  # added to the inherited environment
+    job: dict[str, Any]
+    job_path: str
+    log_path: str
+    startup_timeout_s: float
+    generation_timeout_s: float
+    devices: list[str] = field(default_factory=list)
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def kill_group(proc: subprocess.Popen[str], grace_s: float = KILL_GRACE_S) -> None:
+    """Stop a worker and everything it started (vLLM's engine or TP processes share its group)."""
+    pgid = proc.pid  # start_new_session: the worker leads its own group
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:
+            # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        break
+    if proc.returncode is None:
+        proc.wait()
+
+
+def supervise(spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
+    """Run one worker to its end, a deadline or a stop request; returns its manifest entry."""
+    Path(spec.job_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(spec.job_path).write_text(json.dumps(spec.job, indent=1))
+    Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
+    entry: dict[str, Any] = {"error": None}
+    errors: list[str] = []
+    ready_at: list[float] = []
+    t0 = time.monotonic()
+    if stop.is_set():
+        entry.update(status="interrupted", error="interrupted before the worker started", wall_s=0.0)
+        return entry
+    with open(spec.log_path, "w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.Popen(
+                spec.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            entry.update(status="failed", error=f"cannot start {spec.command[0]}: {exc}", wall_s=0.0)
+            return entry
+        on_event({"event": "spawned", "pid": proc.pid})
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(EVENT_PREFIX):
+                    try:
+                        ev = json.loads(line[len(EVENT_PREFIX) :])
+                    except json.JSONDecodeError:
+                        ev = None
+                    if isinstance(ev, dict) and "event" in ev:
+                        if ev["event"] == "error":
+                            errors.append(str(ev.get("error")))
+                        elif ev["event"] == "engine_ready":
+                            ready_at.append(time.monotonic())
+                        on_event(ev)
+                log.write(line)
+                log.flush()
+
+        reader = threading.Thread(target=pump, name=f"pump-{proc.pid}", daemon=True)
+        reader.start()
+        outcome: str | None = None
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                if stop.is_set():
+                    outcome = "interrupted"
+                elif not ready_at and now - t0 > spec.startup_timeout_s:
+                    outcome = "startup-timeout"
+                elif ready_at and now - ready_at[0] > spec.generation_timeout_s:
+                    outcome = "generation-timeout"
+                if outcome:
+                    kill_group(proc, grace_s=KILL_GRACE_S if outcome == "interrupted" else 0.5)
+                    break
+                stop.wait(0.05)
+        except BaseException:
+            # Cancelled from outside (a Ray task cancel raises KeyboardInterrupt here): take the group down.
+            kill_group(proc)
+            raise
+        finally:
+            # Whatever the worker left in its group (engine processes, a stray child holding the log pipe)
+            # goes with it: nothing of a finished cell-repeat may hold a device for the next one.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            reader.join(timeout=10)
+        rc = proc.returncode
+    end = time.monotonic()
+    entry["wall_s"] = round(end - t0, 3)
+    if ready_at:
+        entry["startup_s"] = round(ready_at[0] - t0, 3)
+        entry["generation_s"] = round(end - ready_at[0], 3)
+    else:
+        entry["startup_s"] = round(end - t0, 3)
+    if outcome == "interrupted":
+        entry.update(status="interrupted", error="interrupted: the worker's process group was stopped")
+    elif outcome == "startup-timeout":
+        entry.update(
+            status="timeout",
+            error=f"engine start-up exceeded {spec.startup_timeout_s:g} s (startup_timeout_s)\n{_tail(spec.log_path)}",
+        )
+    elif outcome == "generation-timeout":
+        entry.update(
+            status="timeout",
+            error=f"generation exceeded {spec.generation_timeout_s:g} s (generation_timeout_s)\n"
+            f"{_tail(spec.log_path)}",
+        )
+    elif rc == 0:
+        entry["status"] = "ok"
+    else:
+        head = errors[0] if errors else f"worker exited with code {rc}"
+        entry.update(status="failed", error=f"{head}\n{_tail(spec.log_path)}")
+    return entry
+
+
+# --- executors ------------------------------------------------------------------------------------------
+
+
+class LocalExecutor:
+    """Workers on this machine; the runner's thread per active cell-repeat calls `run`."""
+
+    name = "local"
+
+    def run(self, spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
+        return supervise(spec, stop, on_event)
+
+    def close(self) -> None:
+        pass
+
+
+def _ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
+    """Runs on the Ray node: the worker writes into node-local files that travel back in the result."""
+    import mtpbench
+
+    spec = WorkerSpec(**spec_dict)
+    tmp = Path(tempfile.mkdtemp(prefix="mtpbench-ray-"))
+    driver_root = spec.job.pop("_driver_src_root", None)
+    node_root = str(Path(mtpbench.__file__).resolve().parent.parent)
+    # mtpbench reaches the node through Ray's py_modules: point the worker's PYTHONPATH at that copy.
+    parts = [node_root if p == driver_root else p for p in spec.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    spec.env["PYTHONPATH"] = os.pathsep.join(parts or [node_root])
+    spec.job["records_path"] = str(tmp / "records.jsonl")
+    old_job = spec.job_path
+    spec.job_path, spec.log_path = str(tmp / "job.json"), str(tmp / "worker.log")
+    spec.command = [spec.job_path if a == old_job else a for a in spec.command]
+    events: list[dict[str, Any]] = []
+    entry = supervise(spec, threading.Event(), events.append)
+    records = Path(spec.job["records_path"])
+    return {
+        "entry": {**entry, "node": socket.gethostname()},
+        "records": records.read_text(encoding="utf-8") if records.exists() else "",
+        "log": Path(spec.log_path).read_text(encoding="utf-8", errors="replace"),
+        "events": events,
+    }
+
+
+class RayExecutor:
+    """Each cell-repeat a Ray task requesting the cell's devices; results come back to the driver."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None, resource: str, append: Callable[[str, str], None]) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--executor ray needs Ray: pip install 'mtpbench[ray]'") from None
+        import mtpbench
+
+        self.ray = ray
+        self.resource = resource.upper()
+        self.append = append
+        pkg = str(Path(mtpbench.__file__).resolve().parent)
+        try:
+            # py_modules ships this mtpbench to every node, so nodes need only Ray and the builds' interpreters.
+            ray.init(
+                address=address, runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
+                log_to_driver=False, logging_level="ERROR", configure_logging=False,
+            )  # fmt: skip
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UserError(f"cannot connect to the Ray cluster at {address or 'RAY_ADDRESS/auto'}: {exc}") from None
+        self.task = ray.remote(max_retries=0)(_ray_task_body)
+        self.address = address
+
+    def _options(self, n: int) -> dict[str, Any]:
+        if self.resource == "GPU":
+            return {"num_gpus": n, "num_cpus": 1}
+        if self.resource == "NPU":
+            return {"resources": {"NPU": n}, "num_cpus": 1}
+        return {"num_cpus": n}
+
+    def run(self, spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
+        ray = self.ray
+        n = max(len(spec.devices), 1)
+        d = {**spec.__dict__, "env": dict(spec.env), "job": {**spec.job}}
+        from mtpbench.runner import SRC_ROOT
+
+        d["job"]["_driver_src_root"] = str(SRC_ROOT)
+        # Ray assigns the devices on the node and sets the visibility variable itself.
+        for var in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND"):
+            d["env"].pop(var, None)
+        if self.resource == "CPU":
+            # Ray pins no cores but sets OMP_NUM_THREADS to the task's CPUs; vLLM-CPU's own "auto" binding
+            # would put every worker of a node on the same cores.
+            d["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        d["devices"] = []
+        t0 = time.monotonic()
+        ref = self.task.options(**self._options(n)).remote(d)
+        cancelled_at: float | None = None
+        while True:
+            done, _ = ray.wait([ref], timeout=0.1)
+            if done:
+                break
+            if stop.is_set() and cancelled_at is None:
+                # Non-forced: the task gets KeyboardInterrupt and stops the worker's process group itself.
+                ray.cancel(ref, force=False)
+                cancelled_at = time.monotonic()
+            elif cancelled_at is not None and time.monotonic() - cancelled_at > 15:
+                ray.cancel(ref, force=True)  # the worker dies with it (PR_SET_PDEATHSIG)
+                cancelled_at = float("inf")
+        try:
+            res = ray.get(ref)
+        except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as exc:
+            if stop.is_set():
+                return {"status": "interrupted", "error": "interrupted: the Ray task was cancelled",
+                        "wall_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+            return {"status": "failed", "error": f"Ray task failed: {str(exc).splitlines()[0]}",
+                    "wall_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+        except ray.exceptions.RayError as exc:
+            return {"status": "failed", "error": f"Ray: {str(exc).splitlines()[0]}",
+                    "wall_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+        Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(spec.log_path).write_text(res["log"], encoding="utf-8")
+        if res["records"]:
+            self.append(spec.job["records_path"], res["records"])
+        for ev in res["events"]:
+            if ev.get("event") != "spawned":  # the pid is the node's, meaningless here
+                on_event(ev)
+        entry = dict(res["entry"])
+        # Time in Ray's queue (waiting for a device on some node) is not the worker's.
+        entry["ray_wall_s"] = round(time.monotonic() - t0, 3)
+        return entry
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+
+def append_lines(path: str, text: str) -> None:
+    """Append whole lines to records.jsonl under the same lock the workers take."""
+    import fcntl
+
+    data = text if text.endswith("\n") else text + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data.encode())
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def make_executor(kind: str, address: str | None = None, resource: str = "GPU") -> LocalExecutor | RayExecutor:
+    if kind == "local":
+        return LocalExecutor()
+    if kind == "ray":
+        return RayExecutor(address or os.environ.get("RAY_ADDRESS") or None, resource, append_lines)
+    raise UserError(f"--executor {kind!r}: expected local or ray")
+
+
+__all__ = ["LocalExecutor", "RayExecutor", "WorkerSpec", "kill_group", "make_executor", "supervise"]

@@ -1,0 +1,39 @@
+"""The version numbers of mtpbench's file formats, in one place, and the one check that reads them.
+
+Standard library only: the worker (which runs inside a build's interpreter without mtpbench's
+dependencies) stamps every record with SCHEMA_VERSION, and results.py / baseline.py refuse files of
+another version with a message that says which side is out of date (asv-style: "newer, update mtpbench"
+vs "older").
+
+Format history
+- run schema 1 (mtpbench 0.1): manifest.json + records.jsonl, see results.py.
+- baseline schema 1 (mtpbench 0.1): see baseline.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mtpbench import __version__
+
+SCHEMA_VERSION = 1  # runs: manifest.json and every line of records.jsonl
+BASELINE_SCHEMA = 1  # baselines/*.yaml
+
+
+def schema_problem(value: Any, supported: int, what: str) -> str | None:
+    """None when `value` is the supported version, else the sentence that says why the file is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+        isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())
+    ):
+        shown = "missing" if value is None else f"{value!r}"
+        return f"{what} schema: expected an integer version, got {shown[:40]}"
+    v = int(value)
+    if v == supported:
+        return None
+    if v > supported:
+        return f"{what} schema {v} is newer than mtpbench {__version__} reads ({supported}): update mtpbench to read it"
+    return (
+        f"{what} schema {v} is older than mtpbench {__version__} reads ({supported}): re-record it with this "
+        "version, or read it with the mtpbench that wrote it"
+    )

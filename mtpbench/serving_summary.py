@@ -1,0 +1,390 @@
+"""The serving workload's own figures and checks (pure), and their rendering.
+
+A serving run's requests are stored as `prompt` records (raw spec-decode counts, one cluster per
+request), so the acceptance table, the per-position verdicts and the diagnoses are the offline ones.
+What only serving has lives here: per cell, requests ok/total, req/s, output tok/s, TTFT / TPOT / ITL /
+E2E percentiles, the `/metrics`-vs-per-request count check, and two acceptance definitions side by side:
+
+- **pooled** (vLLM's `/metrics` and `vllm bench serve`): accepted / drafts over all requests, per position
+  and in total; AL = 1 + accepted / drafts;
+- **per-request mean** (tools that average the responses' `mean_acceptance_length`): the mean over
+  requests of 1 + accepted_r / drafts_r.
+
+Per-position intervals are clustered by request (ratio estimator, linearised variance): the drafts of one
+request are correlated, the requests are the independent units. Checks (as `compare.Diagnosis`):
+failed or missing requests fail the gate; a `/metrics` delta that differs from the per-request sum is
+shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
+with `fail_on_throughput_drop`). `select_baseline` keeps the entries of the run's workload: a serving run
+is never compared with an offline entry, nor with one of another concurrency or max_tokens (exit 4).
+Computing never prints; the renderers below do no arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from rich import box
+from rich.table import Table
+from scipy import stats as sps
+
+from mtpbench.baseline import Baseline, BaselineEntry
+from mtpbench.errors import NotComparableError
+from mtpbench.results import Run
+from mtpbench.stats import Interval
+
+FAIL, WARN, INFO = "fail", "warn", "info"
+# The workload fields a baseline entry must share with the run for acceptance to be comparable.
+MUST_MATCH = ("concurrency", "max_tokens", "request_rate")
+
+
+def workload_of(run: Run) -> dict[str, Any]:
+    return dict(run.manifest.get("config", {}).get("workload") or {"kind": "offline"})
+
+
+def is_serving(run: Run) -> bool:
+    return workload_of(run).get("kind") == "serving"
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    p50: float | None
+    p99: float | None
+
+
+@dataclass
+class ServingCell:
+    cell: str
+    build: str
+    mode: str
+    variant: str
+    requests_total: int
+    requests_ok: int
+    requests_failed: int
+    load_wall_s: float
+    req_per_s: float | None
+    output_tok_per_s: float | None
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    itl_s: Percentiles
+    e2e_s: Percentiles
+    # Pooled over all requests (vLLM's /metrics definition), fractions.
+    pooled_per_pos: list[float | None]
+    pooled_per_pos_ci: list[Interval | None]
+    pooled_mean: float | None
+    pooled_al: float | None
+    # Mean over requests of each request's acceptance length 1 + accepted/drafts.
+    mean_request_al: float | None
+    metrics_delta: list[dict[str, Any] | None] = field(default_factory=list)
+    per_request_sum: list[dict[str, Any]] = field(default_factory=list)
+    counts_match: list[bool | None] = field(default_factory=list)
+    server_died: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def _pcts(values: list[float]) -> Percentiles:
+    if not values:
+        return Percentiles(None, None)
+    arr = np.asarray(values, dtype=float)
+    return Percentiles(float(np.percentile(arr, 50)), float(np.percentile(arr, 99)))
+
+
+def clustered_ratio_ci(num: list[int], den: list[int], confidence: float = 0.95) -> Interval | None:
+    """Interval on sum(num)/sum(den) with the clusters (requests) as the independent units: the ratio
+    estimator's linearised variance n/(n-1) * sum((a_j - r d_j)^2) / D^2, normal quantile, clipped to [0,1]."""
+    n = len(den)
+    d_tot = sum(den)
+    if n < 2 or d_tot <= 0:
+        return None
+    r = sum(num) / d_tot
+    var = n / (n - 1) * sum((a - r * d) ** 2 for a, d in zip(num, den, strict=True)) / d_tot**2
+    z = float(sps.norm.ppf(0.5 + confidence / 2))
+    half = z * math.sqrt(var)
+    return Interval(max(0.0, r - half), min(1.0, r + half))
+
+
+def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
+    wl = workload_of(run)
+    k = int(run.manifest["config"]["speculative"]["num_speculative_tokens"])
+    order: list[str] = []
+    meta: dict[str, dict[str, str]] = {}
+    for c in run.manifest.get("cells", []):
+        if c["cell"] not in meta:
+            order.append(c["cell"])
+            meta[c["cell"]] = {"build": c["build"], "mode": c["mode"], "variant": c["variant"]}
+    out: list[ServingCell] = []
+    for cell in order:
+        reqs = [r for r in run.records if r.get("cell") == cell and r.get("type") == "prompt"]
+        failed = [r for r in run.records if r.get("cell") == cell and r.get("type") == "request_failed"]
+        loads = [r for r in run.records if r.get("cell") == cell and r.get("type") == "load"]
+        repeats = {c["repeat"] for c in run.manifest["cells"] if c["cell"] == cell}
+        total = int(wl.get("num_requests", 0)) * len(repeats)
+        wall = sum(float(x.get("wall_s") or 0.0) for x in loads)
+        gen = sum(int(r.get("num_generated_tokens") or 0) for r in reqs)
+        drafts = [int(r["num_drafts"]) for r in reqs]
+        d_tot = sum(drafts)
+        acc_tot = sum(int(r["num_accepted_tokens"]) for r in reqs)
+        dt_tot = sum(int(r["num_draft_tokens"]) for r in reqs)
+        per_pos, per_pos_ci = [], []
+        for i in range(k):
+            a = [int(r["accepted_per_pos"][i]) for r in reqs]
+            per_pos.append(sum(a) / d_tot if d_tot else None)
+            per_pos_ci.append(clustered_ratio_ci(a, drafts, confidence))
+        als = [1 + int(r["num_accepted_tokens"]) / int(r["num_drafts"]) for r in reqs if int(r["num_drafts"]) > 0]
+        out.append(
+            ServingCell(
+                cell=cell,
+                **meta[cell],
+                requests_total=total,
+                requests_ok=len(reqs),
+                requests_failed=len(failed),
+                load_wall_s=wall,
+                req_per_s=len(reqs) / wall if wall > 0 and loads else None,
+                output_tok_per_s=gen / wall if wall > 0 and loads else None,
+                ttft_s=_pcts([float(r["ttft_s"]) for r in reqs if r.get("ttft_s") is not None]),
+                tpot_s=_pcts([float(r["tpot_s"]) for r in reqs if r.get("tpot_s") is not None]),
+                itl_s=_pcts([float(x) for r in reqs for x in r.get("itl_s") or []]),
+                e2e_s=_pcts([float(r["e2e_s"]) for r in reqs if r.get("e2e_s") is not None]),
+                pooled_per_pos=per_pos,
+                pooled_per_pos_ci=per_pos_ci,
+                pooled_mean=acc_tot / dt_tot if dt_tot else None,
+                pooled_al=1 + acc_tot / d_tot if d_tot else None,
+                mean_request_al=sum(als) / len(als) if als else None,
+                metrics_delta=[x.get("metrics_delta") for x in loads],
+                per_request_sum=[x.get("per_request_sum") for x in loads],
+                counts_match=[x.get("counts_match") for x in loads],
+                server_died=any(x.get("server_died") for x in loads),
+                errors=[str(r.get("error")) for r in failed][:5],
+            )
+        )
+    return out
+
+
+# --- baselines ------------------------------------------------------------------------------------------
+
+
+def select_baseline(run: Run, baseline: Baseline) -> tuple[Baseline, list[str]]:
+    """The baseline restricted to the run's workload, and the serving fields it could not check.
+    Raises NotComparableError (exit 4) when no entry is of the run's workload or a serving entry was
+    measured under another concurrency / max_tokens / request rate."""
+    wl = workload_of(run)
+    serving = wl.get("kind") == "serving"
+    keep = [e for e in baseline.entries if (e.serving is not None) == serving]
+    if not keep:
+        have = "offline" if serving else "serving"
+        raise NotComparableError(
+            f"run {run.run_id} is a {wl.get('kind')} run and baseline {baseline.name} has only {have} entries: "
+            "acceptance under a server's batching is not comparable with the offline probe"
+        )
+    unchecked: list[str] = []
+    if serving:
+        mismatches: list[str] = []
+        for e in keep:
+            assert e.serving is not None
+            for key in MUST_MATCH:
+                want = getattr(e.serving, key)
+                have_v = wl.get(key) if key != "max_tokens" else (wl.get("max_tokens") or _max_tokens(run))
+                if want is None:
+                    if key != "request_rate":  # unlimited is the default on both sides
+                        unchecked.append(f"workload.{key}")
+                elif have_v is None or float(have_v) != float(want):
+                    mismatches.append(f"workload.{key}={have_v} vs baseline {want} ({e.build}/{e.mode})")
+            unchecked += [f"serving.{f}" for f in e.serving.not_checked]
+        if mismatches:
+            raise NotComparableError(
+                f"run {run.run_id} is not comparable with baseline {baseline.name}: " + "; ".join(mismatches)
+            )
+    return baseline.model_copy(update={"entries": keep}), sorted(set(unchecked))
+
+
+def _max_tokens(run: Run) -> int | None:
+    mt = run.manifest["config"].get("sampling", {}).get("max_tokens")
+    return int(mt) if mt is not None else None
+
+
+def baseline_fields(run: Run, build: str, mode: str, variant: str | None = None) -> dict[str, Any] | None:
+    """What `baseline save` stores for a serving cell (None for an offline run)."""
+    if not is_serving(run):
+        return None
+    wl = workload_of(run)
+    cells = summarize_serving(run)
+    cell = next((c for c in cells if (c.build, c.mode) == (build, mode) and variant in (None, c.variant)), None)
+    if cell is None:
+        return None
+    ms = 1000.0
+    return {
+        "concurrency": wl.get("concurrency"),
+        "num_requests": wl.get("num_requests"),
+        "max_tokens": wl.get("max_tokens") or _max_tokens(run),
+        "request_rate": wl.get("request_rate"),
+        "requests_ok": cell.requests_ok,
+        "requests_total": cell.requests_total,
+        "req_per_s": _round(cell.req_per_s, 3),
+        "output_tok_per_s": _round(cell.output_tok_per_s, 1),
+        "ttft_p50_ms": _round(cell.ttft_s.p50 and cell.ttft_s.p50 * ms, 1),
+        "tpot_p50_ms": _round(cell.tpot_s.p50 and cell.tpot_s.p50 * ms, 2),
+        "mean_request_al": _round(cell.mean_request_al, 4),
+    }
+
+
+def _round(x: float | None, n: int) -> float | None:
+    return None if x is None else round(float(x), n)
+
+
+# --- checks -----------------------------------------------------------------------------------------------
+
+
+def diagnoses(run: Run) -> list[Any]:
+    """Serving findings that need no baseline, as compare.Diagnosis objects (compare imports this module
+    lazily, so the import goes the other way here)."""
+    from mtpbench.compare import Diagnosis
+
+    if not is_serving(run):
+        return []
+    out: list[Diagnosis] = []
+    incomplete = {c["cell"] for c in run.manifest.get("cells", []) if c.get("status") != "ok"}
+    for c in summarize_serving(run):
+        missing = c.requests_total - c.requests_ok - c.requests_failed
+        # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the
+        # run-failed warning), not a gate finding; its recorded requests are still shown in the table.
+        if c.cell not in incomplete and (c.requests_failed or missing > 0):
+            first = f": {c.errors[0]}" if c.errors else ""
+            out.append(Diagnosis(
+                "failed-requests", FAIL, c.cell,
+                f"{c.requests_ok}/{c.requests_total} requests ok ({c.requests_failed} failed, {max(missing, 0)} "
+                f"not finished{', server died during the load' if c.server_died else ''}){first}",
+                cause="the server failed requests under load: any failed request fails the gate",
+                numbers={"ok": c.requests_ok, "total": c.requests_total, "failed": c.requests_failed},
+            ))  # fmt: skip
+        for rep, (match, delta, summed) in enumerate(zip(c.counts_match, c.metrics_delta, c.per_request_sum,
+                                                          strict=True)):  # fmt: skip
+            if match is False:
+                out.append(Diagnosis(
+                    "count-mismatch", WARN, c.cell,
+                    f"repeat {rep}: /metrics spec-decode deltas {delta} differ from the sum of the per-request "
+                    f"counts {summed}; the per-request counts are what the verdicts use",
+                    cause="something else used the server during the load, or a build whose per-request "
+                          "metrics count differently from its Prometheus counters",
+                    numbers={"metrics_delta": delta, "per_request_sum": summed},
+                ))  # fmt: skip
+    return out
+
+
+def throughput_diagnoses(run: Run, baseline: Baseline) -> list[Any]:
+    """req/s below the baseline entry's by more than the workload's tolerance (same NUM only)."""
+    from mtpbench.compare import Diagnosis
+
+    if not is_serving(run):
+        return []
+    wl = workload_of(run)
+    out: list[Diagnosis] = []
+    for c in summarize_serving(run):
+        entry = _entry(baseline, c)
+        if entry is None or entry.serving is None or entry.serving.req_per_s is None or c.req_per_s is None:
+            continue
+        if entry.serving.num_requests is not None and entry.serving.num_requests != wl.get("num_requests"):
+            continue  # listed by throughput_unchecked
+        drop = 1 - c.req_per_s / entry.serving.req_per_s
+        tol = float(wl.get("throughput_tolerance_pct", 20.0))
+        if drop * 100 > tol:
+            sev = FAIL if wl.get("fail_on_throughput_drop") else WARN
+            out.append(Diagnosis(
+                "throughput-drop", sev, c.cell,
+                f"{c.req_per_s:.2f} req/s vs baseline {entry.serving.req_per_s:.2f} req/s "
+                f"(-{100 * drop:.1f} %, tolerance {tol:g} %)",
+                cause="slower serving; hardware and load differ between machines, so this fails only with "
+                      "workload.fail_on_throughput_drop",
+                numbers={"req_per_s": c.req_per_s, "baseline_req_per_s": entry.serving.req_per_s, "drop": drop},
+            ))  # fmt: skip
+    return out
+
+
+def throughput_unchecked(run: Run, baseline: Baseline) -> list[str]:
+    wl = workload_of(run)
+    out = []
+    for e in baseline.entries:
+        if e.serving is None:
+            continue
+        if e.serving.req_per_s is None:
+            out.append("serving.req_per_s")
+        elif e.serving.num_requests is not None and e.serving.num_requests != wl.get("num_requests"):
+            out.append(f"serving.req_per_s (baseline NUM={e.serving.num_requests}, run NUM={wl.get('num_requests')})")
+    return sorted(set(out))
+
+
+def _entry(baseline: Baseline, c: ServingCell) -> BaselineEntry | None:
+    return baseline.entry_for(c.build, c.mode)
+
+
+# --- rendering (no arithmetic beyond units) ----------------------------------------------------------
+
+
+def _p(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{100 * x:.{digits}f}"
+
+
+def _ms(p: Percentiles) -> str:
+    if p.p50 is None or p.p99 is None:
+        return "–"
+    return f"{1000 * p.p50:.0f}/{1000 * p.p99:.0f}"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
+    """One header and row builder for the table and Markdown renderers."""
+    k = max((len(c.pooled_per_pos) for c in cells), default=0)
+    head = ["cell", "requests\nok", "req/s", "out\ntok/s", "TTFT ms\np50/p99", "TPOT ms\np50/p99",
+            *[f"pos{i} %\n[95% CI]" for i in range(k)], "mean %\npooled", "AL\npooled", "AL\nreq mean",
+            "/metrics\n= sum"]  # fmt: skip
+    rows = []
+    for c in cells:
+        match = "yes" if c.counts_match and all(m is True for m in c.counts_match) else (
+            "NO" if any(m is False for m in c.counts_match) else "n/a")  # fmt: skip
+        rows.append([
+            c.cell, f"{c.requests_ok}/{c.requests_total}", _num(c.req_per_s, ".2f"), _num(c.output_tok_per_s, ".0f"),
+            _ms(c.ttft_s), _ms(c.tpot_s),
+            *[f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
+              for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)],
+            _p(c.pooled_mean), _num(c.pooled_al, ".2f"), _num(c.mean_request_al, ".2f"), match,
+        ])  # fmt: skip
+    return head, rows
+
+
+def serving_table(cells: list[ServingCell]) -> Table:
+    head, rows = serving_rows(cells)
+    t = Table(
+        title="serving load: pos/mean/AL pooled = accepted/drafts over all requests (as /metrics and vllm bench "
+        "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
+        "/metrics = sum: the counter deltas equal the per-request counts",
+        title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+    )  # fmt: skip
+    for i, h in enumerate(head):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i != 0)
+    for r in rows:
+        style = "red" if r[1].split("/")[0] != r[1].split("/")[1] or r[-1] == "NO" else None
+        t.add_row(*r, style=style)
+    return t
+
+
+def serving_markdown(cells: list[ServingCell]) -> str:
+    head, rows = serving_rows(cells)
+    flat = [[x.replace("\n", " ") for x in r] for r in [head, *rows]]
+    lines = ["| " + " | ".join(flat[0]) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in flat[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def serving_json(cells: list[ServingCell]) -> list[dict[str, Any]]:
+    return [asdict(c) for c in cells]
+
+
+def add_to_json(comparison_json: str, cells: list[ServingCell]) -> str:
+    data = json.loads(comparison_json)
+    data["serving"] = serving_json(cells)
+    return json.dumps(data, indent=2)
