@@ -316,7 +316,12 @@ def _frame(run: Run, k: int) -> _Frame:
     for c in COUNT_COLS:
         out[c] = pd.to_numeric(col(c), errors="coerce").fillna(0).astype(np.int64).to_numpy()
     out["wall_s"] = pd.to_numeric(col("wall_s"), errors="coerce").fillna(0.0).to_numpy()
-    pos = _per_pos_matrix(col("accepted_per_pos"), k)
+    # The columnar copy (columnar.py) holds the per-position counts as columns: no vectors to flatten.
+    copy_cols = [f"acc_pos{i}" for i in range(k)]
+    if n and all(c in df.columns for c in copy_cols):
+        pos = df[copy_cols].to_numpy(dtype=np.int64)
+    else:
+        pos = _per_pos_matrix(col("accepted_per_pos"), k)
     for i, name in enumerate(_pos_cols(k)):
         out[name] = pos[:, i] if n else np.zeros(0, dtype=np.int64)
     # A prompt recorded twice in one repeat (a retried write) counts once: the last record wins.
