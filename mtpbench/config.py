@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -44,6 +45,15 @@ MAX_YAML_BYTES = 8 * 1024 * 1024
 MAX_YAML_NODES = 200_000
 MAX_PROMPT_CHARS = 1_000_000
 
+def _no_nul(v: str) -> str:
+    if "\0" in v:
+        raise ValueError("a path or name cannot contain a NUL byte")
+    return v
+
+
+# A path, model id or interpreter: any string a filesystem (and execve) can take.
+PathStr = Annotated[str, AfterValidator(_no_nul)]
+
 # vLLM's CUDAGraphMode names (vllm/config/compilation.py); vllm-ascend uses the same enum.
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
@@ -54,7 +64,7 @@ class Strict(BaseModel):
 
 class SpeculativeSpec(Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
-    model: str | None = Field(None, description="drafter model path or id (none for ngram)")
+    model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
     num_speculative_tokens: StrictInt = Field(gt=0, le=16)
     extra: dict[str, Any] = Field(default_factory=dict, description="passthrough keys of speculative_config")
 
@@ -94,7 +104,7 @@ class SamplingSpec(Strict):
 
 
 class BuildSpec(Strict):
-    python: str | None = Field(None, description="interpreter of the build; none = the current one")
+    python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
     env: dict[str, str] = Field(default_factory=dict)
     device_env: str | None = Field(
         None,
@@ -126,12 +136,25 @@ class ModeSpec(Strict):
         return v.upper() if v is not None else None
 
 
+# The default allowed drop per position, in absolute points. It should sit just above the spread that
+# harmless changes produce (different seeds/processes on an unchanged build), so that noise never fails a
+# build and a real drop does: the calibration benchmark (benchmarks/) measures that spread and the
+# gate's false-alarm rate and power; set this from its report, nowhere else.
+DEFAULT_TOLERANCE_PTS = 5.0
+
+
 class GateSpec(Strict):
-    tolerance_pts: float = Field(5.0, ge=0.0, description="allowed drop per position, absolute points")
+    tolerance_pts: float = Field(
+        DEFAULT_TOLERANCE_PTS, ge=0.0, description="allowed drop per position, absolute points"
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    power: float = Field(0.9, gt=0.5, lt=1.0, description="power at which the smallest detectable drop is stated")
     instability_pts: float = Field(2.0, ge=0.0, description="allowed spread across greedy repeats, points")
     divergence_pts: float = Field(5.0, ge=0.0, description="allowed graph-vs-eager gap, points")
     fail_on_improvement: StrictBool = False
+    fail_on_underpowered: StrictBool = Field(
+        False, description="a cell that could not detect a drop as large as the tolerance fails (exit 5)"
+    )
 
 
 class OfflineWorkload(Strict):
@@ -145,18 +168,18 @@ class ServingWorkload(Strict):
     (mtpbench/serving.py). The prompts are the config's `prompts`, sent round-robin."""
 
     kind: Literal["serving"]
-    concurrency: int = Field(16, gt=0, le=1024, description="requests in flight at once")
-    num_requests: int = Field(300, gt=0, le=100_000)
+    concurrency: StrictInt = Field(16, gt=0, le=1024, description="requests in flight at once")
+    num_requests: StrictInt = Field(300, gt=0, le=100_000)
     request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
-    max_tokens: int | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
-    warmup_requests: int = Field(0, ge=0, le=10_000, description="sent first, not counted")
+    max_tokens: StrictInt | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
+    warmup_requests: StrictInt = Field(0, ge=0, le=10_000, description="sent first, not counted")
     request_timeout_s: float = Field(300.0, gt=0, le=86_400)
     startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
     server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
     throughput_tolerance_pct: float = Field(
         20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
     )
-    fail_on_throughput_drop: bool = False
+    fail_on_throughput_drop: StrictBool = False
 
     @field_validator("server_args")
     @classmethod
@@ -177,11 +200,11 @@ class ExperimentConfig(Strict):
     # The name becomes part of the run folder's name: no separators, nothing hidden, no "..".
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
-    model: str = Field(min_length=1)
-    tokenizer: str | None = None
+    model: PathStr = Field(min_length=1)
+    tokenizer: PathStr | None = None
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
-    prompts: str
+    prompts: PathStr
     prompt_mode: Literal["batched", "sequential"] = Field(
         "sequential",
         description="batched: all prompts of a repeat at once, counted per request; sequential: one at a time",
@@ -193,13 +216,16 @@ class ExperimentConfig(Strict):
     modes: dict[str, ModeSpec] = Field(default_factory=lambda: {"eager": ModeSpec(enforce_eager=True)})
     variants: dict[str, list[str]] = Field(default_factory=lambda: {"stock": []})
     engine_args: dict[str, Any] = Field(default_factory=dict)
-    baseline: str | None = None
+    baseline: PathStr | None = None
+    # Which baseline entry judges a cell whose build/mode has no entry of its own: "build/mode" (or
+    # "build/mode/variant") -> "build/mode" of the entry. Without it, an unmatched cell is not comparable.
+    baseline_entry: dict[str, str] = Field(default_factory=dict)
     gate: GateSpec = Field(default_factory=GateSpec)
     timeout_s: float = Field(1800.0, gt=0, description="default for both deadlines below")
     # Separate deadlines, so a slow graph capture is not taken for a hung generation (and vice versa).
     startup_timeout_s: float | None = Field(None, gt=0, description="process start to engine ready")
     generation_timeout_s: float | None = Field(None, gt=0, description="engine ready to the worker's exit")
-    jobs: int = Field(1, ge=1, le=1024, description="cell-repeats run at once, one device (set) each")
+    jobs: StrictInt = Field(1, ge=1, le=1024, description="cell-repeats run at once, one device (set) each")
     devices: list[str | int] | None = Field(None, description="device ids (or CPU core sets) for the pool")
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
@@ -230,6 +256,9 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"hash_seeds: duplicate seed in {self.hash_seeds}; each repeat needs its own")
         if self.devices is not None and (not self.devices or len(set(self.devices)) != len(self.devices)):
             raise ValueError("devices: give at least one device, each once")
+        for key, entry in self.baseline_entry.items():
+            if key.count("/") not in (1, 2) or entry.count("/") != 1:
+                raise ValueError(f"baseline_entry: {key!r}: {entry!r}: expected 'build/mode[/variant]': 'build/mode'")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
         return self

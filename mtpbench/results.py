@@ -59,6 +59,7 @@ MAX_COUNT = 2**53
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_COUNT)]
 RepeatIndex = Annotated[StrictInt, Field(ge=0, le=10_000)]
 HashSeed = Annotated[StrictInt, Field(ge=0, le=4294967295)]
+Attempt = Annotated[StrictInt, Field(ge=1, le=10_000)]  # --resume re-runs a repeat as attempt 2, 3, …
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # A run id names a folder: no separators, no "..", nothing hidden.
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
@@ -159,6 +160,7 @@ class ManifestCell(_OnDisk):
     variant: str = Field(min_length=1)
     repeat: RepeatIndex
     hash_seed: HashSeed | None = None
+    attempt: Attempt | None = None
     status: str = Field("pending", min_length=1)
     error: str | None = None
     log: str | None = None
@@ -255,6 +257,7 @@ class RecordBase(_OnDisk):
     mode: str | None = None
     variant: str | None = None
     hash_seed: HashSeed | None = None
+    attempt: Attempt | None = None
 
 
 class PromptRecord(RecordBase, Counts):

@@ -25,6 +25,7 @@ from conftest import PUBLISHED, write_run
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
+from mtpbench.columnar import COPY
 from mtpbench.config import MAX_PROMPT_CHARS, MAX_YAML_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -374,12 +375,12 @@ CASES = [
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    # records.parquet is the columnar read cache (columnar.py), written whole (temp file + rename) by any
-    # load of a run without a fresh one: derived from records.jsonl, never a half-written result.
+    # The columnar copy of a *valid* records file (written atomically when a run loads, columnar.py) is a
+    # cache, not a half-written result: a command that fails later (on its baseline) may leave it.
     return {
         str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
         for p in root.rglob("*")
-        if p.is_file() and p.name != "records.parquet"
+        if p.is_file() and p.name != COPY
     }
 
 
