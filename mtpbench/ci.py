@@ -66,19 +66,22 @@ def _command(kind: str, title: str, message: str) -> str:
 
 def annotations(comp: Comparison) -> list[str]:
     """One workflow command per failing check (error) and per warning: cell and position in every one."""
+    from mtpbench.report import cause_text, check_message, finding_message
+
     out: list[str] = []
     for x in comp.checks:
         verdict = _value(x.verdict)
         if verdict == "regression":
             where = f"{x.cell} pos{x.pos}"
-            out.append(_command("error", f"mtpbench regression: {where}", f"{where}: {x.message}"))
+            out.append(_command("error", f"mtpbench regression: {where}", f"{where}: {check_message(x)}"))
     for d in comp.diagnoses:
-        kind, sev = _value(d.kind), _value(d.severity)
+        kind, sev = d.name, _value(d.severity)
         if kind == "regression":
             continue  # already one annotation per position above
         pos = d.numbers.get("pos") if isinstance(d.numbers, dict) else None
         where = d.cell + (f" pos{pos}" if pos is not None else "")
-        text = f"{where}: {d.message}" + (f" (likely cause: {d.cause})" if d.cause else "")
+        cause = cause_text(d)
+        text = f"{where}: {finding_message(d)}" + (f" (likely cause: {cause})" if cause else "")
         if sev == "fail":
             out.append(_command("error", f"mtpbench {kind}: {where}", text))
         elif sev == "warn":

@@ -1,36 +1,184 @@
 """Pure verdicts: a run's cells against a baseline, against each other, and across their repeats.
 
-`collect` turns a run's records into per-cell results (pandas does the grouping); `analyze` names the
-bug signatures that need no baseline — graph divergence (a graph/compiled mode differs from the
-reference mode at the same build and variant under greedy sampling) and cross-process instability
-(greedy repeats in fresh processes disagree); `compare` adds the per-position gate against a baseline.
-Thresholds are small objects with `.fails(...) -> message | None` (pytest-benchmark's pattern); all
-findings are collected before an exit code is chosen. Acceptance is higher-is-better everywhere.
-Nothing here prints.
+`collect` turns a run's records into per-cell evidence with pandas/numpy column operations (no Python
+loop over prompt records): repeats that did not finish, or recorded fewer prompts than the run asked for,
+are kept for display but excluded from every verdict; identical repeats of a prompt (same counts, same
+output sha256) count once; each prompt is one cluster of evidence (stats.py says why). `analyze` names
+what needs no baseline — speculation off, partial repeats, cross-process instability (exact under greedy
+decoding, a prompt-level permutation test when sampling), graph divergence, text changes; `compare` adds
+the per-position gate against a baseline, fail-closed: a cell with no baseline entry is not comparable,
+a baseline that cannot vouch for the model is refused unless named, a drop beyond the tolerance that the
+data cannot support is `inconclusive`, never a pass.
+
+Findings are structured (enums for verdict, severity, kind and cause; numbers); report.py words them.
+The exit code comes from the findings through the one policy in errors.py. Nothing here prints.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mtpbench.baseline import Baseline, BaselineEntry, run_fingerprint
 from mtpbench.config import GateSpec
-from mtpbench.errors import ExitCode, NotComparableError
+from mtpbench.errors import ExitCode, NotComparableError, UserError, combine_exit_codes
 from mtpbench.results import Run
-from mtpbench.stats import Counts, Interval, Summary, diff_interval, homogeneity_pvalue, summarize
+from mtpbench.stats import (
+    Counts,
+    Estimate,
+    Interval,
+    PromptCounts,
+    Summary,
+    binomial_se,
+    clustered_ratio,
+    common_prompts,
+    mde,
+    mover_diff,
+    paired_diff,
+    permutation_spread_pvalue,
+    summarize,
+    welch_df,
+    wilson,
+)
 
-FAIL, WARN, INFO = "fail", "warn", "info"
+
+class Severity(str, Enum):
+    FAIL = "fail"  # breaks the gate: the finding's kind decides the exit code
+    WARN = "warn"
+    INFO = "info"
+
+
+FAIL, WARN, INFO = Severity.FAIL, Severity.WARN, Severity.INFO  # the names before 0.2
+
+
+class Verdict(str, Enum):
+    """Of one cell × position against its baseline entry."""
+
+    PASS = "pass"
+    REGRESSION = "regression"  # beyond the tolerance, and the interval on the difference excludes zero
+    INCONCLUSIVE = "inconclusive"  # beyond the tolerance, but the data cannot support it
+    IMPROVEMENT = "improvement"
+    NO_DATA = "no-data"  # no complete repeat, or no drafts
+    NO_BASELINE = "no-baseline"
+
+
+class Kind(str, Enum):
+    REGRESSION = "regression"
+    INCONCLUSIVE = "inconclusive"
+    UNDERPOWERED = "underpowered"
+    IMPROVEMENT = "improvement"
+    SPECULATION_OFF = "speculation-off"
+    NO_BASELINE = "no-baseline"
+    RUN_FAILED = "run-failed"
+    INSTABILITY = "cross-process-instability"
+    GRAPH_DIVERGENCE = "graph-divergence"
+    TEXT_CHANGED = "text-changed"
+    GRAPH_DOWNGRADED = "graph-mode-downgraded"
+    UNCHECKED = "unchecked-baseline"
+    # The serving workload's (mtpbench/serving_summary.py): worded by their producer, numbers["message"].
+    FAILED_REQUESTS = "failed-requests"
+    COUNT_MISMATCH = "count-mismatch"
+    THROUGHPUT_DROP = "throughput-drop"
+    EXTERNAL = "external"  # any other producer's; numbers["kind"] holds its own name
+
+
+class Cause(str, Enum):
+    """The likely cause a finding points at; report.py holds the sentence for each."""
+
+    NONE = ""
+    DRAFTER_ACCEPTANCE = "drafter-acceptance"
+    SPECULATION_DISABLED = "speculation-disabled"
+    ORDER_DEPENDENT_STATE = "order-dependent-state"
+    TARGET_NONDETERMINISM = "target-nondeterminism"
+    DRAFT_GRAPH_METADATA = "draft-graph-metadata"
+    TARGET_NUMERICS = "target-numerics"
+    STALE_BASELINE = "stale-baseline"
+    TOO_LITTLE_EVIDENCE = "too-little-evidence"
+    NO_BASELINE_ENTRY = "no-baseline-entry"
+    INCOMPLETE_REPEATS = "incomplete-repeats"
+    PLATFORM_DOWNGRADE = "platform-downgrade"
+    UNVERIFIED_IDENTITY = "unverified-identity"
+    EXTERNAL = "external"  # numbers["cause_text"] holds the producer's sentence
+
+
+# The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
+KIND_EXIT: dict[Kind, ExitCode] = {
+    Kind.REGRESSION: ExitCode.REGRESSION,
+    Kind.SPECULATION_OFF: ExitCode.REGRESSION,
+    Kind.INSTABILITY: ExitCode.REGRESSION,
+    Kind.GRAPH_DIVERGENCE: ExitCode.REGRESSION,
+    Kind.IMPROVEMENT: ExitCode.REGRESSION,  # only fails under gate.fail_on_improvement
+    Kind.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+    Kind.UNDERPOWERED: ExitCode.INCONCLUSIVE,  # only fails under gate.fail_on_underpowered
+    Kind.NO_BASELINE: ExitCode.NOT_COMPARABLE,
+    Kind.RUN_FAILED: ExitCode.RUN_FAILED,
+    Kind.FAILED_REQUESTS: ExitCode.REGRESSION,  # any failed request under load fails the gate
+    Kind.THROUGHPUT_DROP: ExitCode.REGRESSION,  # only fails under workload.fail_on_throughput_drop
+    Kind.EXTERNAL: ExitCode.REGRESSION,
+}
+# Kinds whose sentence their producer wrote (Diagnosis below); report.py words all the others.
+PRODUCER_WORDED = {Kind.FAILED_REQUESTS, Kind.COUNT_MISMATCH, Kind.THROUGHPUT_DROP, Kind.EXTERNAL}
+
+
+@dataclass
+class Finding:
+    kind: Kind
+    severity: Severity
+    cell: str
+    cause: Cause = Cause.NONE
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The kind's name; a serving finding keeps its own (failed-requests, throughput-drop, …)."""
+        return str(self.numbers.get("kind", "")) if self.kind == Kind.EXTERNAL else self.kind.value
+
+    @property
+    def message(self) -> str:
+        """The sentence of a finding worded by its producer; report.finding_message words every finding."""
+        return str(self.numbers.get("message", ""))
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.severity != Severity.FAIL:
+            return ExitCode.OK
+        return KIND_EXIT.get(self.kind, ExitCode.OK)
+
+
+# Findings worded by the module that makes them (the serving workload: mtpbench/serving_summary.py);
+# a failing one is a regression of the gate (exit 1), e.g. failed requests under load.
+def Diagnosis(  # the constructor name other modules used before 0.2
+    kind: str, severity: str, cell: str, message: str = "", cause: str = "", numbers: dict[str, Any] | None = None
+) -> Finding:
+    """A finding whose producer wrote its own sentence (kept in numbers["message"] / ["cause_text"])."""
+    known = {k.value: k for k in Kind}
+    return Finding(known.get(kind, Kind.EXTERNAL), Severity(severity), cell, Cause.EXTERNAL,
+                   {**(numbers or {}), "kind": kind, "message": message, "cause_text": cause})  # fmt: skip
 
 
 @dataclass
 class RepeatResult:
     repeat: int
     hash_seed: int | None
+    status: str
+    prompts: int  # distinct prompts recorded
+    complete: bool  # status ok and every prompt recorded: only complete repeats are evidence
     counts: Counts
-    outputs: dict[str, str]  # prompt_id -> sha256 of generated token ids
+    # prompt_id -> output sha256, built on first use (a dict per repeat costs seconds over 10^6 records)
+    load_outputs: Callable[[], dict[str, str]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def outputs(self) -> dict[str, str]:
+        return self.load_outputs() if self.load_outputs is not None else {}
 
 
 @dataclass
@@ -41,17 +189,27 @@ class CellResult:
     variant: str
     summary: Summary
     repeats: list[RepeatResult]
+    evidence: PromptCounts = field(repr=False)  # per-prompt cluster totals of the complete repeats
+    observations: pd.DataFrame = field(repr=False)  # prompt rows of the complete repeats (integer codes)
+    prompt_names: np.ndarray = field(repr=False)  # observations.prompt code -> prompt id
     requested: dict[str, Any] = field(default_factory=dict)
     effective: dict[str, Any] = field(default_factory=dict)
     patches: list[dict[str, Any]] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)
     prompts_expected: int = 0
     engine_start_s: float | None = None
     wall_s: float | None = None
 
     @property
+    def statuses(self) -> list[str]:
+        return [r.status for r in self.repeats]
+
+    @property
     def complete(self) -> bool:
-        return bool(self.statuses) and all(s == "ok" for s in self.statuses)
+        return bool(self.repeats) and all(r.complete for r in self.repeats)
+
+    @property
+    def used_repeats(self) -> list[RepeatResult]:
+        return [r for r in self.repeats if r.complete]
 
     @property
     def graph_downgraded(self) -> bool:
@@ -67,18 +225,12 @@ class PositionCheck:
     base_rate: float | None
     delta: float | None
     ci: Interval | None
-    verdict: str  # pass | regression | improvement | no-data | no-baseline
-    message: str = ""
-
-
-@dataclass
-class Diagnosis:
-    kind: str  # regression | graph-divergence | cross-process-instability | improvement | text-changed | ...
-    severity: str
-    cell: str
-    message: str
-    cause: str = ""
-    numbers: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict
+    mde: float | None = None  # smallest drop detectable at the gate's confidence and power
+    underpowered: bool = False
+    prompts: int = 0  # prompts the comparison rests on
+    method: str = ""  # paired | pooled-baseline | exact-baseline
+    entry: str = ""  # build/mode of the baseline entry
 
 
 @dataclass
@@ -86,7 +238,7 @@ class Comparison:
     run_id: str
     cells: list[CellResult]
     checks: list[PositionCheck] = field(default_factory=list)
-    diagnoses: list[Diagnosis] = field(default_factory=list)
+    diagnoses: list[Finding] = field(default_factory=list)
     baseline: str | None = None
     baseline_provenance: dict[str, Any] = field(default_factory=dict)
     unchecked: list[str] = field(default_factory=list)
@@ -94,122 +246,184 @@ class Comparison:
     greedy: bool = True
 
     @property
+    def findings(self) -> list[Finding]:
+        return self.diagnoses
+
+    @property
     def exit_code(self) -> ExitCode:
-        if any(d.severity == FAIL for d in self.diagnoses):
-            return ExitCode.REGRESSION
-        if any(not c.complete for c in self.cells):
-            return ExitCode.RUN_FAILED
-        return ExitCode.OK
+        return combine_exit_codes(f.exit_code for f in self.diagnoses)
 
 
 # --- collecting -------------------------------------------------------------------------------------
 
+COUNT_COLS = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
 
-def _counts(rows: pd.DataFrame, k: int) -> Counts:
-    per_pos = [0] * k
-    for vec in rows["accepted_per_pos"]:
-        for i, v in enumerate(list(vec)[:k]):
-            per_pos[i] += int(v)
-    return Counts(
-        int(rows["num_drafts"].sum()),
-        int(rows["num_draft_tokens"].sum()),
-        int(rows["num_accepted_tokens"].sum()),
-        tuple(per_pos),
+
+def _pos_cols(k: int) -> list[str]:
+    return [f"a{i}" for i in range(k)]
+
+
+def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
+    vals = values.tolist()
+    n = len(vals)
+    if n == 0:
+        return np.zeros((0, k), dtype=np.int64)
+    lengths = np.fromiter(map(len, vals), dtype=np.int64, count=n) if all(
+        isinstance(v, (list, tuple, np.ndarray)) for v in vals[:1]) else None  # fmt: skip
+    if lengths is not None and bool((lengths == k).all()):
+        # The common case, flattened in one pass (an order of magnitude faster than np.asarray on lists).
+        return np.fromiter(itertools.chain.from_iterable(vals), dtype=np.int64, count=n * k).reshape(n, k)
+    # Ragged or odd vectors: pad with zeros / cut to k; the loaders name bad lengths as bad input.
+    arr = pd.DataFrame([list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals])
+    return arr.reindex(columns=range(k)).fillna(0).to_numpy(dtype=np.int64)
+
+
+def _dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
+    """drop_duplicates over many integer columns via one 64-bit row hash (pandas' own hashing)."""
+    h = pd.util.hash_pandas_object(df[cols], index=False)
+    return df[~h.duplicated(keep=keep).to_numpy()]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Prompt records as integer columns: `cell`, `prompt`, `sha` are codes into the name arrays, so
+    grouping, de-duplicating and selecting stay numpy operations even over 10^6 records."""
+
+    df: pd.DataFrame
+    cells: np.ndarray
+    prompts: np.ndarray
+    shas: np.ndarray
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def _frame(run: Run, k: int) -> _Frame:
+    """One row per prompt record with accepted_per_pos spread into columns a0..a{k-1}."""
+    df = run.prompt_frame()
+    n = len(df)
+
+    def col(name: str) -> pd.Series:
+        return df[name] if name in df.columns else pd.Series([None] * n, dtype=object)
+
+    cell, cells = _codes(col("cell"))
+    prompt, prompts = _codes(col("prompt_id"))
+    sha, shas = _codes(col("output_sha256"))  # a record without a hash is "unknown", never a KeyError
+    out = pd.DataFrame({"cell": cell, "repeat": pd.to_numeric(col("repeat"), errors="coerce").fillna(-1)
+                        .astype(np.int64).to_numpy(), "prompt": prompt, "sha": sha})  # fmt: skip
+    for c in COUNT_COLS:
+        out[c] = pd.to_numeric(col(c), errors="coerce").fillna(0).astype(np.int64).to_numpy()
+    out["wall_s"] = pd.to_numeric(col("wall_s"), errors="coerce").fillna(0.0).to_numpy()
+    pos = _per_pos_matrix(col("accepted_per_pos"), k)
+    for i, name in enumerate(_pos_cols(k)):
+        out[name] = pos[:, i] if n else np.zeros(0, dtype=np.int64)
+    # A prompt recorded twice in one repeat (a retried write) counts once: the last record wins.
+    out = _dedupe(out, ["cell", "repeat", "prompt"], keep="last")
+    return _Frame(out, cells, prompts, shas)
+
+
+SIG = ["prompt", *COUNT_COLS, "sha"]  # with the a{i} columns: what makes two observations of a prompt identical
+
+
+def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
+    if not len(obs):
+        return PromptCounts.empty(k)
+    distinct = _dedupe(obs, [*SIG, *_pos_cols(k)])  # identical repeats of a prompt are one observation
+    tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *_pos_cols(k)]].sum()
+    return PromptCounts(
+        tuple(str(p) for p in names[tot.index.to_numpy()]),
+        tot["num_drafts"].to_numpy(),
+        tot["num_draft_tokens"].to_numpy(),
+        tot["num_accepted_tokens"].to_numpy(),
+        tot[_pos_cols(k)].to_numpy(),
     )
+
+
+def _outputs(fr: _Frame, code: int, repeat: int) -> dict[str, str]:
+    rows = fr.df[(fr.df["cell"].to_numpy() == code) & (fr.df["repeat"].to_numpy() == repeat)]
+    return dict(zip(fr.prompts[rows["prompt"].to_numpy()].tolist(), fr.shas[rows["sha"].to_numpy()].tolist(),
+                    strict=True))  # fmt: skip
+
+
+def _counts_row(row: pd.Series, k: int) -> Counts:
+    return Counts(int(row["num_drafts"]), int(row["num_draft_tokens"]), int(row["num_accepted_tokens"]),
+                  tuple(int(row[c]) for c in _pos_cols(k)))  # fmt: skip
 
 
 def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     cfg = run.manifest["config"]
     k = int(cfg["speculative"]["num_speculative_tokens"])
-    n_prompts = len(run.manifest["prompts"].get("ids", []))
-    df = run.prompt_frame()
-    starts = {(r["cell"], r["repeat"]): r for r in run.cell_starts()}
-    order: list[str] = []
-    meta: dict[str, dict[str, Any]] = {}
+    expected = len(run.manifest["prompts"].get("ids", []) or [])
+    fr = _frame(run, k)
+    df = fr.df
+    code_of = {str(c): i for i, c in enumerate(fr.cells)}
+    cols = [*COUNT_COLS, *_pos_cols(k)]
+    per_rep = df.groupby(["cell", "repeat"], sort=False)
+    rep_counts = per_rep[cols].sum()
+    rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
+    rep_wall = per_rep["wall_s"].sum()
+    starts = {(r.get("cell"), r.get("repeat")): r for r in run.cell_starts()}
+    by_cell: dict[str, list[dict[str, Any]]] = {}
     for c in run.manifest["cells"]:
-        if c["cell"] not in meta:
-            order.append(c["cell"])
-            meta[c["cell"]] = {
-                "build": c["build"],
-                "mode": c["mode"],
-                "variant": c["variant"],
-                "statuses": [],
-                "seeds": {},
-            }
-        meta[c["cell"]]["statuses"].append(c.get("status", "pending"))
-        meta[c["cell"]]["seeds"][c["repeat"]] = c.get("hash_seed")
+        by_cell.setdefault(c["cell"], []).append(c)
+    stride = int(df["repeat"].max()) + 2 if len(df) else 1
+    complete_keys: list[int] = []
+    repeats: dict[str, list[RepeatResult]] = {}
+    for cell, entries in by_cell.items():
+        reps: list[RepeatResult] = []
+        code = code_of.get(cell, -1)
+        for e in sorted(entries, key=lambda e: int(e.get("repeat", 0))):
+            rep = int(e.get("repeat", 0))
+            key = (code, rep)
+            n = int(rep_prompts.get(key, 0))
+            status = str(e.get("status", "pending"))
+            done = status == "ok" and n >= expected and n > 0
+            if key in rep_counts.index:
+                counts = _counts_row(rep_counts.loc[key], k)
+            else:
+                counts = Counts(accepted_per_pos=(0,) * k)
+            reps.append(RepeatResult(rep, e.get("hash_seed"), status, n, done, counts))
+            if done and code >= 0:
+                complete_keys.append(code * stride + rep)
+        repeats[cell] = reps
+    keys = df["cell"].to_numpy() * stride + df["repeat"].to_numpy()
+    used = df[np.isin(keys, complete_keys)] if complete_keys else df.iloc[0:0]
+    for cell, reps in repeats.items():
+        for r in reps:
+            r.load_outputs = functools.partial(_outputs, fr, code_of.get(cell, -1), r.repeat)
+    used_by_cell = {int(c): g for c, g in used.groupby("cell", sort=False)} if len(used) else {}
     out: list[CellResult] = []
-    for cell in order:
-        m = meta[cell]
-        rows = df[df["cell"] == cell] if len(df) else df
-        repeats: list[RepeatResult] = []
-        for rep, grp in rows.groupby("repeat", sort=True) if len(rows) else []:
-            repeats.append(
-                RepeatResult(
-                    int(rep),
-                    m["seeds"].get(int(rep)),
-                    _counts(grp, k),
-                    dict(zip(grp["prompt_id"], grp["output_sha256"], strict=True)),
-                )
-            )
-        total = Counts.total(r.counts for r in repeats) if repeats else Counts(accepted_per_pos=(0,) * k)
-        first = next((starts[(cell, r)] for r in sorted(m["seeds"]) if (cell, r) in starts), {})
+    for cell, entries in by_cell.items():
+        e0 = entries[0]
+        obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
+        ev = _evidence(obs, k, fr.prompts)
+        reps = repeats[cell]
+        first = next((starts[(cell, r.repeat)] for r in reps if (cell, r.repeat) in starts), {})
         walls = [s.get("engine_start_s") for (c, _), s in starts.items() if c == cell and s.get("engine_start_s")]
+        code = code_of.get(cell, -1)
+        wall = float(sum(rep_wall.get((code, r.repeat), 0.0) for r in reps))
         out.append(
             CellResult(
                 cell=cell,
-                build=m["build"],
-                mode=m["mode"],
-                variant=m["variant"],
-                summary=summarize(total, confidence, [r.counts for r in repeats]),
-                repeats=repeats,
+                build=e0["build"],
+                mode=e0["mode"],
+                variant=e0["variant"],
+                summary=summarize(ev, confidence, [r.counts for r in reps if r.complete]),
+                repeats=reps,
+                evidence=ev,
+                observations=obs,
+                prompt_names=fr.prompts,
                 requested=first.get("requested", {}),
                 effective=first.get("effective", {}),
                 patches=first.get("patches", []),
-                statuses=m["statuses"],
-                prompts_expected=n_prompts,
+                prompts_expected=expected,
                 engine_start_s=(sum(walls) / len(walls)) if walls else None,
-                wall_s=float(rows["wall_s"].sum()) if len(rows) else None,
+                wall_s=wall if any(r.prompts for r in reps) else None,
             )
         )
     return out
-
-
-# --- thresholds ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DropThreshold:
-    """A position regresses when it is below its reference by more than `pts` points *and* the interval
-    on the difference lies wholly below zero (the data supports a drop at all)."""
-
-    pts: float
-
-    def fails(self, delta: float, ci: Interval | None) -> bool:
-        return delta < -self.pts / 100 and ci is not None and ci.high < 0
-
-    def improves(self, delta: float, ci: Interval | None) -> bool:
-        return delta > self.pts / 100 and ci is not None and ci.low > 0
-
-
-@dataclass(frozen=True)
-class SpreadThreshold:
-    """Greedy repeats disagree when their per-position rates span more than `pts` points and a
-    chi-square test rejects one shared rate at the gate's confidence."""
-
-    pts: float
-    confidence: float
-
-    def fails(self, spread: float, pvalue: float | None) -> bool:
-        return spread > self.pts / 100 and pvalue is not None and pvalue < 1 - self.confidence
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f} %"
-
-
-def _pts(x: float) -> str:
-    return f"{100 * x:+.1f} pts"
 
 
 # --- diagnoses without a baseline -------------------------------------------------------------------
@@ -227,164 +441,199 @@ def _reference_mode(cfg: dict[str, Any], cells: list[CellResult]) -> str | None:
     return None
 
 
-def _instability(cell: CellResult, gate: GateSpec) -> Diagnosis | None:
-    if len(cell.repeats) < 2:
-        return None
-    th = SpreadThreshold(gate.instability_pts, gate.confidence)
-    worst: tuple[int, float, float | None] | None = None
-    for i, spread in enumerate(cell.summary.spread):
-        if spread is None:
-            continue
-        p = homogeneity_pvalue(
-            [r.counts.accepted_per_pos[i] for r in cell.repeats], [r.counts.num_drafts for r in cell.repeats]
-        )
-        if th.fails(spread, p) and (worst is None or spread > worst[1]):
-            worst = (i, spread, p)
-    if worst is None:
-        return None
-    i, spread, p = worst
-    per_seed = ", ".join(
-        f"PYTHONHASHSEED={r.hash_seed}: {_pct(r.counts.accepted_per_pos[i] / r.counts.num_drafts)}"
-        for r in cell.repeats
-        if r.counts.num_drafts
-    )
-    same_text = len({tuple(sorted(r.outputs.items())) for r in cell.repeats}) == 1
-    text = (
-        "generated text identical across repeats, so the drafter's inputs, not the target, vary"
-        if same_text
-        else "generated text also differs across repeats"
-    )
-    return Diagnosis(
-        kind="cross-process-instability",
-        severity=FAIL,
-        cell=cell.cell,
-        message=f"greedy repeats disagree at pos{i}: {per_seed} (spread {100 * spread:.1f} pts, p={p:.2g}); {text}",
-        cause=(
-            "order-dependent state: something iterated from a set/dict (hash-seed dependent) decides what the "
-            "draft reads, e.g. which KV-cache group's attention metadata the draft layers are bound to"
-        ),
-        numbers={"pos": i, "spread": spread, "pvalue": p, "same_text": same_text,
-                 "per_seed": {str(r.hash_seed): r.counts.accepted_per_pos[i] / r.counts.num_drafts
-                              for r in cell.repeats if r.counts.num_drafts}},
-    )  # fmt: skip
+def _common_rows(cell: CellResult) -> tuple[pd.DataFrame, list[int]]:
+    """Observations of the prompts every complete repeat measured."""
+    reps = [r.repeat for r in cell.used_repeats]
+    obs = cell.observations
+    if len(reps) < 2 or not len(obs):
+        return obs.iloc[0:0], reps
+    seen = obs.groupby("prompt").size()  # one row per prompt and repeat (_frame)
+    return obs[obs["prompt"].isin(seen[seen == len(reps)].index)], reps
 
 
-def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Diagnosis | None:
-    th = DropThreshold(gate.divergence_pts)
-    worst: tuple[int, float, Interval] | None = None
-    a, b = cell.summary.counts, ref.summary.counts
-    for i in range(min(a.k, b.k)):
-        if not a.num_drafts or not b.num_drafts:
-            continue
-        delta = a.accepted_per_pos[i] / a.num_drafts - b.accepted_per_pos[i] / b.num_drafts
-        ci = diff_interval(
-            a.accepted_per_pos[i], a.num_drafts, b.accepted_per_pos[i], b.num_drafts, 0.0, gate.confidence
-        )
-        diverges = th.fails(delta, ci) or th.improves(delta, ci)
-        if diverges and ci is not None and (worst is None or abs(delta) > abs(worst[1])):
-            worst = (i, delta, ci)
-    if worst is None:
+def _per_seed_rates(cell: CellResult, rows: pd.DataFrame, k: int) -> tuple[np.ndarray, list[Any]]:
+    tot = rows.groupby("repeat", sort=True)[["num_drafts", *_pos_cols(k)]].sum()
+    rates = tot[_pos_cols(k)].to_numpy(dtype=float) / np.maximum(tot[["num_drafts"]].to_numpy(dtype=float), 1)
+    seeds = {r.repeat: r.hash_seed for r in cell.repeats}
+    return rates, [seeds.get(int(r)) for r in tot.index]
+
+
+def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | None:
+    rows, reps = _common_rows(cell)
+    k = cell.evidence.k
+    if len(reps) < 2 or not len(rows) or int(rows["num_drafts"].sum()) == 0:
         return None
-    i, delta, ci = worst
+    rates, seeds = _per_seed_rates(cell, rows, k)
+    spreads = rates.max(axis=0) - rates.min(axis=0)
+    pos = int(np.argmax(spreads))
+    n_prompts = int(rows["prompt"].nunique())
+    numbers: dict[str, Any] = {
+        "pos": pos,
+        "spread": float(spreads[pos]),
+        "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)},
+        "prompts": n_prompts,
+        "repeats": len(reps),
+    }
+    if greedy:
+        # Deterministic decoding: repeats must agree exactly, prompt by prompt. No test needed.
+        distinct = _dedupe(rows, [*SIG, *_pos_cols(k)]).groupby("prompt").size()
+        codes = distinct[distinct > 1].index
+        if not len(codes):
+            return None
+        differing = sorted(str(p) for p in cell.prompt_names[codes.to_numpy()])
+        texts = rows[rows["prompt"].isin(codes)].groupby("prompt")["sha"].nunique()
+        same_text = bool((texts == 1).all())
+        numbers.update(method="exact", prompts_differing=len(differing), differing=differing[:10], same_text=same_text)
+        fails = spreads[pos] > gate.instability_pts / 100
+    else:
+        piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *_pos_cols(k)], aggfunc="sum")
+        best: tuple[float, int] | None = None
+        for i in range(k):
+            res = permutation_spread_pvalue(piv[f"a{i}"].to_numpy(), piv["num_drafts"].to_numpy())
+            if res is not None and (best is None or res[1] < best[0]):
+                best = (res[1], i)
+        if best is None:
+            return None
+        p_adj = min(1.0, best[0] * k)  # Bonferroni over the k positions
+        numbers.update(method="permutation", pvalue=p_adj, same_text=False)
+        if p_adj >= 1 - gate.confidence:
+            return None
+        fails = spreads[pos] > gate.instability_pts / 100
+    return Finding(
+        Kind.INSTABILITY,
+        Severity.FAIL if fails else Severity.WARN,
+        cell.cell,
+        Cause.ORDER_DEPENDENT_STATE if numbers.get("same_text") else Cause.TARGET_NONDETERMINISM,
+        numbers,
+    )
+
+
+def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tuple[Estimate, int]:
+    ids = common_prompts(a, b)
+    pa, pb = a.take(ids), b.take(ids)
+    return paired_diff(pa.per_pos[:, pos], pa.drafts, pb.per_pos[:, pos], pb.drafts, confidence), len(ids)
+
+
+def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
+    a, b = cell.evidence, ref.evidence
+    if not a.g or not b.g or a.k != b.k:
+        return None
+    worst: tuple[int, Estimate, int] | None = None
+    unsupported: tuple[int, Estimate, int] | None = None
+    for i in range(a.k):
+        est, n = _paired(a, b, i, gate.confidence)
+        if est.value is None or abs(est.value) <= gate.divergence_pts / 100:
+            continue
+        supported = est.ci is not None and (est.ci.high < 0 or est.ci.low > 0)
+        if supported and (worst is None or abs(est.value) > abs(worst[1].value or 0)):
+            worst = (i, est, n)
+        elif not supported and unsupported is None:
+            unsupported = (i, est, n)
+    chosen = worst or unsupported
+    if chosen is None:
+        return None
+    i, est, n = chosen
     same_text = _same_outputs(cell, ref)
-    graphs = cell.effective.get("cudagraph_mode") not in (None, "NONE")
-    what = "graph mode" if graphs else "compiled mode"
-    note = "" if graphs else f" (effective cudagraph_mode {cell.effective.get('cudagraph_mode')}: no graphs ran)"
-    text = (
-        "identical generated text: the target is unaffected, the draft path differs"
-        if same_text
-        else ("generated text differs too: the target's numerics changed in this mode")
-    )
-    return Diagnosis(
-        kind="graph-divergence",
-        severity=FAIL,
-        cell=cell.cell,
-        message=(
-            f"{what} {cell.mode} differs from {ref.mode} at the same build and variant: pos{i} "
-            f"{_pct(cell.summary.per_pos[i])} vs {_pct(ref.summary.per_pos[i])} ({_pts(delta)}){note}; {text}"
-        ),
-        cause=(
-            "draft-side state that only graph/compiled replay uses: per-layer draft attention metadata "
-            "flattened to one layer, or graph parameter updates not resolved per layer / KV-cache group"
-        ),
-        numbers={
-            "pos": i,
-            "delta": delta,
-            "ci": [ci.low, ci.high],
-            "reference": ref.cell,
-            "same_text": same_text,
-        },
-    )
+    numbers = {
+        "check": "graph-divergence",
+        "pos": i,
+        "delta": est.value,
+        "ci": None if est.ci is None else [est.ci.low, est.ci.high],
+        "prompts": n,
+        "reference": ref.cell,
+        "reference_mode": ref.mode,
+        "mode": cell.mode,
+        "run_rate": cell.summary.per_pos[i],
+        "reference_rate": ref.summary.per_pos[i],
+        "effective_cudagraph_mode": cell.effective.get("cudagraph_mode"),
+        "same_text": same_text,
+        "tolerance_pts": gate.divergence_pts,
+    }
+    if worst is None:
+        return Finding(Kind.INCONCLUSIVE, Severity.FAIL, cell.cell, Cause.TOO_LITTLE_EVIDENCE, numbers)
+    cause = Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
+    return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, numbers)
 
 
 def _same_outputs(a: CellResult, b: CellResult) -> bool:
-    oa = {pid: sha for r in a.repeats for pid, sha in r.outputs.items()}
-    ob = {pid: sha for r in b.repeats for pid, sha in r.outputs.items()}
-    common = set(oa) & set(ob)
-    return all(oa[p] == ob[p] for p in common)
+    sa = a.observations.drop_duplicates("prompt").set_index("prompt")["sha"]
+    sb = b.observations.drop_duplicates("prompt").set_index("prompt")["sha"]
+    common = sa.index.intersection(sb.index)
+    return bool((sa.loc[common] == sb.loc[common]).all())
 
 
-def _text_changes(cells: list[CellResult]) -> list[Diagnosis]:
+def _text_changes(cells: list[CellResult]) -> list[Finding]:
     """Greedy: the target verifies every token, so text must be the same in every cell of a build."""
-    out: list[Diagnosis] = []
-    by_build: dict[str, list[CellResult]] = {}
+    out: list[Finding] = []
+    builds: dict[str, list[CellResult]] = {}
     for c in cells:
-        by_build.setdefault(c.build, []).append(c)
-    for build, group in by_build.items():
-        seen: dict[str, set[str]] = {}
-        for c in group:
-            for r in c.repeats:
-                for pid, sha in r.outputs.items():
-                    seen.setdefault(pid, set()).add(sha)
-        changed = sorted(p for p, s in seen.items() if len(s) > 1)
+        builds.setdefault(c.build, []).append(c)
+    for build, group in builds.items():
+        frames = [c.observations[["prompt", "sha"]] for c in group if len(c.observations)]
+        if not frames:
+            continue
+        n = _dedupe(pd.concat(frames), ["prompt", "sha"]).groupby("prompt").size()
+        changed = sorted(str(p) for p in group[0].prompt_names[n[n > 1].index.to_numpy()])
         if changed:
-            out.append(
-                Diagnosis(
-                    kind="text-changed",
-                    severity=WARN,
-                    cell=f"{build}/*",
-                    message=f"greedy output differs across cells/repeats of build {build} "
-                    f"for prompts {', '.join(changed)}",
-                    cause="the target's numerics changed (kernels, graphs, dtype), not only the drafter",
-                    numbers={"prompts": changed},
-                )
-            )
+            out.append(Finding(Kind.TEXT_CHANGED, Severity.WARN, f"{build}/*", Cause.TARGET_NUMERICS,
+                               {"build": build, "prompts": changed}))  # fmt: skip
     return out
 
 
-def analyze(run: Run, gate: GateSpec | None = None) -> Comparison:
+def _cell_health(c: CellResult) -> list[Finding]:
+    out: list[Finding] = []
+    left_out = [r for r in c.repeats if not r.complete]
+    if left_out:
+        out.append(
+            Finding(
+                Kind.RUN_FAILED, Severity.FAIL, c.cell, Cause.INCOMPLETE_REPEATS,
+                {"excluded": [{"repeat": r.repeat, "hash_seed": r.hash_seed, "status": r.status,
+                               "prompts": r.prompts, "expected": c.prompts_expected} for r in left_out],
+                 "used": len(c.used_repeats), "repeats": len(c.repeats)},
+            )
+        )  # fmt: skip
+    off = [r for r in c.used_repeats if r.counts.num_drafts == 0]
+    if off:
+        out.append(
+            Finding(
+                Kind.SPECULATION_OFF, Severity.FAIL, c.cell, Cause.SPECULATION_DISABLED,
+                {"hash_seeds": [r.hash_seed for r in off], "repeats": len(c.used_repeats),
+                 "all": len(off) == len(c.used_repeats), "prompts": c.prompts_expected},
+            )
+        )  # fmt: skip
+    if c.graph_downgraded:
+        out.append(
+            Finding(
+                Kind.GRAPH_DOWNGRADED, Severity.WARN, c.cell, Cause.PLATFORM_DOWNGRADE,
+                {"requested": c.requested.get("cudagraph_mode"), "effective": c.effective.get("cudagraph_mode"),
+                 "device_type": c.effective.get("device_type")},
+            )
+        )  # fmt: skip
+    return out
+
+
+def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) -> Comparison:
     cfg = run.manifest["config"]
     gate = gate or GateSpec.model_validate(cfg.get("gate", {}))
     cells = collect(run, gate.confidence)
     greedy = float(cfg.get("sampling", {}).get("temperature", 0.0)) == 0.0
     comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy)
     for c in cells:
-        if not c.complete:
-            bad = [s for s in c.statuses if s != "ok"]
-            comp.diagnoses.append(
-                Diagnosis(
-                    "run-failed",
-                    WARN,
-                    c.cell,
-                    f"{len(bad)} of {len(c.statuses)} repeats did not finish ({', '.join(sorted(set(bad)))})",
-                )
-            )
-        if c.graph_downgraded:
-            comp.diagnoses.append(
-                Diagnosis(
-                    "graph-mode-downgraded", WARN, c.cell,
-                    f"requested cudagraph_mode {c.requested.get('cudagraph_mode')} ran as "
-                    f"{c.effective.get('cudagraph_mode')} on {c.effective.get('device_type') or 'this platform'}",
-                )
-            )  # fmt: skip
+        comp.diagnoses.extend(_cell_health(c))
+    if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
+        comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, {"excluded": []}))
     comp.diagnoses.extend(_serving_diagnoses(run))
-    if not greedy:
-        # Sampled runs legitimately differ between processes and modes: only the baseline gate applies.
-        return comp
+    # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
+    from mtpbench.fixes.status import unapplied
+
+    comp.diagnoses.extend(Diagnosis(u.kind, u.severity, u.cell, u.message) for u in unapplied(run.cell_starts()))
     for c in cells:
-        d = _instability(c, gate)
+        d = _instability(c, gate, greedy)
         if d:
             comp.diagnoses.append(d)
+    if not greedy:
+        # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
+        return comp
     ref_mode = _reference_mode(cfg, cells)
     if ref_mode:
         refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
@@ -399,7 +648,7 @@ def analyze(run: Run, gate: GateSpec | None = None) -> Comparison:
     return comp
 
 
-def _serving_diagnoses(run: Run) -> list[Diagnosis]:
+def _serving_diagnoses(run: Run) -> list[Finding]:
     # Serving workload (mtpbench/serving_summary.py): failed requests, /metrics vs per-request counts.
     from mtpbench import serving_summary
 
@@ -407,6 +656,12 @@ def _serving_diagnoses(run: Run) -> list[Diagnosis]:
 
 
 # --- against a baseline -----------------------------------------------------------------------------
+
+# Fingerprint fields that identify what was measured; a baseline that leaves one null cannot vouch for it.
+IDENTITY_FIELDS = (
+    "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
+    "prompts_sha256",
+)  # fmt: skip
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -416,7 +671,7 @@ def _same_value(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def check_comparable(run: Run, baseline: Baseline) -> list[str]:
+def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> list[str]:
     """Raise NotComparableError on any recorded mismatch; return the fields the baseline could not vouch for."""
     rf = run_fingerprint(run)
     bf = baseline.fingerprint
@@ -426,11 +681,8 @@ def check_comparable(run: Run, baseline: Baseline) -> list[str]:
         mismatches.append(f"method {rf['method']} vs baseline {bf.method}")
     if int(rf["num_speculative_tokens"]) != bf.num_speculative_tokens:
         mismatches.append(f"k={rf['num_speculative_tokens']} vs baseline k={bf.num_speculative_tokens}")
-    for key in (
-        "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
-        "prompts_sha256",
-    ):  # fmt: skip
-        want = getattr(bf, key)
+    for key in IDENTITY_FIELDS:
+        want = getattr(bf, key, None)
         if want is None:
             unchecked.append(key)
         elif rf.get(key) != want:
@@ -442,92 +694,203 @@ def check_comparable(run: Run, baseline: Baseline) -> list[str]:
     if "temperature" not in bf.sampling:
         unchecked.append("sampling.temperature")
     if mismatches:
+        name = baseline_name or baseline.name
         raise NotComparableError(
-            f"run {run.run_id} is not comparable with baseline {baseline.name}: " + "; ".join(mismatches)
-        )
+            f"run {run.run_id} is not comparable with baseline {name}: " + "; ".join(mismatches),
+            run.run_id, name, mismatches, unchecked,
+        )  # fmt: skip
     return unchecked
 
 
-def _entry_checks(c: CellResult, entry: BaselineEntry | None, gate: GateSpec) -> list[PositionCheck]:
-    th = DropThreshold(gate.tolerance_pts)
-    out: list[PositionCheck] = []
-    s = c.summary
-    for i in range(s.counts.k):
-        run_rate = s.per_pos[i]
-        if entry is None:
-            out.append(
-                PositionCheck(
-                    c.cell,
-                    i,
-                    run_rate,
-                    None,
-                    None,
-                    None,
-                    "no-baseline",
-                    "no baseline entry for this build/mode",
-                )
-            )
-            continue
-        base_rate = entry.rates_pct[i] / 100
-        if run_rate is None:
-            out.append(PositionCheck(c.cell, i, None, base_rate, None, None, "no-data", "no drafts recorded"))
-            continue
+def config_names_baseline(run: Run, baseline: Baseline, baseline_path: str | Path | None) -> bool:
+    """Did the run's own config name this baseline? (Then it vouches for what the baseline cannot.) The
+    same path, the same file name (another checkout), or a file named after the baseline."""
+    named = run.manifest["config"].get("baseline")
+    if not named:
+        return False
+    a = Path(str(named))
+    if a.stem == baseline.name:
+        return True
+    if baseline_path is None:
+        return False
+    b = Path(baseline_path)
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except OSError:
+        pass
+    return a.name == b.name
+
+
+def resolve_entry(
+    baseline: Baseline, cell: CellResult, entry_map: dict[str, str], baseline_name: str
+) -> tuple[BaselineEntry | None, str]:
+    """The entry judging a cell and why: the config's `baseline_entry` map first, then the baseline's own
+    keys (exact build/mode, wildcards, the requested graph mode). (None, "") when nothing matches."""
+    for key in (cell.cell, f"{cell.build}/{cell.mode}"):
+        if key in entry_map:
+            eb, em = entry_map[key].split("/", 1)
+            for e in baseline.entries:
+                if e.build == eb and e.mode == em:
+                    return e, "config"
+            raise UserError(f"baseline_entry {key!r}: {entry_map[key]!r} is not an entry of baseline {baseline_name}")
+    e = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"))
+    return e, ("baseline" if e is not None else "")
+
+
+def _decide(delta: float, ci: Interval | None, tol: float) -> Verdict:
+    if delta < -tol:
+        return Verdict.REGRESSION if ci is not None and ci.high < 0 else Verdict.INCONCLUSIVE
+    if delta > tol and ci is not None and ci.low > 0:
+        return Verdict.IMPROVEMENT
+    return Verdict.PASS
+
+
+def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec) -> PositionCheck:
+    ev, conf, tol = c.evidence, gate.confidence, gate.tolerance_pts / 100
+    label = f"{entry.build}/{entry.mode}"
+    base_rate = entry.rates_pct[i] / 100
+    run_est = clustered_ratio(ev.per_pos[:, i], ev.drafts, conf) if ev.g else Estimate(None)
+    if run_est.value is None:
+        return PositionCheck(c.cell, i, None, base_rate, None, None, Verdict.NO_DATA, entry=label)
+    base_prompts = None
+    if entry.prompts:
+        ids = list(entry.prompts)
+        base_prompts = PromptCounts(
+            tuple(ids),
+            np.array([entry.prompts[p].num_drafts for p in ids]),
+            np.array([entry.prompts[p].num_draft_tokens for p in ids]),
+            np.array([entry.prompts[p].num_accepted_tokens for p in ids]),
+            np.array([entry.prompts[p].accepted_per_pos for p in ids]).reshape(len(ids), -1),
+        )
+    if base_prompts is not None and common_prompts(ev, base_prompts):
+        ids = common_prompts(ev, base_prompts)
+        a, b = ev.take(ids), base_prompts.take(ids)
+        est = paired_diff(a.per_pos[:, i], a.drafts, b.per_pos[:, i], b.drafts, conf)
+        ea = clustered_ratio(a.per_pos[:, i], a.drafts, conf)
+        eb = clustered_ratio(b.per_pos[:, i], b.drafts, conf)
+        run_rate, base_rate = ea.value, base_rate if eb.value is None else eb.value
+        delta, ci, method, n = est.value, est.ci, "paired", len(ids)
+        # A change that is not uniform across prompts faces at least the run's prompt-to-prompt noise, even
+        # when the paired differences happen to be zero (a bit-identical rerun): never claim an MDE of 0.
+        se_p = max(est.se or 0.0, ea.se or 0.0) if ea.se is not None else None
+        smallest = mde(se_p, est.df, conf, gate.power)
+        return PositionCheck(c.cell, i, run_rate, base_rate, delta, ci, _decide(delta, ci, tol), smallest,
+                             underpowered=smallest is None or smallest > tol, prompts=n, method=method, entry=label)
+    elif entry.counts is not None and entry.counts.num_drafts > 0:
         bc = entry.counts
-        ci = diff_interval(
-            s.counts.accepted_per_pos[i], s.counts.num_drafts,
-            bc.accepted_per_pos[i] if bc else None, bc.num_drafts if bc else None, base_rate, gate.confidence,
-        )  # fmt: skip
-        delta = run_rate - base_rate
-        verdict, msg = "pass", ""
-        if th.fails(delta, ci):
-            verdict = "regression"
-            msg = (
-                f"pos{i} {_pct(run_rate)} vs baseline {_pct(base_rate)} ({_pts(delta)}, "
-                f"tolerance {gate.tolerance_pts:g} pts)"
-            )
-        elif th.improves(delta, ci):
-            verdict = "improvement"
-            msg = f"pos{i} {_pct(run_rate)} vs baseline {_pct(base_rate)} ({_pts(delta)}): baseline may be stale"
-        out.append(PositionCheck(c.cell, i, run_rate, base_rate, delta, ci, verdict, msg))
+        base_rate = bc.accepted_per_pos[i] / bc.num_drafts
+        wb = wilson(bc.accepted_per_pos[i], bc.num_drafts, conf)
+        run_rate, delta = run_est.value, run_est.value - base_rate
+        ci = mover_diff(run_est.value, run_est.ci, base_rate, wb) if run_est.ci and wb else None
+        method, n = "pooled-baseline", ev.g
+        se_b, df_b = binomial_se(bc.accepted_per_pos[i], bc.num_drafts) or 0.0, math.inf
+    else:
+        run_rate, delta = run_est.value, run_est.value - base_rate
+        ci = None if run_est.ci is None else Interval(run_est.ci.low - base_rate, run_est.ci.high - base_rate)
+        method, n, se_b, df_b = "exact-baseline", ev.g, 0.0, None
+    if delta is None:
+        return PositionCheck(c.cell, i, run_rate, base_rate, None, None, Verdict.NO_DATA, entry=label)
+    se_a = run_est.se
+    se = None if se_a is None else math.sqrt(se_a**2 + se_b**2)
+    df = None if se_a is None else welch_df(se_a, run_est.df, se_b, df_b)
+    smallest = mde(se, df, conf, gate.power)
+    return PositionCheck(
+        c.cell, i, run_rate, base_rate, delta, ci, _decide(delta, ci, tol), smallest,
+        underpowered=smallest is None or smallest > tol, prompts=n, method=method, entry=label,
+    )  # fmt: skip
+
+
+def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) -> list[Finding]:
+    out: list[Finding] = []
+
+    def numbers(xs: list[PositionCheck]) -> dict[str, Any]:
+        return {
+            "positions": [x.pos for x in xs],
+            "run_rates": [x.run_rate for x in xs],
+            "base_rates": [x.base_rate for x in xs],
+            "deltas": [x.delta for x in xs],
+            "cis": [None if x.ci is None else [x.ci.low, x.ci.high] for x in xs],
+            "mdes": [x.mde for x in xs],
+            "prompts": max((x.prompts for x in xs), default=0),
+            "tolerance_pts": gate.tolerance_pts,
+            "confidence": gate.confidence,
+            "power": gate.power,
+            "entry": xs[0].entry if xs else "",
+        }
+
+    by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
+    if by[Verdict.REGRESSION]:
+        out.append(Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE,
+                           numbers(by[Verdict.REGRESSION])))  # fmt: skip
+    if by[Verdict.INCONCLUSIVE]:
+        out.append(Finding(Kind.INCONCLUSIVE, Severity.FAIL, c.cell, Cause.TOO_LITTLE_EVIDENCE,
+                           {"check": "baseline", **numbers(by[Verdict.INCONCLUSIVE])}))  # fmt: skip
+    if by[Verdict.IMPROVEMENT]:
+        sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
+        out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))
+    weak = [x for x in by[Verdict.PASS] if x.underpowered]
+    if weak:
+        sev = Severity.FAIL if gate.fail_on_underpowered else Severity.WARN
+        out.append(Finding(Kind.UNDERPOWERED, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, numbers(weak)))
     return out
 
 
-def compare(run: Run, baseline: Baseline, gate: GateSpec | None = None, baseline_name: str | None = None) -> Comparison:
+def compare(
+    run: Run,
+    baseline: Baseline,
+    gate: GateSpec | None = None,
+    baseline_name: str | None = None,
+    *,
+    baseline_path: str | Path | None = None,
+    entry_map: dict[str, str] | None = None,
+    allow_unmatched: bool = False,
+    accept_unchecked: bool = False,
+    run_failed: bool = False,
+) -> Comparison:
     from mtpbench import serving_summary
 
+    name = baseline_name or baseline.name
     # Only entries of the run's workload (serving vs offline, same concurrency/max_tokens), else exit 4.
     baseline, serving_unchecked = serving_summary.select_baseline(run, baseline)
-    unchecked = check_comparable(run, baseline) + serving_unchecked
-    unchecked += serving_summary.throughput_unchecked(run, baseline)
-    comp = analyze(run, gate)
-    comp.baseline = baseline_name or baseline.name
+    unchecked = check_comparable(run, baseline, name)
+    named = config_names_baseline(run, baseline, baseline_path if baseline_path is not None else baseline_name)
+    if unchecked and not (accept_unchecked or named):
+        raise NotComparableError(
+            f"baseline {name} cannot check {', '.join(unchecked)} of run {run.run_id}: it may describe another "
+            "model, drafter or prompt set. Use it only if the run's config names it as its baseline, or pass "
+            "--accept-unchecked",
+            run.run_id, name, [f"unchecked: {u}" for u in unchecked], unchecked,
+        )  # fmt: skip
+    comp = analyze(run, gate, run_failed)
+    comp.baseline = name
     comp.baseline_provenance = baseline.provenance.model_dump(exclude_none=True)
+    # Workload fields a serving baseline did not record are listed, not refused: they do not decide what
+    # was measured (model, drafter, prompts), only how fast.
+    unchecked += serving_unchecked + serving_summary.throughput_unchecked(run, baseline)
     comp.unchecked = unchecked
+    if unchecked:
+        identity = [u for u in unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
+        by = None if not identity else "config" if named else "flag"
+        comp.diagnoses.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
+                                      {"fields": unchecked, "identity": identity, "accepted_by": by}))  # fmt: skip
+    emap = dict(run.manifest["config"].get("baseline_entry") or {})
+    emap.update(entry_map or {})
     for c in comp.cells:
-        entry = baseline.entry_for(c.build, c.mode, c.requested.get("cudagraph_mode"))
-        checks = _entry_checks(c, entry, comp.gate)
-        comp.checks.extend(checks)
-        regs = [x for x in checks if x.verdict == "regression"]
-        if regs:
-            comp.diagnoses.append(
-                Diagnosis(
-                    "regression", FAIL, c.cell, "; ".join(x.message for x in regs),
-                    cause="the drafter's tokens are accepted less often than the baseline's on the same prompts",
-                    numbers={"positions": [x.pos for x in regs], "deltas": [x.delta for x in regs]},
-                )
-            )  # fmt: skip
-        imps = [x for x in checks if x.verdict == "improvement"]
-        if imps:
-            sev = FAIL if comp.gate.fail_on_improvement else INFO
-            comp.diagnoses.append(Diagnosis("improvement", sev, c.cell, "; ".join(x.message for x in imps)))
+        entry, _rule = resolve_entry(baseline, c, emap, name)
         if entry is None:
-            comp.diagnoses.append(
-                Diagnosis(
-                    "no-baseline",
-                    WARN,
-                    c.cell,
-                    f"baseline {comp.baseline} has no entry for {c.build}/{c.mode}",
-                )
+            comp.checks.extend(
+                PositionCheck(c.cell, i, c.summary.per_pos[i], None, None, None, Verdict.NO_BASELINE)
+                for i in range(c.evidence.k)
             )
+            comp.diagnoses.append(
+                Finding(Kind.NO_BASELINE, Severity.WARN if allow_unmatched else Severity.FAIL, c.cell,
+                        Cause.NO_BASELINE_ENTRY, {"build": c.build, "mode": c.mode, "baseline": name,
+                                                  "entries": [f"{e.build}/{e.mode}" for e in baseline.entries]})
+            )  # fmt: skip
+            continue
+        checks = [_position_check(c, i, entry, comp.gate) for i in range(len(entry.rates_pct))]
+        comp.checks.extend(checks)
+        comp.diagnoses.extend(_check_findings(c, checks, comp.gate))
     comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, baseline))
     return comp

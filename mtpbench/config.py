@@ -136,12 +136,25 @@ class ModeSpec(Strict):
         return v.upper() if v is not None else None
 
 
+# The default allowed drop per position, in absolute points. It should sit just above the spread that
+# harmless changes produce (different seeds/processes on an unchanged build), so that noise never fails a
+# build and a real drop does: the calibration benchmark (benchmarks/) measures that spread and the
+# gate's false-alarm rate and power; set this from its report, nowhere else.
+DEFAULT_TOLERANCE_PTS = 5.0
+
+
 class GateSpec(Strict):
-    tolerance_pts: float = Field(5.0, ge=0.0, description="allowed drop per position, absolute points")
+    tolerance_pts: float = Field(
+        DEFAULT_TOLERANCE_PTS, ge=0.0, description="allowed drop per position, absolute points"
+    )
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    power: float = Field(0.9, gt=0.5, lt=1.0, description="power at which the smallest detectable drop is stated")
     instability_pts: float = Field(2.0, ge=0.0, description="allowed spread across greedy repeats, points")
     divergence_pts: float = Field(5.0, ge=0.0, description="allowed graph-vs-eager gap, points")
     fail_on_improvement: StrictBool = False
+    fail_on_underpowered: StrictBool = Field(
+        False, description="a cell that could not detect a drop as large as the tolerance fails (exit 5)"
+    )
 
 
 class OfflineWorkload(Strict):
@@ -204,6 +217,9 @@ class ExperimentConfig(Strict):
     variants: dict[str, list[str]] = Field(default_factory=lambda: {"stock": []})
     engine_args: dict[str, Any] = Field(default_factory=dict)
     baseline: PathStr | None = None
+    # Which baseline entry judges a cell whose build/mode has no entry of its own: "build/mode" (or
+    # "build/mode/variant") -> "build/mode" of the entry. Without it, an unmatched cell is not comparable.
+    baseline_entry: dict[str, str] = Field(default_factory=dict)
     gate: GateSpec = Field(default_factory=GateSpec)
     timeout_s: float = Field(1800.0, gt=0, description="default for both deadlines below")
     # Separate deadlines, so a slow graph capture is not taken for a hung generation (and vice versa).
@@ -240,6 +256,9 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"hash_seeds: duplicate seed in {self.hash_seeds}; each repeat needs its own")
         if self.devices is not None and (not self.devices or len(set(self.devices)) != len(self.devices)):
             raise ValueError("devices: give at least one device, each once")
+        for key, entry in self.baseline_entry.items():
+            if key.count("/") not in (1, 2) or entry.count("/") != 1:
+                raise ValueError(f"baseline_entry: {key!r}: {entry!r}: expected 'build/mode[/variant]': 'build/mode'")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
         return self

@@ -1,7 +1,13 @@
-"""The exceptions that map to exit codes: the CLI turns each into one line on stderr, never a traceback."""
+"""Exit codes, the one policy that combines them, and the exceptions that map to them.
+
+The CLI turns a `UserError` into one line on stderr and its exit code, never a traceback; any other
+exception becomes exit 3 with the traceback in a log file (cli.py). Exit 1 means "regression" to every CI,
+so nothing but a finding of the gate ever produces it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 
 
@@ -9,8 +15,28 @@ class ExitCode(IntEnum):
     OK = 0
     REGRESSION = 1  # a regression or a named bug signature was found
     USAGE = 2  # bad input: config, prompts, results or baseline invalid
-    RUN_FAILED = 3  # an engine crashed or timed out; partial results are kept
-    NOT_COMPARABLE = 4  # different model, method, k, prompts or sampling
+    RUN_FAILED = 3  # an engine crashed or timed out, repeats are incomplete, or mtpbench itself failed
+    NOT_COMPARABLE = 4  # different model, method, k, prompts or sampling; a cell with no baseline entry
+    INCONCLUSIVE = 5  # beyond the tolerance but not supported by the data, or too few prompts to tell
+
+
+# When several findings disagree, the most specific evidence wins: a proven regression outranks "could
+# not compare" and "could not tell", which outrank "some repeats did not finish" (exit 3 only when
+# nothing else fails). USAGE never comes from findings: bad input stops before a verdict exists.
+EXIT_PRECEDENCE: tuple[ExitCode, ...] = (
+    ExitCode.REGRESSION,
+    ExitCode.NOT_COMPARABLE,
+    ExitCode.INCONCLUSIVE,
+    ExitCode.RUN_FAILED,
+    ExitCode.USAGE,
+    ExitCode.OK,
+)
+
+
+def combine_exit_codes(codes: Iterable[ExitCode]) -> ExitCode:
+    """The single exit-code policy: the highest-precedence code among the findings (OK when none)."""
+    have = set(codes)
+    return next((c for c in EXIT_PRECEDENCE if c in have), ExitCode.OK)
 
 
 class UserError(Exception):
@@ -23,6 +49,16 @@ class NotComparableError(UserError):
     """Two results measure different things; comparing them would be a silent lie."""
 
     exit_code = ExitCode.NOT_COMPARABLE
+
+    def __init__(
+        self, message: str, run_id: str = "", baseline: str = "", reasons: Sequence[str] = (),
+        unchecked: Sequence[str] = (),
+    ) -> None:  # fmt: skip
+        super().__init__(message)
+        self.run_id = run_id
+        self.baseline = baseline
+        self.reasons = list(reasons)
+        self.unchecked = list(unchecked)
 
 
 class StorageError(UserError):

@@ -212,11 +212,13 @@ def _best_split(rates: np.ndarray, weights: np.ndarray) -> tuple[int, float]:
 
 
 def _unit_stat(values: np.ndarray, bounds: np.ndarray) -> float:
-    """max over splits of |mean(left units) − mean(right units)|, with runs occupying `bounds` slots."""
+    """max over the run boundaries of the between-segment sum of squares of the units, n_l·n_r/n·(m_l − m_r)²
+    (the statistic the split search maximises; unweighted mean differences would favour tiny end segments)."""
     cs = np.cumsum(values)
+    n = len(values)
     left = cs[bounds - 1] / bounds
-    right = (cs[-1] - cs[bounds - 1]) / (len(values) - bounds)
-    return float(np.abs(left - right).max())
+    right = (cs[-1] - cs[bounds - 1]) / (n - bounds)
+    return float((bounds * (n - bounds) / n * (left - right) ** 2).max())
 
 
 def _permutation_p(unit_rates: list[np.ndarray], rng: np.random.Generator) -> float:

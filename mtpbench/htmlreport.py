@@ -69,25 +69,28 @@ def _verdict_text(comp: Comparison) -> str:
 
 def _figures(run: Run, comp: Comparison) -> dict[str, Any]:
     k = max((c.summary.counts.k for c in comp.cells), default=0)
-    rates = views.prompt_position_rates(run, k)
-    changed = views.changed_text(run)
+    hm = views.heatmap(run, k)
     title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
+    what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
     return {
         "acceptance": plots.acceptance_figure(views.cell_views(comp), title),
-        "heatmap": plots.heatmap_figure(rates, k, changed, "acceptance per prompt and position (pooled over repeats)"),
+        "heatmap": plots.heatmap_figure(hm, k, f"acceptance per {what} and position (pooled over repeats)"),
     }
 
 
 def _diagnoses(comp: Comparison) -> str:
     if not comp.diagnoses:
         return "<p>No diagnoses: every check passed.</p>"
+    from mtpbench.report import cause_text, finding_message
+
     items = []
     for d in comp.diagnoses:
         sev = views._value(d.severity)
-        cause = f'<br><span class="cause">likely cause: {_e(d.cause)}</span>' if d.cause else ""
+        why = cause_text(d)
+        cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
-            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(views._value(d.kind))}</b> '
-            f"<code>{_e(d.cell)}</code>: {_e(d.message)}{cause}</li>"
+            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(d.name)}</b> '
+            f"<code>{_e(d.cell)}</code>: {_e(finding_message(d))}{cause}</li>"
         )
     return '<ul class="diag">' + "".join(items) + "</ul>"
 
@@ -106,6 +109,8 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
         comp_mode = c.effective.get("compilation_mode") or ("eager" if c.effective.get("enforce_eager") else "–")
         patches = ", ".join(f"{p.get('name')} ({p.get('status')})" for p in c.patches if isinstance(p, dict))
         prompts = sorted(p for cell, p in changed if cell == c.cell)
+        if len(prompts) > 12:  # a serving run can change thousands: the count and the first few
+            prompts = [f"{len(prompts)} prompts: {', '.join(prompts[:10])}, …"]
         done = sum(1 for st in c.statuses if st == "ok")
         cells = [
             f'<td class="l"><code>{_e(c.cell)}</code></td>', f'<td class="l">{_e(req)}</td>',

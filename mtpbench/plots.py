@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from mtpbench.errors import UserError
 
 if TYPE_CHECKING:
-    import pandas as pd
     from matplotlib.figure import Figure
 
     from mtpbench.history import HistoryGroup
-    from mtpbench.views import CellView
+    from mtpbench.views import CellView, Heatmap
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
 VERDICT_COLOR = {"regression": "#c62828", "improvement": "#1565c0", "pass": "#2e7d32"}
@@ -86,33 +85,36 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
     return fig
 
 
-def heatmap_figure(rates: pd.DataFrame, k: int, changed: set[tuple[str, str]], title: str = "") -> Figure:
-    """Rows: prompts; columns: cell × position; colour and label: acceptance %. '≠' marks a prompt whose
-    greedy text differs from the rest of its build (the target's numerics changed, not only the drafter)."""
+def heatmap_figure(hm: Heatmap, k: int, title: str = "") -> Figure:
+    """Rows: prompts (or bands of prompt length / order when there are many); columns: cell × position;
+    colour and label: acceptance %. '≠' marks a row with a prompt whose greedy text differs from the rest
+    of its build (the target's numerics changed, not only the drafter)."""
     plt = require()
     import numpy as np
 
+    rates = hm.frame
     cells = list(dict.fromkeys(rates["cell"]))
-    prompts = list(dict.fromkeys(rates["prompt_id"]))
-    grid = np.full((len(prompts), len(cells) * k), np.nan)
-    index = {(c, p): row for c, p, row in zip(rates["cell"], rates["prompt_id"], rates.index, strict=True)}
-    for ci, c in enumerate(cells):
-        for pi, p in enumerate(prompts):
-            row = index.get((c, p))
-            if row is None:
-                continue
-            for i in range(k):
-                grid[pi, ci * k + i] = 100 * rates.at[row, f"pos{i}"]
-    width = max(4.0, 0.55 * len(cells) * k + 2.0)
-    height = max(2.5, 0.32 * len(prompts) + 1.8)
+    rows = list(dict.fromkeys(rates["row"]))
+    grid = np.full((len(rows), len(cells) * k), np.nan)
+    changed = np.zeros((len(rows), len(cells)), dtype=bool)
+    ci_of = {c: n for n, c in enumerate(cells)}
+    ri_of = {r: n for n, r in enumerate(rows)}
+    for rec in rates.itertuples(index=False):
+        ci, ri = ci_of[rec.cell], ri_of[rec.row]
+        for i in range(k):
+            grid[ri, ci * k + i] = 100 * getattr(rec, f"pos{i}")
+        changed[ri, ci] = bool(rec.changed)
+    width = max(4.0, 0.55 * len(cells) * k + 2.5)
+    height = max(2.5, 0.32 * len(rows) + 1.8)
     fig, ax = plt.subplots(figsize=(width, height))
     im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
-    for pi, p in enumerate(prompts):
+    for ri in range(len(rows)):
         for col in range(grid.shape[1]):
-            val = grid[pi, col]
-            mark = "≠" if (cells[col // k], p) in changed else ""
-            ax.text(col, pi, "–" if np.isnan(val) else f"{val:.0f}{mark}", ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(len(prompts)), prompts)
+            val = grid[ri, col]
+            mark = "≠" if changed[ri, col // k] else ""
+            ax.text(col, ri, "–" if np.isnan(val) else f"{val:.0f}{mark}", ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set_ylabel(hm.rows)
     ax.set_xticks(range(grid.shape[1]), [f"pos{col % k}" for col in range(grid.shape[1])], fontsize=7)
     top = ax.secondary_xaxis("top")
     top.set_xticks([ci * k + (k - 1) / 2 for ci in range(len(cells))], cells, fontsize=7)
@@ -137,11 +139,13 @@ def history_figure(group: HistoryGroup) -> Figure:
         for i in range(group.k):
             ys = [_pct(group.rate(cell, n, i)) for n in xs]
             ax.plot(xs, ys, marker="o", ms=4, label=f"pos{i}")
+        at: dict[int, list[str]] = {}
         for cp in group.change_points:
             if cp.cell == cell:
-                ax.axvline(cp.index - 0.5, color="#c62828", ls="--", lw=1)
-                ax.annotate(f"pos{cp.pos} {100 * cp.delta:+.1f} pts", (cp.index - 0.45, 4), fontsize=7,
-                            color="#c62828")  # fmt: skip
+                at.setdefault(cp.index, []).append(f"pos{cp.pos} {100 * cp.delta:+.1f}")
+        for index, labels in at.items():  # one line and one label per changed run, all positions in it
+            ax.axvline(index - 0.5, color="#c62828", ls="--", lw=1)
+            ax.annotate(", ".join(labels) + " pts", (index - 0.45, 4), fontsize=7, color="#c62828")
         ax.set_ylim(0, 105)
         ax.set_ylabel("%")
         ax.set_title(cell, fontsize=8)

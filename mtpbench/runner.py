@@ -385,6 +385,18 @@ def _schedule(
     t_start = time.monotonic()
     busy = 0.0
 
+    ui_failed: list[str] = []
+
+    def emit(kind: str, payload: dict[str, Any]) -> None:
+        # The progress view writes to a terminal or pipe that may be gone (a CI runner killed our parent):
+        # that must neither stop the run nor keep the manifest from saying how it ended.
+        if not ui_failed:
+            try:
+                on_event(kind, payload)
+            except Exception as exc:
+                ui_failed.append(f"{type(exc).__name__}: {exc}")
+                session["ui_error"] = ui_failed[0]
+
     def work(i: int, spec: WorkerSpec) -> None:
         entry: dict[str, Any]
         try:
@@ -419,7 +431,7 @@ def _schedule(
                     write_json_atomic(mpath, manifest)
                     th = threading.Thread(target=work, args=(i, spec), name=f"cell-{i}", daemon=True)
                     active[i] = (th, devs)
-                    on_event("cell_start", {"cell": pl.cell, "index": i, "seq": i, "devices": devs})
+                    emit("cell_start", {"cell": pl.cell, "index": i, "seq": i, "devices": devs})
                     th.start()
             elif not active:
                 break
@@ -437,7 +449,7 @@ def _schedule(
                     continue
                 if name == "engine_ready":
                     c["engine_start_s"] = round(float(ev.get("engine_start_s", 0.0)), 3)
-                on_event(name, {**ev, "cell": plans[i].cell, "seq": i})
+                emit(name, {**ev, "cell": plans[i].cell, "seq": i})
                 continue
             th, devs = active.pop(i)
             th.join()
@@ -449,11 +461,14 @@ def _schedule(
             if data["status"] != "ok":
                 failed.append(f"{plans[i].cell.cell_id} r{plans[i].cell.repeat}")
             write_json_atomic(mpath, manifest)
-            on_event("cell_end", {**data, "cell": plans[i].cell, "index": i, "seq": i})
+            emit("cell_end", {**data, "cell": plans[i].cell, "index": i, "seq": i})
     except BaseException:
+        # A bug here must not orphan a worker nor leave the run looking alive: stop all, say so, re-raise.
         stop.set()
         for th, _ in active.values():
             th.join()
+        manifest.update(status="interrupted", finished=now_iso())
+        write_json_atomic(mpath, manifest)
         raise
     finally:
         session.update(finished=now_iso(), wall_s=round(time.monotonic() - t_start, 3), busy_s=round(busy, 3))

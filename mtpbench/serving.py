@@ -57,6 +57,7 @@ FAMILIES = {
 PER_POS_FAMILY = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 # Lines of the server log the cell records: the engine's resolved config, and mtpbench.plugin's report.
+_ENGINE_CONFIG_LINE = "Initializing a V1 LLM engine"
 _CUDAGRAPH_RE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _COMPILE_RE = re.compile(r"'mode': <CompilationMode\.(\w+)")
 _PLUGIN_RE = re.compile(r"mtpbench (\S+): (applied|not-applicable|failed) \((.*)\) \[MTPBENCH_PATCHES\]")
@@ -87,7 +88,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Nothing listens on the loopback port: a new server could bind it. SO_REUSEADDR as servers set it
+    (uvicorn does), so the TIME_WAIT entries of closed connections do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((LOOPBACK, port))
         except OSError:
@@ -242,8 +246,11 @@ def _wait_group_gone(pgid: int, timeout_s: float) -> None:
 def effective_from_log(text: str) -> dict[str, Any]:
     """The graph/compile modes the engine resolved (its startup config line), and the patch outcomes
     mtpbench.plugin logged in the server's processes (one line per patch per process; first wins)."""
-    cg = _CUDAGRAPH_RE.search(text)
-    cm = _COMPILE_RE.search(text)
+    # Only the engine's resolved config line: the server's "non-default args" line earlier in the log
+    # holds the *requested* modes (e.g. FULL_DECODE_ONLY, which the CPU platform then runs as NONE).
+    line = next((ln for ln in text.splitlines() if _ENGINE_CONFIG_LINE in ln), "")
+    cg = _CUDAGRAPH_RE.search(line)
+    cm = _COMPILE_RE.search(line)
     patches: dict[str, dict[str, str]] = {}
     for m in _PLUGIN_RE.finditer(text):
         patches.setdefault(m.group(1), {"name": m.group(1), "status": m.group(2), "detail": m.group(3)})
@@ -522,7 +529,8 @@ def run_serving_job(
 ) -> int:
     """Start the server, load it, record; 0 when every request was sent and the server lived, else 3."""
     base = {key: job[key] for key in ("run_id", "cell", "build", "mode", "variant", "repeat", "hash_seed")}
-    base = {"schema": job.get("schema", 1), **base}
+    # A resumed run re-runs a repeat as a new attempt; readers keep only the manifest's attempt.
+    base = {"schema": job.get("schema", 1), **base, "attempt": int(job.get("attempt", 1))}
     records = job["records_path"]
     k = int(job["speculative_config"]["num_speculative_tokens"])
     wl = dict(job["workload"])

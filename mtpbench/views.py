@@ -69,27 +69,71 @@ def cell_views(comp: Comparison) -> list[CellView]:
     return out
 
 
-def prompt_position_rates(run: Run, k: int) -> pd.DataFrame:
-    """Acceptance per (cell, prompt) and position, pooled over repeats: columns pos0..pos{k-1} (fractions,
-    NaN without drafts) and drafts; rows in the run's cell order, prompts in their configured order."""
+MAX_HEATMAP_ROWS = 40
+
+
+@dataclass
+class Heatmap:
+    """Acceptance per (cell, row) and position, pooled over repeats: columns cell, row, drafts, prompts,
+    changed (a prompt of the row changed text), pos0..pos{k-1} (fractions, NaN without drafts). A row is a
+    prompt; with more prompts than fit (a serving run), a band of prompt lengths or of prompt order."""
+
+    frame: pd.DataFrame
+    rows: str  # "prompt" | "prompt tokens" | "prompt order"
+
+
+def _rows_for(df: pd.DataFrame, run: Run, max_rows: int) -> tuple[pd.Series, str]:
+    prompts = df["prompt_id"].astype(object)
+    n = prompts.nunique()
+    if n <= max_rows:
+        return prompts, "prompt"
+    bands = min(10, max_rows)
+    tokens = pd.to_numeric(df["num_prompt_tokens"], errors="coerce") if "num_prompt_tokens" in df else None
+    if tokens is not None and tokens.notna().all() and tokens.nunique() > 1:
+        cut = pd.qcut(tokens, q=bands, duplicates="drop")
+        labels = cut.map(lambda iv: f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens").astype(object)
+        return labels, "prompt tokens"
+    order = {p: i for i, p in enumerate(run.manifest.get("prompts", {}).get("ids", []))}
+    idx = prompts.map(order).fillna(-1).astype(np.int64)
+    width = max(1, -(-max(len(order), 1) // bands))
+    lo = (idx // width) * width
+    return (lo + 1).astype(str) + "–" + (lo + width).astype(str), "prompt order"
+
+
+def heatmap(run: Run, k: int, max_rows: int = MAX_HEATMAP_ROWS) -> Heatmap:
     df = run.prompt_frame()
+    cols = [f"pos{i}" for i in range(k)]
     if not len(df):
-        return pd.DataFrame(columns=["cell", "prompt_id", "drafts", *[f"pos{i}" for i in range(k)]])
+        return Heatmap(pd.DataFrame(columns=["cell", "row", "drafts", "prompts", "changed", *cols]), "prompt")
+    rows, kind = _rows_for(df, run, max_rows)
     acc = positions(df, k)
-    sums = pd.DataFrame(acc, columns=[f"pos{i}" for i in range(k)])
+    sums = pd.DataFrame(acc, columns=cols)
     sums["drafts"] = df["num_drafts"].to_numpy(dtype=np.int64)
-    sums["cell"] = df["cell"].to_numpy()
-    sums["prompt_id"] = df["prompt_id"].to_numpy()
-    g = sums.groupby(["cell", "prompt_id"], sort=False).sum()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for i in range(k):
-            g[f"pos{i}"] = np.where(g["drafts"] > 0, g[f"pos{i}"] / g["drafts"].where(g["drafts"] > 0, 1), np.nan)
-    g = g.reset_index()
+    sums["cell"] = df["cell"].astype(object).to_numpy()
+    sums["row"] = rows.to_numpy()
+    sums["prompt_id"] = df["prompt_id"].astype(object).to_numpy()
+    changed = changed_text(run)
+    if changed:
+        keys = pd.MultiIndex.from_arrays([sums["cell"], sums["prompt_id"]])
+        sums["changed"] = keys.isin(list(changed))
+    else:
+        sums["changed"] = False
+    g = sums.groupby(["cell", "row"], sort=False).agg(
+        **{c: (c, "sum") for c in cols}, drafts=("drafts", "sum"), prompts=("prompt_id", "nunique"),
+        changed=("changed", "any"),
+    ).reset_index()  # fmt: skip
+    d = g["drafts"].to_numpy(dtype=np.float64)
+    for c in cols:
+        g[c] = np.divide(g[c].to_numpy(dtype=np.float64), d, out=np.full(len(g), np.nan), where=d > 0)
     cell_order = {c["cell"]: n for n, c in enumerate(run.manifest.get("cells", []))}
-    prompt_order = {p: n for n, p in enumerate(run.manifest.get("prompts", {}).get("ids", []))}
+    if kind == "prompt":
+        row_order = {p: n for n, p in enumerate(run.manifest.get("prompts", {}).get("ids", []))}
+    else:  # bands sort by their lower bound
+        row_order = {r: int(str(r).split("–")[0]) for r in g["row"].unique()}
     g["_c"] = g["cell"].map(cell_order).fillna(len(cell_order))
-    g["_p"] = g["prompt_id"].map(prompt_order).fillna(len(prompt_order))
-    return g.sort_values(["_c", "_p"]).drop(columns=["_c", "_p"]).reset_index(drop=True)
+    g["_r"] = g["row"].map(row_order).fillna(len(row_order))
+    g = g.sort_values(["_c", "_r"], kind="stable").drop(columns=["_c", "_r"]).reset_index(drop=True)
+    return Heatmap(g, kind)
 
 
 def changed_text(run: Run) -> set[tuple[str, str]]:
@@ -99,18 +143,17 @@ def changed_text(run: Run) -> set[tuple[str, str]]:
     df = run.prompt_frame()
     if not len(df):
         return set()
-    small = df[["build", "cell", "prompt_id", "output_sha256"]]
+    small = pd.DataFrame({c: df[c].astype(object).to_numpy() for c in ("build", "cell", "prompt_id", "output_sha256")})
+    keys = ["build", "prompt_id", "output_sha256"]
+    n = small.groupby(keys, sort=False, dropna=False).size().rename("n").reset_index()
     common = (
-        small.groupby(["build", "prompt_id"], sort=False)["output_sha256"]
-        .agg(lambda s: s.value_counts().index[0])
-        .rename("common")
+        n.sort_values("n", ascending=False, kind="stable")
+        .drop_duplicates(["build", "prompt_id"])
+        .rename(columns={"output_sha256": "common"})[["build", "prompt_id", "common"]]
     )
-    joined = small.join(common, on=["build", "prompt_id"])
-    differs = joined[joined["output_sha256"] != joined["common"]]
-    per_cell = small.groupby(["cell", "prompt_id"], sort=False)["output_sha256"].nunique()
-    out = {(str(c), str(p)) for c, p in zip(differs["cell"], differs["prompt_id"], strict=True)}
-    out |= {(str(c), str(p)) for (c, p), n in per_cell.items() if n > 1}
-    return out
+    joined = small.merge(common, on=["build", "prompt_id"], how="left")
+    differs = joined.loc[joined["output_sha256"] != joined["common"], ["cell", "prompt_id"]].drop_duplicates()
+    return {(str(c), str(p)) for c, p in zip(differs["cell"], differs["prompt_id"], strict=True)}
 
 
 def fingerprint(run: Run, cells: list[CellResult]) -> list[dict[str, Any]]:

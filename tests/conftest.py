@@ -13,6 +13,7 @@ import pytest
 from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest
 
 K = 3
+PUBLISHED = Path(__file__).resolve().parent.parent / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
 PROMPTS = ["algorithm", "class", "file-io", "parsing", "unit-test"]
 
 Spec = dict[str, Any]
@@ -66,8 +67,17 @@ def write_run(
     text: dict[str, list[str]] | None = None,
     statuses: dict[str, list[str]] | None = None,
     seeds: list[int] | None = None,
+    baseline: str | None = "published",
+    baseline_entry: dict[str, str] | None = None,
+    per_prompt: dict[str, list[list[tuple[int, list[int]]]]] | None = None,
+    recorded: dict[str, list[int]] | None = None,
 ) -> Path:
-    """cells: "build/mode/variant" -> one list of per-position rates (%) per repeat."""
+    """cells: "build/mode/variant" -> one list of per-position rates (%) per repeat.
+
+    The run's config names the published baseline by default (as configs/gemma4-mtp-ascend.yaml does), so
+    the published figures may judge it; `baseline=None` writes a config that names no baseline.
+    per_prompt: cell -> per repeat -> per prompt (drafts, accepted_per_pos), instead of even rates.
+    recorded: cell -> per repeat, how many prompt records were written (a repeat cut off part-way)."""
     run_id = "20261202T000000Z-synthetic"
     path = root / run_id
     path.mkdir(parents=True)
@@ -78,9 +88,13 @@ def write_run(
         "sampling": {"temperature": temperature, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
         "modes": {},
         "gate": {},
+        "baseline": str(PUBLISHED) if baseline == "published" else baseline,
+        "baseline_entry": baseline_entry or {},
     }
     prompts = {"name": "coding", "sha256": "ab" * 32, "ids": PROMPTS}
     manifest = new_manifest(run_id, config, "synthetic.yaml", prompts)
+    manifest["model"] = {"name": "m", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
+    manifest["drafter"] = {"name": "d", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
     records: list[dict[str, Any]] = []
     for cell, repeats in cells.items():
         build, mode, variant = cell.split("/")
@@ -96,9 +110,12 @@ def write_run(
             req = (requested or {}).get(mode, {"cudagraph_mode": None, "enforce_eager": mode == "eager"})
             eff = (effective or {}).get(mode, {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"})
             records.append({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []})
-            if status != "ok":
-                continue
-            for i, part in enumerate(split(counts_for(rates, drafts), len(PROMPTS))):
+            parts = split(counts_for(rates, drafts), len(PROMPTS))
+            if per_prompt and cell in per_prompt:
+                parts = [{"num_drafts": d, "num_draft_tokens": d * k, "num_accepted_tokens": sum(a),
+                          "accepted_per_pos": list(a)} for d, a in per_prompt[cell][r]]  # fmt: skip
+            n_rec = (recorded or {}).get(cell, [len(parts) if status == "ok" else 0] * len(repeats))[r]
+            for i, part in enumerate(parts[:n_rec]):
                 sha = ((text or {}).get(cell) or ["same"] * len(repeats))[r]
                 records.append(
                     {**base, "type": "prompt", "prompt_id": PROMPTS[i], "prompt_index": i, **part,
@@ -107,9 +124,6 @@ def write_run(
     (path / MANIFEST).write_text(json.dumps(manifest))
     (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
-
-
-PUBLISHED = Path(__file__).resolve().parent.parent / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
 
 
 @pytest.fixture

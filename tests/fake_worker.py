@@ -5,7 +5,8 @@ A build's `python:` points at a generated script that runs this file as `<script
 It speaks the real worker's protocol (EVENT_PREFIX events on stdout, records appended with
 `mtpbench.worker.append_record`, `die_with_parent` first) and takes its behaviour from FAKE (JSON):
 startup / prompt seconds, a hang in either phase, a failure exit, a grandchild that must die with it.
-Counts are a fixed function of (prompt index, hash seed), so a resumed run must give the same totals.
+Counts are a fixed function of the prompt index, so a resumed run must give the same totals; like a real
+engine under greedy decoding, every process agrees (the gate's exact instability check requires it).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main() -> int:
         time.sleep(float(fake.get("prompt", 0.02)))
         if fake.get("hang") == "generation":
             time.sleep(10**6)
-        drafts = 10 + i + int(job["hash_seed"])
+        drafts = 10 + i
         per_pos = [max(drafts - 2 * j - 1, 0) for j in range(k)]
         pad = "x" * int(fake.get("pad", 0))
         append_record(job["records_path"], {

@@ -123,3 +123,34 @@ def test_terminal_keeps_its_width() -> None:
     c = ci.LogConsole(width=None, force_terminal=True)
     assert c.width != ci.LOG_WIDTH
     assert ci.LogConsole(width=None, force_terminal=False, file=open(os.devnull, "w")).width == ci.LOG_WIDTH
+
+
+def _mtpbench_lines(text: str) -> list[list[str]]:
+    import shlex
+
+    joined = text.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line.startswith("mtpbench "):
+            out.append(shlex.split(line.split("||")[0].split(">")[0], comments=True))
+    return out
+
+
+def test_documented_ci_examples_use_real_options() -> None:
+    """The example GitHub Actions job and shell gate call commands and options the CLI really has."""
+    import typer.main
+    import yaml
+
+    root = typer.main.get_command(app)
+    job = yaml.safe_load((ROOT / "docs" / "ci" / "github-actions.yml").read_text())
+    scripts = [s["run"] for s in job["jobs"]["gate"]["steps"] if "run" in s]
+    scripts.append((ROOT / "docs" / "ci" / "gate.sh").read_text())
+    calls = [c for s in scripts for c in _mtpbench_lines(s)]
+    assert {c[1] for c in calls} >= {"run", "compare", "report", "history"}
+    for call in calls:
+        cmd = root.commands[call[1]]  # type: ignore[attr-defined]
+        known = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        for tok in call[2:]:
+            if tok.startswith("--"):
+                assert tok in known, f"{' '.join(call)}: {tok} is not an option of {call[1]}"

@@ -38,7 +38,8 @@ def test_compare_regression_exit_1_with_table_and_junit(make_run: Callable[..., 
     assert "regression" in res.stdout and "cross-process-instability" in res.stdout
     assert "FAIL: cross-process-instability, regression in 1 cell(s) (exit 1)" in res.stdout
     xml = junit.read_text()
-    assert xml.count("<testcase") == 3 + 2 and xml.count("<failure") == 4
+    # 3 positions + 3 signatures + the unchecked-baseline note + the gate's verdict; 3 regressions + instability.
+    assert xml.count("<testcase") == 3 + 3 + 1 + 1 and xml.count("<failure") == 4
 
 
 def test_compare_pass_exit_0_json_and_markdown(make_run: Callable[..., Path]) -> None:
@@ -48,7 +49,8 @@ def test_compare_pass_exit_0_json_and_markdown(make_run: Callable[..., Path]) ->
     data = json.loads(res.stdout)
     assert data["exit_code"] == 0 and data["cells"][0]["summary"]["per_pos"] == pytest.approx([0.982, 0.963, 0.899])
     md = invoke("compare", run, "--baseline", PUBLISHED, "--markdown")
-    assert md.exit_code == 0 and "| `ascend/NONE/stock` | 0 | 98.2 | 98.2 | +0.0 | pass |" in md.stdout
+    assert md.exit_code == 0
+    assert "| `ascend/NONE/stock` | 0 | 98.2 | 98.2 | +0.0 | [-0.3,0.3] | 5 | 0.5 | pass |" in md.stdout
 
 
 def test_compare_tolerance_option(make_run: Callable[..., Path]) -> None:
@@ -168,3 +170,212 @@ def test_real_command_in_subprocess_no_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr == f"mtpbench: error: {tmp_path / 'nope'}: no such run folder\n"
+
+
+# --- fail closed, through the real command and its real renderer -------------------------------------------
+
+HETERO = [(100, [99, 97, 95]), (100, [98, 96, 93]), (100, [60, 40, 30]), (100, [97, 94, 90]), (100, [96, 93, 88])]
+
+
+def test_zero_drafts_is_speculation_off_exit_1(make_run: Callable[..., Path]) -> None:
+    run = make_run({"ascend/NONE/stock": [[0.0, 0.0, 0.0]]}, drafts=0)
+    res = invoke("compare", run, "--baseline", PUBLISHED)
+    assert res.exit_code == 1, res.output
+    assert "speculation-off ascend/NONE/stock: zero drafts recorded" in res.stdout.replace("\n", " ")
+    assert invoke("show", run).exit_code == 1
+
+
+def test_cell_without_baseline_entry_exit_4_unless_allowed(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    saved = tmp_path / "b.yaml"
+    assert invoke("baseline", "save", make_run({"cpu/eager/stock": [GOOD]}), "--out", saved).exit_code == 0
+    renamed = make_run({"cpu/eager-renamed/stock": [GOOD]}, baseline=str(saved))
+    res = invoke("compare", renamed, "--baseline", saved)
+    assert res.exit_code == 4, res.output
+    assert "NOT COMPARABLE" in res.stdout and "no entry for cpu/eager-renamed" in res.stdout.replace("\n", " ")
+    assert invoke("compare", renamed, "--baseline", saved, "--allow-unmatched").exit_code == 0
+
+
+def test_partial_repeat_is_listed_and_exit_3(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    cell = "cpu/eager/stock"
+    saved = tmp_path / "b.yaml"
+    invoke("baseline", "save", make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), "--out", saved)
+    run = make_run({cell: [GOOD, GOOD, GOOD]}, statuses={cell: ["ok", "ok", "timeout"]}, recorded={cell: [5, 5, 2]},
+                   per_prompt={cell: [HETERO] * 3}, baseline=str(saved))  # fmt: skip
+    res = invoke("compare", run, "--baseline", saved, "--json")
+    assert res.exit_code == 3, res.output
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == 3 and doc["verdict"] == "incomplete"
+    (failed,) = [f for f in doc["findings"] if f["kind"] == "run-failed"]
+    assert "r2 (PYTHONHASHSEED=2) timeout, 2/5 prompts" in failed["message"]
+
+
+def test_tiny_run_against_published_baseline_is_not_comparable(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    # Issue 8: the tiny CPU pair against the published Gemma4 v0.26.0rc1 figures printed PASS, exit 0.
+    run = make_run({"current/compiled/stock": [GOOD]}, baseline=None,
+                   requested={"compiled": {"cudagraph_mode": "FULL_DECODE_ONLY"}})  # fmt: skip
+    junit = tmp_path / "gate.xml"
+    res = invoke("compare", run, "--baseline", PUBLISHED, "--json", "--junit", junit)
+    assert res.exit_code == 4
+    assert "cannot check model_config_sha256, drafter_config_sha256, model_weights_sha256" in one_error_line(res)
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "not-comparable" and doc["exit_code"] == 4 and doc["unchecked"]
+    assert 'failures="1"' in junit.read_text()
+    ok = invoke("compare", run, "--baseline", PUBLISHED, "--accept-unchecked")
+    assert ok.exit_code == 0 and "used because --accept-unchecked" in ok.stdout.replace("\n", " ")
+
+
+def test_inconclusive_drop_exit_5(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    saved = tmp_path / "b.yaml"
+    invoke("baseline", "save", make_run({"cpu/eager/stock": [[90.0, 80.0, 70.0]]}, drafts=100), "--out", saved)
+    small = make_run({"cpu/eager/stock": [[66.7, 66.7, 66.7]]}, drafts=3, baseline=str(saved))
+    res = invoke("compare", small, "--baseline", saved)
+    assert res.exit_code == 5, res.output
+    assert "INCONCLUSIVE" in res.stdout and "(exit 5)" in res.stdout
+
+
+def test_underpowered_warns_and_fails_on_request(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    cell, saved = "cpu/eager/stock", tmp_path / "b.yaml"
+    invoke("baseline", "save", make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), "--out", saved)
+    run = make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}, baseline=str(saved))
+    res = invoke("compare", run, "--baseline", saved)
+    assert res.exit_code == 0 and "WARN underpowered" in res.stdout and "pass (underpowered)" in res.stdout
+    assert invoke("compare", run, "--baseline", saved, "--fail-underpowered").exit_code == 5
+
+
+def test_baseline_save_keeps_per_prompt_counts(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    import yaml
+
+    out = tmp_path / "b.yaml"
+    assert invoke("baseline", "save", make_run({"cpu/eager/stock": [GOOD, GOOD]}), "--out", out).exit_code == 0
+    entry = yaml.safe_load(out.read_text())["entries"][0]
+    assert set(entry["prompts"]) == {"algorithm", "class", "file-io", "parsing", "unit-test"}
+    assert entry["counts"]["num_drafts"] == 1000  # two identical repeats: one observation
+
+
+def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
+    make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import mtpbench.compare as cmp
+
+    def boom(*a: object, **k: object) -> None:
+        raise KeyError("output_sha256")
+
+    monkeypatch.setattr(cmp, "analyze", boom)
+    monkeypatch.setenv("MTPBENCH_LOG_DIR", str(tmp_path / "logs"))
+    res = invoke("show", make_run({"cpu/eager/stock": [GOOD]}))
+    assert res.exit_code == 3
+    line = one_error_line(res)
+    assert line.startswith("mtpbench: internal error: KeyError: 'output_sha256' (traceback: ")
+    (log,) = (tmp_path / "logs").iterdir()
+    assert "Traceback" in log.read_text() and str(log) in line
+
+
+def test_unwritable_junit_is_one_line(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    res = invoke("compare", make_run({"ascend/NONE/stock": [GOOD]}), "--baseline", PUBLISHED,
+                 "--junit", tmp_path / "no-such-dir" / "gate.xml")  # fmt: skip
+    assert res.exit_code == 2 and "--junit" in one_error_line(res)
+
+
+def test_record_without_output_hash_is_exit_2_naming_file_and_line(make_run: Callable[..., Path]) -> None:
+    path = make_run({"cpu/eager/stock": [GOOD]})
+    rec = path / "records.jsonl"
+    rec.write_text(rec.read_text().replace('"output_sha256"', '"x_sha"'))
+    res = invoke("show", path)
+    assert res.exit_code == 2 and "records.jsonl:2" in one_error_line(res)
+
+
+SCENARIOS = {
+    "pass": ({"ascend/NONE/stock": [GOOD, GOOD]}, {}),
+    "regression+instability": ({"ascend/FULL_DECODE_ONLY/stock": [[11.7, 3.0, 1.3], [77.8, 56.0, 38.4]]}, {}),
+    "speculation-off": ({"ascend/NONE/stock": [[0.0, 0.0, 0.0]]}, {"drafts": 0}),
+    "failed-run": ({"ascend/NONE/stock": [GOOD, GOOD]}, {"statuses": {"ascend/NONE/stock": ["ok", "failed"]}}),
+    "unmatched": ({"ascend/eager/stock": [GOOD]}, {}),
+    "text-changed": ({"ascend/NONE/stock": [GOOD, GOOD]}, {"text": {"ascend/NONE/stock": ["x", "y"]}}),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_json_markdown_junit_and_exit_code_agree(make_run: Callable[..., Path], tmp_path: Path, name: str) -> None:
+    cells, kw = SCENARIOS[name]
+    run = make_run(cells, **kw)
+    junit = tmp_path / "gate.xml"
+    as_json = invoke("compare", run, "--baseline", PUBLISHED, "--json", "--junit", junit)
+    code = as_json.exit_code
+    doc = json.loads(as_json.stdout)
+    assert doc["exit_code"] == code
+    md = invoke("compare", run, "--baseline", PUBLISHED, "--markdown")
+    assert md.exit_code == code and f"(exit {code})" in md.stdout
+    table = invoke("compare", run, "--baseline", PUBLISHED)
+    assert table.exit_code == code and f"(exit {code})" in table.stdout
+    xml = junit.read_text()
+    failures = int(xml.split('failures="')[1].split('"')[0])
+    assert (failures > 0) == (code != 0), (name, code, xml)
+    for f in doc["findings"]:  # every finding appears in the JUnit file
+        assert f'name="{f["kind"]}"' in xml or f["kind"] in ("regression", "improvement", "inconclusive"), f
+
+
+def test_failing_improvement_fails_the_junit_too(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    stale = tmp_path / "stale.yaml"
+    stale.write_text(PUBLISHED.read_text().replace("[98.2, 96.3, 89.9]", "[80.0, 70.0, 60.0]"))
+    run = make_run({"ascend/NONE/stock": [GOOD]}, baseline=str(stale))
+    manifest = run / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"gate": {}', '"gate": {"fail_on_improvement": true}'))
+    junit = tmp_path / "gate.xml"
+    res = invoke("compare", run, "--baseline", stale, "--junit", junit)
+    assert res.exit_code == 1
+    assert 'type="improvement"' in junit.read_text()
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_show_never_prints_an_exit_code_it_does_not_return(make_run: Callable[..., Path], name: str) -> None:
+    cells, kw = SCENARIOS[name]
+    res = invoke("show", make_run(cells, **kw))
+    assert f"(exit {res.exit_code})" in res.stdout, res.stdout
+
+
+def _probe() -> dict:
+    return {"python": "3.11.7", "executable": "/x/python", "platform": "Linux", "cpus": 2,
+            "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"}, "errors": {},
+            "torch": {"version": "2.13.0+cpu", "cuda": False, "device": None},
+            "vllm": {"version": "0.32.0", "platform": "CpuPlatform", "device_type": "cpu"}}  # fmt: skip
+
+
+def test_doctor_renders_info_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 8: `doctor` crashed with rich's MarkupError rendering "[]info[/]", exit 1 with a traceback.
+    import mtpbench.doctor as doc
+
+    monkeypatch.setattr(doc, "probe", lambda python=None: _probe())
+    res = invoke("doctor", "--no-engine")
+    assert res.exit_code == 0, res.output
+    assert "vllm import" in res.stdout and "CpuPlatform" in res.stdout and "info" in res.stdout
+
+
+def test_doctor_engine_check_that_cannot_start_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mtpbench.doctor as doc
+    import mtpbench.selftest as st
+    from mtpbench.errors import UserError
+
+    def missing(*a: object, **k: object) -> None:
+        raise UserError("configs/tiny-gemma4-mtp.yaml: the embedded default config is missing")
+
+    monkeypatch.setattr(doc, "probe", lambda python=None: _probe())
+    monkeypatch.setattr(st, "engine_check", missing)
+    res = invoke("doctor")
+    assert res.exit_code == 3 and "engine fail: configs/tiny-gemma4-mtp.yaml" in res.stdout
+
+
+def test_selftest_command_renders_its_verdict(make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import mtpbench.selftest as st
+    from mtpbench.baseline import load_baseline
+    from mtpbench.compare import compare
+    from mtpbench.results import load_run
+
+    run = make_run({"cpu/eager/stock": [GOOD, GOOD], "cpu/eager/fault": [[76.2, 61.0, 50.2], [39.2, 14.4, 10.1]]})
+    any_mode = run.parent / "any-mode.yaml"
+    any_mode.write_text(PUBLISHED.read_text().replace("mode: NONE", 'mode: "*"'))
+    comp = compare(load_run(run), load_baseline(any_mode), accept_unchecked=True)
+    ok, lines = st.evaluate(comp)
+    monkeypatch.setattr(st, "run_selftest", lambda out, make_view=None: st.SelftestResult(comp, ok, lines))
+    res = invoke("selftest")
+    assert res.exit_code == 0, res.output
+    assert "SELFTEST PASS" in res.stdout and "flagged as cross-process-instability (exact: 5 of 5" in res.stdout

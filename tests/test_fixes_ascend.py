@@ -2,6 +2,12 @@
 installer (against small fake modules mimicking each vllm-ascend shape found upstream), the plugin entry
 point's inertness, and — where vllm_ascend imports (it needs torch_npu) — the real module.
 
+Which upstream each fake mirrors is said on the fake. The proposer/graph-wrapper fakes here follow the
+shape vllm-ascend's *unit tests* describe (a `_maybe_update_metadata(attn_backend, multi_steps)` hook
+calling `_runnable.update_draft_model_metadata(...)` and `_runnable.set_attn_backend(...)`), which no
+readable vllm-ascend implementation contains; the shape of the one implementation read with UpdatableGraph
+(vllm-project/vllm-ascend 6f1ce9b8) is faked and tested in tests/test_fixes_ascend_6f1ce9b8.py.
+
 Regression guarded: vllm-ascend graph mode flattened each Gemma4 MTP draft step's per-layer attention
 metadata to one representative layer, so draft layers of both KV-cache groups read one group's block
 table (acceptance 94.8 % -> 5.3 % / 57.4 % depending on PYTHONHASHSEED).
@@ -45,7 +51,9 @@ FULL = ("draft.attn.3",)  # reads a full-attention target layer's KV
 
 @dataclass(frozen=True)
 class Meta:
-    """Stands in for AscendMetadata: what a draft layer's attention kernel is fed at one step."""
+    """Stands in for AscendMetadata: what a draft layer's attention kernel is fed at one step (the fields
+    vllm-ascend tests/ut/spec_decode/test_gemma4_proposer.py @ 0743d9f1 gives its `metadata()` helper:
+    block_tables, seq_lens_list; a test, not code)."""
 
     block_tables: str
     seq_lens_list: tuple[int, ...]
@@ -53,7 +61,9 @@ class Meta:
 
 @dataclass(frozen=True)
 class Provider:
-    """Mimics vllm-ascend's FIAParamProvider: resolves its params from the per-layer metadata mapping."""
+    """Mirrors the `_layer_provider` of vllm-ascend tests/ut/spec_decode/test_gemma4_proposer.py @ 0743d9f1
+    (a test, not code): `layer_name` plus `resolve(step_metadata)` reading `step_metadata[layer_name]`,
+    returning its block table and kv sequence lengths (the test also returns actual_seq_lengths)."""
 
     layer_name: str
 
@@ -96,7 +106,9 @@ def stock_params(steps: Sequence[dict[str, Meta]]) -> list[dict[str, Any]]:
 
 
 class FakeGraph:
-    """Binds params to tasks the way UpdatableGraph.resolve_tasks does: per provider, one per step."""
+    """Mirrors UpdatableGraph in vllm_ascend/compilation/updatable_graph.py @ 6f1ce9b8 (code): tasks numbered
+    per provider in capture order (register_task, :103-128); resolve_tasks (:130-137) calls
+    `source.get(provider)` once per provider, asserts one entry per task, binds entry [provider_index]."""
 
     def __init__(self, providers: Sequence[Any], k: int) -> None:
         # Draft graphs register each layer's task once per draft step, in step order.
@@ -111,7 +123,11 @@ class FakeGraph:
 
 
 class FakeGraphWrapper:
-    """Mimics ACLGraphWrapper's draft path: stores what the proposer hands it, wraps it in SharedSource."""
+    """The graph wrapper the unit tests describe (tests, not code): `update_draft_model_metadata(params)` and
+    `set_attn_backend(backend)` as asserted in vllm-ascend's base-proposer unit test
+    (`test_updates_each_draft_step_and_attention_layer`, a stored tests/ut/spec_decode file whose commit the
+    index does not name) and in test_gemma4_proposer.py @ 0743d9f1; replay wraps what it holds in
+    `SharedSource(...)` as acl_graph.py @ 6f1ce9b8 `_updatable_graph_replay` does with its own list."""
 
     def __init__(self, graph: FakeGraph, shared_source: type) -> None:
         self.graph = graph
@@ -129,11 +145,11 @@ class FakeGraphWrapper:
         return self.graph.resolve_tasks(self.shared_source(self.draft_model_metadata))
 
 
-# --- SharedSource shapes found in vllm-ascend and its forks (see docs/ascend.md for the commits) -----
+# --- SharedSource shapes found in vllm-ascend and its forks (the README's Ascend shapes table) ---------
 
 
 def shared_source_sequence() -> type:
-    # vllm-project/vllm-ascend 6f1ce9b8: every provider gets the same per-step list.
+    # vllm_ascend/compilation/updatable_graph.py @ 6f1ce9b8 :38-46 (code): the same per-step list for all.
     @dataclass(frozen=True, slots=True)
     class SharedSource:
         params: Sequence[dict[str, Any]]
@@ -145,7 +161,8 @@ def shared_source_sequence() -> type:
 
 
 def shared_source_layer_tagged() -> type:
-    # zzhx1 34bb51f9, zhenwenqi2024 51ac0e0c, lqh-hh 41248962, vLLM-HUST 5331e27c: params tagged per layer.
+    # updatable_graph.py (code) in zzhx1 34bb51f9, zhenwenqi2024 51ac0e0c, lqh-hh 41248962, vLLM-HUST
+    # 5331e27c: params tagged per layer, each provider keeps its own entries.
     @dataclass(frozen=True, slots=True)
     class SharedSource:
         params: Sequence[dict[str, Any]]
@@ -160,7 +177,7 @@ def shared_source_layer_tagged() -> type:
 
 
 def shared_source_indexed() -> type:
-    # vllm-project/vllm-ascend 3c708ca1: one params dict per task index.
+    # updatable_graph.py @ vllm-project/vllm-ascend 3c708ca1 (code): one params dict per task index.
     @dataclass(frozen=True, slots=True)
     class SharedSource:
         params: Sequence[dict[str, Any]]
@@ -172,7 +189,8 @@ def shared_source_indexed() -> type:
 
 
 def shared_source_delegating() -> type:
-    # The upstream fix's shape: forwards to a ParamSource when one is supplied.
+    # The upstream fix's shape as test_gemma4_proposer.py @ 0743d9f1 implies it (a test, not code: a
+    # `_LayerResolvedSource` reaches SharedSource's place); its implementation was not found.
     @dataclass(frozen=True, slots=True)
     class SharedSource:
         params: Any
@@ -186,6 +204,14 @@ def shared_source_delegating() -> type:
 
 
 def flattening_base_proposer_module() -> types.ModuleType:
+    """The shape the installer patches. Not seen in any readable implementation: the hook, its guard and its
+    two calls are those the unit tests assert (`_maybe_update_metadata(backend, multi_steps)` ->
+    `_runnable.update_draft_model_metadata(list)` then `_runnable.set_attn_backend(backend)`, skipped when
+    `_runnable` has no `update_draft_model_metadata`), and the list it hands over is what 6f1ce9b8's
+    `_build_draft_attn_metadata_updates` (llm_base_proposer.py:606-617, code) builds: one representative
+    layer per step. The base-proposer unit test instead expects layer-tagged entries; see
+    `layer_tagged_base_proposer_module`."""
+
     class AscendSpecDecodeBaseProposer:
         _runnable: Any
 
@@ -202,6 +228,9 @@ def flattening_base_proposer_module() -> types.ModuleType:
 
 
 def gemma4_module(base_module: types.ModuleType, *, upstream_fix: bool = False) -> types.ModuleType:
+    """AscendGemma4Proposer; with `upstream_fix`, the override that test_gemma4_proposer.py @ 0743d9f1
+    (`test_maybe_update_metadata_installs_layer_resolved_source`, a test, not code) asserts: its
+    `_maybe_update_metadata` hands a `_LayerResolvedSource` to `update_draft_model_metadata`."""
     base = base_module.AscendSpecDecodeBaseProposer
 
     class AscendGemma4Proposer(base):  # type: ignore[misc, valid-type]
@@ -470,13 +499,13 @@ def test_refused_install_changes_nothing(shared: Callable[[], type], upstream_fi
     assert snapshot(modules) == before
 
 
-def test_load_modules_refuses_a_build_that_predates_updatable_graph() -> None:
+def test_load_modules_refuses_a_build_without_updatable_graph() -> None:
     def importer(name: str) -> types.ModuleType:
         if name == ascend_api.UPDATABLE_GRAPH:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return types.ModuleType(name)
 
-    with pytest.raises(PatchNotApplicable, match=r"predates .*update_full_graph_params"):
+    with pytest.raises(PatchNotApplicable, match=r"has no .*updatable_graph module .*update_full_graph_params"):
         load_modules(importer)
 
 
@@ -532,7 +561,7 @@ def test_apply_without_vllm_ascend_raises_and_changes_nothing(monkeypatch: pytes
     before = set(sys.modules)
     outcome = apply_one(PATCH)
     assert outcome.status == "not-applicable"
-    assert outcome.detail.startswith("vllm_ascend is not importable here")
+    assert outcome.detail.startswith("fix not applied: vllm_ascend is not importable here")
     assert "\n" not in outcome.detail
     assert {m for m in set(sys.modules) - before if m.startswith("vllm_ascend")} == set()
 
@@ -650,3 +679,64 @@ sys.exit(1 if outcome.status == "failed" else 0)
     done = _run_python(code, env_patches=None)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OUTCOME failed" not in done.stdout
+
+
+# --- The base-proposer shape vllm-ascend's unit test asserts (layer-tagged entries) ---------------------
+
+
+def layer_tagged_base_proposer_module() -> types.ModuleType:
+    """Mirrors vllm-ascend's base-proposer unit test `test_updates_each_draft_step_and_attention_layer` (a
+    stored tests/ut/spec_decode file importing AscendSpecDecodeBaseProposer; a test, not code):
+    `_maybe_update_metadata(backend, multi_steps)` calls `_runnable.update_draft_model_metadata` once with
+    one entry per (step, layer) in step order, each `{"layer_name", "actual_seq_lengths",
+    "actual_seq_lengths_kv", "block_table"}`, then `_runnable.set_attn_backend(backend)`."""
+
+    class AscendSpecDecodeBaseProposer:
+        _runnable: Any
+
+        def _maybe_update_metadata(self, attn_backend: Any, multi_steps_attn_metadata: Any) -> None:
+            if not callable(getattr(self._runnable, "update_draft_model_metadata", None)):
+                return
+            self._runnable.update_draft_model_metadata(
+                [
+                    {"layer_name": name, "actual_seq_lengths": (1,), "actual_seq_lengths_kv": m.seq_lens_list,
+                     "block_table": m.block_tables}
+                    for step in multi_steps_attn_metadata
+                    for name, m in step.items()
+                ]
+            )  # fmt: skip
+            self._runnable.set_attn_backend(attn_backend)
+
+    mod = types.ModuleType(ascend_api.BASE_PROPOSER)
+    mod.AscendSpecDecodeBaseProposer = AscendSpecDecodeBaseProposer  # type: ignore[attr-defined]
+    return mod
+
+
+def test_installed_hook_passes_a_layer_tagged_list_through_unchanged() -> None:
+    # Where the two upstream shapes disagree (representative list vs layer-tagged list from the same hook),
+    # the installed wrapper must not re-wrap an already per-layer list: that would misalign the steps.
+    ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
+    ug.SharedSource = shared_source_sequence()  # type: ignore[attr-defined]
+    base = layer_tagged_base_proposer_module()
+    modules = AscendModules(ug, base, gemma4_module(base))
+    install(modules)
+    wrapper = FakeGraphWrapper(FakeGraph([], 3), modules.updatable_graph.SharedSource)
+    proposer = modules.gemma4_proposer.AscendGemma4Proposer()
+    proposer._runnable = wrapper
+    steps = two_group_steps()
+    proposer._maybe_update_metadata("backend", steps)
+    held = wrapper.draft_model_metadata
+    assert isinstance(held, list) and len(held) == 3 * 4
+    assert [p["layer_name"] for p in held[:4]] == list(steps[0])
+    assert wrapper.attn_backend == "backend"
+
+
+def test_layer_tagged_hook_with_layer_tagged_shared_source_is_left_alone() -> None:
+    ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
+    ug.SharedSource = shared_source_layer_tagged()  # type: ignore[attr-defined]
+    base = layer_tagged_base_proposer_module()
+    modules = AscendModules(ug, base, gemma4_module(base))
+    before = snapshot(modules)
+    with pytest.raises(PatchNotApplicable, match="already resolves draft params per layer"):
+        install(modules)
+    assert snapshot(modules) == before

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from mtpbench.cli import app
 from mtpbench.compare import analyze
 from mtpbench.results import load_run
-from mtpbench.views import changed_text, prompt_position_rates
+from mtpbench.views import changed_text, heatmap
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"
@@ -104,17 +104,30 @@ def test_png_figures_are_written(rendered: tuple[Path, Path]) -> None:
 
 def test_heatmap_data_is_per_prompt_and_position(stored_run: Path) -> None:
     run = load_run(stored_run)
-    rates = prompt_position_rates(run, 3)
-    df = run.prompt_frame()
+    hm = heatmap(run, 3)
+    rates = hm.frame
+    assert hm.rows == "prompt"
     # Pooled over repeats: per prompt, accepted at pos1 / drafts, recomputed from the raw records.
     for cell, prompt in (("current/eager/fault", "class"), ("current/eager/stock", "parsing")):
         rows = [r for r in run.records if r["type"] == "prompt" and r["cell"] == cell and r["prompt_id"] == prompt]
         want = sum(r["accepted_per_pos"][1] for r in rows) / sum(r["num_drafts"] for r in rows)
-        got = rates[(rates["cell"] == cell) & (rates["prompt_id"] == prompt)]["pos1"].item()
+        got = rates[(rates["cell"] == cell) & (rates["row"] == prompt)]["pos1"].item()
         assert got == pytest.approx(want)
-    assert len(rates) == 2 * df["prompt_id"].nunique()
+    assert len(rates) == 2 * 5
     assert list(dict.fromkeys(rates["cell"])) == ["current/eager/stock", "current/eager/fault"]
-    assert changed_text(run) == set()  # the fault leaves the text alone
+    assert list(rates["row"][:5]) == run.manifest["prompts"]["ids"]  # the configured prompt order
+    assert changed_text(run) == set() and not rates["changed"].any()  # the fault leaves the text alone
+
+
+def test_heatmap_bands_many_prompts(stored_run: Path) -> None:
+    # A serving run has thousands of prompts: rows become bands of prompt length (here 5 prompts, 2 rows max).
+    run = load_run(stored_run)
+    hm = heatmap(run, 3, max_rows=2)
+    assert hm.rows == "prompt tokens"
+    assert len(hm.frame) == 2 * hm.frame["row"].nunique() and hm.frame["row"].nunique() <= 2
+    per_cell = hm.frame.groupby("cell")[["drafts", "prompts"]].sum()
+    drafts = run.prompt_frame().groupby("cell")["num_drafts"].sum()
+    assert per_cell["drafts"].to_dict() == drafts.to_dict() and set(per_cell["prompts"]) == {5}
 
 
 def test_changed_text_marks_the_cell_and_prompt(make_run) -> None:  # type: ignore[no-untyped-def]

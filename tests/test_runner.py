@@ -371,3 +371,19 @@ def test_doctor_shows_the_device_pool_it_would_use() -> None:
     assert "4,5 (ASCEND_RT_VISIBLE_DEVICES in the environment)" in device_pool_text(npus)
     cpu = {"torch": {"count": 0}, "usable_cpus": [0, 1]}
     assert "2 usable CPU core(s) 0,1" in device_pool_text(cpu) and "VLLM_CPU_OMP_THREADS_BIND" in device_pool_text(cpu)
+
+
+def test_a_broken_progress_view_neither_stops_the_run_nor_its_manifest(tmp_path: Path) -> None:
+    # Regression: a CI runner that dies closes our stdout; the view's BrokenPipeError used to escape the
+    # scheduling loop and leave the manifest saying `running`.
+    config = fake_config(tmp_path, {"b": {}}, repeats=2)
+    cfg = load_config(config)
+
+    def broken(kind: str, payload: dict[str, Any]) -> None:
+        if kind == "cell_end":
+            raise BrokenPipeError(32, "Broken pipe")
+
+    outcome = runner.execute(cfg, load_prompts(cfg.prompts), tmp_path / "runs", str(config), runner.expand(cfg), broken)
+    m = _manifest(outcome.path)
+    assert m["status"] == "complete" and [c["status"] for c in m["cells"]] == ["ok", "ok"]
+    assert "BrokenPipeError" in m["sessions"][0]["ui_error"]

@@ -154,6 +154,9 @@ def test_request_schedule_unlimited_and_poisson() -> None:
 
 def test_effective_config_and_patches_are_read_from_the_server_log() -> None:
     log = (
+        # The requested modes come first (the server's argument dump), the engine's resolved config later.
+        "(APIServer pid=2) INFO [api_utils.py:286] non-default args: {'compilation_config': {'mode': None, "
+        "'cudagraph_mode': <CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}}\n"
         "(EngineCore pid=1) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='t', "
         "compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}\n"
         "(APIServer pid=2) WARNING mtpbench flatten-draft-metadata: applied (wrapped) [MTPBENCH_PATCHES]\n"
@@ -300,7 +303,8 @@ def test_published_serving_entry_checks_rates_and_lists_what_it_cannot(tmp_path:
     # 300 requests at the published pooled rates 81.6/60.2/48.5 %.
     reqs = [([82 if i < 240 else 81, 60, 49 if i < 150 else 48], 100) for i in range(300)]
     run = load_run(write_serving_run(tmp_path, {"b/FULL_DECODE_ONLY/fixed": reqs}, wall_s=300 / 1.99))
-    comp = compare(run, load_baseline(PUBLISHED))
+    # Published figures cannot check model, drafter or prompts: used knowingly (compare.py refuses otherwise).
+    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
     assert all(ch.verdict == "pass" for ch in comp.checks), comp.checks
     assert {ch.base_rate for ch in comp.checks} == {0.816, 0.602, 0.485}
     for field in ("prompts_sha256", "workload.max_tokens", "serving.prompts"):
@@ -317,7 +321,7 @@ def test_other_concurrency_is_not_comparable(tmp_path: Path) -> None:
 def test_throughput_drop_is_reported_not_failed(tmp_path: Path) -> None:
     reqs = [([82, 60, 49], 100)] * 300
     run = load_run(write_serving_run(tmp_path, {"b/NONE/stock": reqs}, wall_s=300 / 1.0))  # 1.0 vs 1.99 req/s
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
     (d,) = [d for d in comp.diagnoses if d.kind == "throughput-drop"]
     assert d.severity == WARN and "1.00 req/s vs baseline 1.99 req/s" in d.message
     assert comp.exit_code == ExitCode.OK

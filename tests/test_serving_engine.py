@@ -114,7 +114,8 @@ def test_the_flattening_fault_is_caught_under_serving(serving_run: Any) -> None:
     assert [(p["name"], p["status"]) for p in start["patches"]] == [("flatten-draft-metadata", "applied")]
     assert "general_plugins" in start["patch_mechanism"]
     (end,) = _records(run_dir, "current/eager/fault", "cell_end")
-    assert end["patch_observations"]["flatten-draft-metadata"]["kv_cache_group_id"] in (0, 1)
+    # Which KV-cache group the fault bound every draft layer to, read from the server's log.
+    assert isinstance(end["patch_observations"]["flatten-draft-metadata"]["kv_cache_group_id"], int)
     # The gate, with the run's own stock cell as the baseline (a serving baseline: same load), flags the fault.
     base = run_dir.parent / "stock-baseline.yaml"
     saved = mtpbench("baseline", "save", run_dir, "--out", base, "--variant", "stock", "--force", timeout=120)

@@ -1,21 +1,42 @@
-"""Rates, acceptance length and intervals from raw counts, with vLLM's semantics."""
+"""Rates, acceptance length, intervals, tests and power from raw counts: vLLM's semantics, checked against
+published reference values (Newcombe 1998) and scipy's t procedures, which the clustered estimators must
+reduce to when every prompt has the same number of drafts."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from scipy import stats as sps
 
-from mtpbench.stats import Counts, diff_interval, homogeneity_pvalue, summarize, wilson
+from mtpbench.stats import (
+    Counts,
+    PromptCounts,
+    clustered_ratio,
+    mde,
+    newcombe_diff,
+    paired_diff,
+    permutation_spread_pvalue,
+    summarize,
+    welch_df,
+    wilson,
+)
+
+
+def prompts(per_pos: list[list[int]], drafts: list[int]) -> PromptCounts:
+    pp = np.array(per_pos)
+    d = np.array(drafts)
+    return PromptCounts(tuple(f"p{i}" for i in range(len(d))), d, d * pp.shape[1], pp.sum(axis=1), pp)
 
 
 def test_published_figures_round_trip() -> None:
     # 1000 drafts at 98.2/96.3/89.9 % → mean 94.8 %, avg accepted 2.844, AL 3.844 (the seed's 2.84 of 3).
-    c = Counts(1000, 3000, 982 + 963 + 899, (982, 963, 899))
-    s = summarize(c)
+    s = summarize(prompts([[982, 963, 899]], [1000]))
     assert s.per_pos == pytest.approx((0.982, 0.963, 0.899))
     assert s.mean == pytest.approx(0.948, abs=1e-3)
     assert s.avg_accepted == pytest.approx(2.844)
     assert s.acceptance_length == pytest.approx(3.844)
     assert s.conditional == pytest.approx((0.982, 963 / 982, 899 / 963))
+    assert s.per_pos_ci == (None, None, None)  # one prompt: no prompt-level interval exists
 
 
 def test_counts_add_and_total() -> None:
@@ -25,37 +46,89 @@ def test_counts_add_and_total() -> None:
 
 
 def test_no_drafts_gives_undefined_rates_not_zero() -> None:
-    s = summarize(Counts(0, 0, 0, (0, 0, 0)))
+    s = summarize(prompts([[0, 0, 0], [0, 0, 0]], [0, 0]))
     assert s.per_pos == (None, None, None) and s.mean is None and s.acceptance_length is None
 
 
-def test_wilson_contains_estimate_and_narrows_with_n() -> None:
-    small, big = wilson(9, 10), wilson(900, 1000)
-    assert small is not None and big is not None
-    assert small.low < 0.9 < small.high
-    assert (big.high - big.low) < (small.high - small.low)
+def test_wilson_matches_newcombe_1998_single_proportion_example() -> None:
+    # Newcombe, Stat Med 17:857 (1998), 81/263: score interval 0.2553-0.3662.
+    w = wilson(81, 263)
+    assert w is not None
+    assert (w.low, w.high) == pytest.approx((0.2553, 0.3662), abs=5e-5)
 
 
-def test_diff_interval_without_baseline_counts_is_run_interval_shifted() -> None:
-    w = wilson(117, 1000)
-    d = diff_interval(117, 1000, None, None, 0.982)
-    assert w is not None and d is not None
-    assert d.low == pytest.approx(w.low - 0.982) and d.high == pytest.approx(w.high - 0.982)
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [((56, 70), (48, 80), (0.0524, 0.3339)), ((9, 10), (3, 10), (0.1705, 0.8090))],
+)
+def test_newcombe_hybrid_score_interval_matches_the_paper(a, b, want) -> None:
+    # Newcombe, Stat Med 17:873 (1998), method 10, worked examples (a) and (b).
+    ci = newcombe_diff(*a, *b)
+    assert ci is not None
+    assert (ci.low, ci.high) == pytest.approx(want, abs=5e-5)
 
 
-def test_newcombe_interval_spans_zero_for_equal_rates() -> None:
-    d = diff_interval(90, 100, 900, 1000, 0.9)
-    assert d is not None and d.low < 0 < d.high
+def test_clustered_ratio_equals_one_sample_t_interval_when_drafts_are_equal() -> None:
+    rng = np.random.default_rng(1)
+    acc = rng.integers(20, 40, size=12)
+    den = np.full(12, 40)
+    est = clustered_ratio(acc, den, 0.95)
+    ref = sps.ttest_1samp(acc / den, 0.0).confidence_interval(0.95)
+    assert est.ci is not None and est.df == 11
+    assert (est.ci.low, est.ci.high) == pytest.approx((ref.low, ref.high), rel=1e-12)
+
+
+def test_paired_diff_equals_paired_t_interval_when_drafts_are_equal() -> None:
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(10, 30, size=9), rng.integers(10, 30, size=9)
+    den = np.full(9, 30)
+    est = paired_diff(a, den, b, den, 0.9)
+    ref = sps.ttest_rel(a / den, b / den).confidence_interval(0.9)
+    assert est.ci is not None
+    assert (est.ci.low, est.ci.high) == pytest.approx((ref.low, ref.high), rel=1e-12)
+
+
+def test_clustered_interval_is_wider_than_binomial_for_heterogeneous_prompts() -> None:
+    # Five prompts, easy and hard: the draft-level Wilson interval pretends 500 independent trials.
+    acc, den = np.array([100, 98, 60, 97, 55]), np.full(5, 100)
+    est, w = clustered_ratio(acc, den), wilson(int(acc.sum()), int(den.sum()))
+    assert est.ci is not None and w is not None
+    assert (est.ci.high - est.ci.low) > 4 * (w.high - w.low)
+
+
+def test_identical_prompts_give_zero_width_and_unequal_weights_follow_drafts() -> None:
+    est = clustered_ratio(np.array([9, 18, 27]), np.array([10, 20, 30]))
+    assert est.value == pytest.approx(0.9) and est.se == pytest.approx(0.0)
+    assert clustered_ratio(np.array([10, 0]), np.array([10, 30])).value == pytest.approx(0.25)  # ΣA/ΣD
+
+
+def test_mde_is_the_textbook_z_sum_times_se() -> None:
+    # Normal approximation, α=0.05 two-sided, power 0.8: (1.95996 + 0.84162) · se = 2.80158 · se.
+    assert mde(0.01, None, 0.95, 0.8) == pytest.approx(0.0280158, abs=1e-6)
+    # Few prompts: t on G−1 degrees of freedom makes it larger; no standard error, no MDE.
+    assert mde(0.01, 4, 0.95, 0.8) > mde(0.01, 39, 0.95, 0.8) > mde(0.01, None, 0.95, 0.8)
+    assert mde(None, None) is None
+
+
+def test_welch_df_of_two_equal_variances_with_equal_df() -> None:
+    assert welch_df(1.0, 10, 1.0, 10) == pytest.approx(20.0)
+    assert welch_df(1.0, 10, 0.0, None) == 10
+
+
+def test_permutation_test_separates_process_effects_from_prompt_noise() -> None:
+    d = np.full((8, 2), 50)
+    same = np.array([[40, 40], [30, 30], [45, 45], [20, 20], [48, 48], [35, 35], [25, 25], [42, 42]])
+    obs, p = permutation_spread_pvalue(same, d)
+    assert obs == 0.0 and p == 1.0
+    shifted = same.copy()
+    shifted[:, 1] -= 10  # the second process accepts 10 fewer on every prompt
+    obs, p = permutation_spread_pvalue(shifted, d)
+    assert obs == pytest.approx(0.2) and p < 0.01
+    # Deterministic: a fixed seed gives the same p-value every time.
+    assert permutation_spread_pvalue(shifted, d) == (obs, p)
 
 
 def test_spread_across_repeats() -> None:
     r1, r2 = Counts(100, 300, 0, (12, 3, 1)), Counts(100, 300, 0, (78, 56, 38))
-    s = summarize(r1 + r2, repeats=[r1, r2])
+    s = summarize(prompts([[90, 59, 39]], [200]), repeats=[r1, r2])
     assert s.spread == pytest.approx((0.66, 0.53, 0.37))
-
-
-def test_homogeneity() -> None:
-    assert homogeneity_pvalue([117, 778], [1000, 1000]) < 1e-10
-    assert homogeneity_pvalue([500, 505], [1000, 1000]) > 0.5
-    assert homogeneity_pvalue([10, 10], [10, 10]) == 1.0
-    assert homogeneity_pvalue([5], [10]) is None

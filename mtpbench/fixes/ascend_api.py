@@ -6,10 +6,15 @@ three modules it touches — `vllm_ascend.compilation.updatable_graph` (`SharedS
 `vllm_ascend.spec_decode.gemma4_proposer` (`AscendGemma4Proposer`). `SharedSource` is classified by
 *behaviour*, calling its `get` on small probe objects (it is a plain dataclass, no device needed), so a
 reformatted or renamed implementation is still recognised by what it does. Shapes found in vllm-ascend
-and its forks (see docs/ascend.md for the commits):
+and its forks (the README's Ascend shapes table names the commits):
 
 - `shared-source-sequence`: `get(provider) -> self.params`, the same per-step list for every provider.
-  The flattening shape; the fix applies.
+  The flattening shape. The fix applies when the proposer hands its per-step list over through a
+  `_maybe_update_metadata(attn_backend, multi_steps_attn_metadata)` hook (the shape vllm-ascend's unit
+  tests describe); it is refused when the list comes from `_build_draft_attn_metadata_updates` through
+  `ACLGraphWrapper.set_draft_attn_metadata_updates` (vllm-ascend 6f1ce9b8, `DRAFT_UPDATES` below): there
+  the draft steps >= 1 are already bound to one KV-cache group inside `_propose`, before any param
+  source could resolve them per layer, so delegating `SharedSource.get` alone would not fix the bug.
 - `shared-source-layer-tagged`: params carry `layer_name` and `get` keeps the provider's own entries.
   Already resolves per layer; nothing to do.
 - `shared-source-delegating`: `SharedSource` already forwards to a `ParamSource` (the upstream fix).
@@ -37,6 +42,10 @@ LAYER_TAGGED = "shared-source-layer-tagged"
 DELEGATING = "shared-source-delegating"
 INDEXED = "shared-source-indexed"
 PATCHED = "patched"
+# Proposer shape of vllm-ascend 6f1ce9b8: no `_maybe_update_metadata`; the draft params are built by
+# `_build_draft_attn_metadata_updates` (one representative layer per step) and handed to the graph wrapper
+# with `set_draft_attn_metadata_updates`, from `_propose` and `dummy_run`.
+DRAFT_UPDATES = "draft-attn-metadata-updates"
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class AscendModules:
 @dataclass(frozen=True)
 class Detection:
     shared_source: str  # one of the shape names above, or "unknown: <why>"
-    proposer: str  # "stock" | "patched" | "overridden" | "unknown: <why>"
+    proposer: str  # "stock" | "patched" | "overridden" | DRAFT_UPDATES | "unknown: <why>"
     # Empty when the fix can be installed (or is installed already); otherwise the one-line reason.
     refusal: str = ""
 
@@ -130,7 +139,14 @@ def classify_proposer(base_module: Any, gemma4_module: Any) -> str:
         return "unknown: no AscendSpecDecodeBaseProposer"
     hook = getattr(base, "_maybe_update_metadata", None)
     if hook is None:
-        return "unknown: AscendSpecDecodeBaseProposer has no _maybe_update_metadata (pre-UpdatableGraph build)"
+        if callable(getattr(base, "_build_draft_attn_metadata_updates", None)):
+            return DRAFT_UPDATES
+        # Say what is missing, not which era the build is from: a build can have UpdatableGraph and still
+        # lack this hook (vllm-ascend 6f1ce9b8 does).
+        return (
+            "unknown: AscendSpecDecodeBaseProposer has neither _maybe_update_metadata nor "
+            "_build_draft_attn_metadata_updates"
+        )
     arity = _positional_arity(hook)
     if arity is not None and arity < 3:
         return f"unknown: _maybe_update_metadata takes {arity} positional parameters, expected 3"
@@ -151,10 +167,23 @@ def detect(modules: AscendModules) -> Detection:
     shared_cls = getattr(modules.updatable_graph, "SharedSource", None)
     shared = classify_shared_source(shared_cls) if shared_cls is not None else "unknown: no SharedSource"
     proposer = classify_proposer(modules.base_proposer, modules.gemma4_proposer)
-    return Detection(shared, proposer, _refusal(shared, proposer))
+    has_graph = hasattr(modules.updatable_graph, "UpdatableGraph")
+    return Detection(shared, proposer, _refusal(shared, proposer, has_graph))
 
 
-def _refusal(shared: str, proposer: str) -> str:
+def _draft_updates_refusal(shared: str, has_graph: bool) -> str:
+    graph = "UpdatableGraph present" if has_graph else "no UpdatableGraph class"
+    return (
+        f"this vllm-ascend has the draft-graph API of vllm-ascend 6f1ce9b8 ({graph}, SharedSource shape "
+        f"{shared}, AscendSpecDecodeBaseProposer has no _maybe_update_metadata): the flattening is in "
+        "_build_draft_attn_metadata_updates (one representative layer per draft step, handed over with "
+        "set_draft_attn_metadata_updates) and, for draft steps >= 1, in _propose, which binds every draft "
+        "layer to one KV-cache group's metadata; the patch does not rewrite _propose or dummy_run, so the "
+        "build keeps the bug"
+    )
+
+
+def _refusal(shared: str, proposer: str, has_graph: bool = True) -> str:
     if shared == LAYER_TAGGED:
         return f"this vllm-ascend already resolves draft params per layer (SharedSource shape: {LAYER_TAGGED})"
     if shared == DELEGATING or proposer == "overridden":
@@ -162,9 +191,11 @@ def _refusal(shared: str, proposer: str) -> str:
             "this vllm-ascend already resolves draft params per layer "
             f"(upstream fix present: SharedSource {shared}, AscendGemma4Proposer {proposer})"
         )
+    if proposer == DRAFT_UPDATES and shared in (SEQUENCE, PATCHED):
+        return _draft_updates_refusal(shared, has_graph)
     if shared.startswith("unknown") or shared == INDEXED:
         return f"unrecognised vllm-ascend draft-graph API ({UPDATABLE_GRAPH}.SharedSource: {shared})"
-    if proposer.startswith("unknown"):
+    if proposer.startswith("unknown") or proposer == DRAFT_UPDATES:
         return f"unrecognised vllm-ascend proposer API ({proposer.removeprefix('unknown: ')})"
     # Any mix of SEQUENCE/PATCHED with stock/PATCHED is installable: the installer completes whichever
     # half is missing (e.g. after a module reload replaced one of the two patched objects).

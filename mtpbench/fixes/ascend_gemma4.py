@@ -10,7 +10,8 @@ iteration order (PYTHONHASHSEED). The fix resolves them per layer (see `layer_so
 `SharedSource.get` delegates to a param source when one is supplied, and
 `AscendGemma4Proposer._maybe_update_metadata` supplies a `LayerResolvedSource`. Only the Gemma4 proposer
 is changed: other proposers keep the stock behaviour. Any other shape raises `PatchNotApplicable` with
-the reason and changes nothing; a second `apply()` in the same process is a no-op.
+the reason (prefixed "fix not applied") and changes nothing; a second `apply()` in the same process is a
+no-op. `check()` answers what `apply()` would do without changing anything (for `run --dry-run`).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def load_modules(import_module: Importer = importlib.import_module) -> AscendMod
     except ModuleNotFoundError as exc:
         if exc.name == UPDATABLE_GRAPH:
             raise PatchNotApplicable(
-                f"this vllm-ascend predates {UPDATABLE_GRAPH} (draft params go through "
-                "update_full_graph_params); the patch targets UpdatableGraph/SharedSource"
+                f"this vllm-ascend has no {UPDATABLE_GRAPH} module (in the builds read, draft params go "
+                "through update_full_graph_params there); the patch targets UpdatableGraph/SharedSource"
             ) from None
         raise PatchNotApplicable(f"cannot import {UPDATABLE_GRAPH} ({_first_line(exc)})") from None
     except Exception as exc:
@@ -104,7 +105,28 @@ def install(modules: AscendModules, version: str = "") -> str:
     )
 
 
+# Every refusal starts with this, so the cell's fingerprint, the vLLM plugin's log line and the verdict
+# all say in the same words that the `fixed` variant measured the unfixed code.
+NOT_APPLIED = "fix not applied"
+
+
 def apply() -> str:
     """Registry entry point: patch the vllm_ascend importable in this process (see module docstring)."""
-    modules = load_modules()
-    return install(modules, _vllm_ascend_version())
+    try:
+        modules = load_modules()
+        return install(modules, _vllm_ascend_version())
+    except PatchNotApplicable as exc:
+        raise PatchNotApplicable(f"{NOT_APPLIED}: {exc}") from None
+
+
+def check() -> tuple[bool, str]:
+    """What `apply()` would do here, changing nothing: (would apply, one-line reason). For `--dry-run`."""
+    try:
+        modules = load_modules()
+    except PatchNotApplicable as exc:
+        return False, f"{NOT_APPLIED}: {exc}"
+    found = detect(modules)
+    if found.installed or found.patchable:
+        return True, f"would install the per-layer param source (SharedSource {found.shared_source}, " \
+                     f"AscendGemma4Proposer {found.proposer})"
+    return False, f"{NOT_APPLIED}: {found.refusal}"

@@ -1,0 +1,250 @@
+"""Benchmark: `show`, `compare`, `report` and `history` over a run of 10⁶ prompt records.
+
+Writes a run in the real on-disk format (manifest.json + records.jsonl, one JSON line per prompt as the
+worker writes them, per-request histogram counts and the 120-character output head included), then times
+the real CLI in fresh subprocesses, as CI would call it:
+
+1. `show` on the bare run: parses the JSONL (the authoritative, validating reader) and writes the columnar
+   copy (records.parquet) — the one-time cost a run pays when it ends;
+2. `show`, `compare`, `report --html`, `history` again: they read the columnar copy.
+
+Also times, in-process, the stages of one `compare` (load, collect, the verdicts). Writes a Markdown report
+(default benchmarks/REPORT-records.md) with the machine, versions and every measured wall time.
+
+    python benchmarks/bench_records.py [--records 1000000] [--out /tmp/mtpbench-bench] [--report FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest  # noqa: E402
+
+K = 3
+CELLS = [("v0.26.0rc1", "NONE", "stock"), ("v0.26.0rc1", "FULL_DECODE_ONLY", "stock"),
+         ("v0.26.0rc1", "NONE", "fixed"), ("v0.26.0rc1", "FULL_DECODE_ONLY", "fixed")]  # fmt: skip
+REPEATS = 2
+RATES = (0.982, 0.963, 0.899)
+
+
+def write_run(path: Path, n_records: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    per_cell = n_records // (len(CELLS) * REPEATS)
+    run_id = path.name
+    cfg = {
+        "name": "bench",
+        "model": "gemma-4",
+        "speculative": {"method": "mtp", "model": "gemma-4-assistant", "num_speculative_tokens": K, "extra": {}},
+        "sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
+        "modes": {"NONE": {"cudagraph_mode": "NONE"}, "FULL_DECODE_ONLY": {"cudagraph_mode": "FULL_DECODE_ONLY"}},
+        "gate": {},
+    }
+    ids = [f"req-{i:07d}" for i in range(per_cell)]
+    prompts = {"name": "serving", "sha256": hashlib.sha256(b"bench").hexdigest(), "ids": ids}
+    manifest = new_manifest(run_id, cfg, "bench.yaml", prompts)
+    path.mkdir(parents=True)
+    with (path / RECORDS).open("w", encoding="utf-8") as f:
+        for build, mode, variant in CELLS:
+            cell = f"{build}/{mode}/{variant}"
+            for r in range(REPEATS):
+                manifest["cells"].append(
+                    {
+                        "cell": cell,
+                        "build": build,
+                        "mode": mode,
+                        "variant": variant,
+                        "repeat": r,
+                        "hash_seed": r,
+                        "status": "ok",
+                        "wall_s": 1.0,
+                        "engine_start_s": 0.1,
+                    }
+                )
+                base = {
+                    "schema": SCHEMA_VERSION,
+                    "run_id": run_id,
+                    "cell": cell,
+                    "build": build,
+                    "mode": mode,
+                    "variant": variant,
+                    "repeat": r,
+                    "hash_seed": r,
+                }
+                f.write(
+                    json.dumps(
+                        {
+                            **base,
+                            "type": "cell_start",
+                            "requested": {"cudagraph_mode": mode},
+                            "effective": {"cudagraph_mode": mode},
+                            "patches": [],
+                            "env": {"versions": {"vllm": "0.32.0"}, "git_sha": {}},
+                        }
+                    )
+                    + "\n"
+                )
+                for i, pid in enumerate(ids):
+                    drafts = rng.randint(30, 50)
+                    acc, prev = [], drafts
+                    for rate in RATES:  # accepted counts are a prefix: never more at i than at i-1
+                        prev = max(0, min(prev, round(drafts * rate + rng.uniform(-2, 2))))
+                        acc.append(prev)
+                    hist = [0] * (K + 1)
+                    hist[K] = acc[-1]
+                    rec = {
+                        **base,
+                        "type": "prompt",
+                        "prompt_id": pid,
+                        "prompt_index": i,
+                        "num_drafts": drafts,
+                        "num_draft_tokens": drafts * K,
+                        "num_accepted_tokens": sum(acc),
+                        "accepted_per_pos": acc,
+                        "num_prompt_tokens": 40,
+                        "num_generated_tokens": 128,
+                        "finish_reason": "length",
+                        "output_sha256": hashlib.sha256(pid.encode()).hexdigest(),
+                        "output_head": ("def solve(xs):\n    return sorted(set(xs)) " * 3)[:120],
+                        "wall_s": 0.1234,
+                        "source": "counters",
+                        "per_request": {
+                            "num_drafts": drafts,
+                            "num_draft_tokens": drafts * K,
+                            "num_accepted_tokens": sum(acc),
+                            "accepted_per_pos": acc,
+                        },
+                    }
+                    f.write(json.dumps(rec) + "\n")
+                f.write(json.dumps({**base, "type": "cell_end", "wall_s": 1.0, "engine_start_s": 0.1}) + "\n")
+    manifest.update(status="complete", finished=manifest["created"])
+    (path / MANIFEST).write_text(json.dumps(manifest))
+
+
+def baseline_file(path: Path) -> Path:
+    b = path / "bench-baseline.yaml"
+    b.write_text(
+        "schema: 1\nname: bench\nprovenance: {source: benchmark, date: '2026-12-03'}\n"
+        "fingerprint: {model: gemma-4, method: mtp, num_speculative_tokens: 3,\n"
+        "  sampling: {temperature: 0.0, top_p: 1.0, top_k: -1, max_tokens: 128, ignore_eos: false}}\n"
+        "entries:\n- {build: '*', mode: NONE, rates_pct: [98.2, 96.3, 89.9]}\n"
+        "- {build: '*', mode: FULL_DECODE_ONLY, rates_pct: [98.2, 96.3, 89.9]}\n"
+    )
+    return b
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s of the process, 1-minute load average when it ended) of one fresh CLI process. On a
+    shared box the wall time grows with the load; the CPU time is the work the command itself did."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MTPBENCH_WIDTH": "200"}
+    t, c = time.perf_counter(), _children_cpu()
+    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall, cpu = time.perf_counter() - t, _children_cpu() - c
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
+    return wall, cpu, os.getloadavg()[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/mtpbench-bench"))
+    ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "REPORT-records.md")
+    ap.add_argument("--reuse", action="store_true", help="Reuse a run already written under --out (its copy is "
+                    "deleted first, so the cold path is measured again).")  # fmt: skip
+    args = ap.parse_args()
+    run = args.out / "runs" / "20261203T000000Z-bench"
+    gen_s = None
+    if not (args.reuse and (run / RECORDS).is_file()):
+        shutil.rmtree(args.out, ignore_errors=True)
+        t = time.perf_counter()
+        write_run(run, args.records)
+        gen_s = time.perf_counter() - t
+    (run / "records.parquet").unlink(missing_ok=True)
+    n_records = sum(1 for _ in (run / RECORDS).open("rb")) - len(CELLS) * REPEATS * 2
+    jsonl_mb = (run / RECORDS).stat().st_size / 2**20
+    base = baseline_file(args.out)
+    mb = [sys.executable, "-m", "mtpbench"]
+    rows: list[tuple[str, tuple[float, float, float]]] = []
+    rows.append(("show (bare run: parse JSONL, write records.parquet)", timed([*mb, "show", str(run)])))
+    parquet_mb = (run / "records.parquet").stat().st_size / 2**20
+    rows.append(("show", timed([*mb, "show", str(run)])))
+    rows.append(("compare --baseline", timed([*mb, "compare", str(run), "--baseline", str(base)])))
+    rows.append(("report --baseline --html", timed([*mb, "report", str(run), "--baseline", str(base), "--html",
+                                                     str(args.out / "report.html")])))  # fmt: skip
+    rows.append(("history (the run given twice: 2 runs)", timed([*mb, "history", str(run), str(run)])))
+    rows.append(("python -c 'import mtpbench.compare, pyarrow' (import floor)",
+                 timed([sys.executable, "-c", "import mtpbench.compare, pyarrow.parquet"])))  # fmt: skip
+    # In-process stages of one compare from the copy.
+    from mtpbench import compare as cmp
+    from mtpbench.baseline import load_baseline
+    from mtpbench.results import load_run
+
+    stages: list[tuple[str, tuple[float, float]]] = []
+    t, c = time.perf_counter(), _self_cpu()
+    r = load_run(run)
+    stages.append(("load_run (manifest + records.parquet → frame)", (time.perf_counter() - t, _self_cpu() - c)))
+    t, c = time.perf_counter(), _self_cpu()
+    cells = cmp.collect(r)
+    stages.append(("compare.collect (frame → cells)", (time.perf_counter() - t, _self_cpu() - c)))
+    t, c = time.perf_counter(), _self_cpu()
+    cmp.compare(r, load_baseline(base))
+    stages.append(("compare.compare (collect + verdicts)", (time.perf_counter() - t, _self_cpu() - c)))
+    import pandas
+    import pyarrow
+
+    lines = [
+        f"# Benchmark: commands over a run of {n_records} prompt records",
+        "",
+        f"Measured {datetime.now(timezone.utc).isoformat(timespec='seconds')} by `benchmarks/bench_records.py "
+        f"--records {args.records}` on {platform.machine()} with {os.cpu_count()} CPU cores "
+        f"({platform.platform()}), Python {platform.python_version()}, pandas {pandas.__version__}, "
+        f"pyarrow {pyarrow.__version__}. The box is shared: other jobs were running, so times are upper bounds.",
+        "",
+        f"Run: {n_records} prompt records in {len(CELLS)} cells × {REPEATS} repeats "
+        f"({sum(len(c.repeats) for c in cells)} repeats read back), records.jsonl {jsonl_mb:.0f} MB, "
+        f"records.parquet {parquet_mb:.1f} MB"
+        + (f"; writing the JSONL took {gen_s:.0f} s." if gen_s is not None else "."),
+        "",
+        "CPU s is user + system time of the command's process (its threads included): the work it did. Wall s "
+        "is the elapsed time, which on a shared, loaded box grows with the load average shown (2 cores).",
+        "",
+        "| command (fresh process) | CPU s | wall s | load avg |",
+        "|---|---|---|---|",
+        *[f"| `{name}` | {cpu:.2f} | {wall:.2f} | {load:.1f} |" for name, (wall, cpu, load) in rows],
+        "",
+        "| stage of one compare, in-process | CPU s | wall s |",
+        "|---|---|---|",
+        *[f"| {name} | {cpu:.2f} | {wall:.2f} |" for name, (wall, cpu) in stages],
+        "",
+    ]
+    args.report.write_text("\n".join(lines), encoding="utf-8")
+    sys.stdout.write("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
