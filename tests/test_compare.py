@@ -148,6 +148,15 @@ def test_paired_against_a_baseline_with_prompt_counts(make_run: Callable[..., Pa
     assert [x.verdict for x in worse.checks] == [Verdict.REGRESSION] * 3
 
 
+def test_per_prompt_counts_that_disagree_with_the_rates_are_bad_input(make_run: Callable[..., Path],
+                                                                      tmp_path: Path) -> None:  # fmt: skip
+    base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
+    doctored = tmp_path / "doctored.yaml"
+    doctored.write_text(base.read_text().replace("rates_pct: [98.2, 96.3, 89.9]", "rates_pct: [99.9, 99.0, 98.0]"))
+    with pytest.raises(UserError, match="per-prompt counts give"):
+        load_baseline(doctored)
+
+
 def test_legacy_pooled_baseline_without_prompts_still_compares() -> None:
     comp = compare(load_run(FROZEN), load_baseline(TINY))
     assert {x.method for x in comp.checks} == {"pooled-baseline"}
