@@ -213,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-pts", type=float, default=5.0, help="drop in points for the power runs")
     p.add_argument("--prompts", default="prompts/coding-40.yaml")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--tolerances", default="4.5,4,3,2.5,2", help="comma-separated tolerances to sweep besides the config's")
+    p.add_argument(
+        "--tolerances", default="4.5,4,3,2.5,2", help="comma-separated tolerances to sweep besides the config's"
+    )
     p.add_argument("--work", default=str(REPO / "runs" / "gate-calibration"))
     p.add_argument("--report", default=str(REPO / "benchmarks" / "reports" / "gate_calibration"))
     p.add_argument("--subprocesses", action="store_true", help="one `mtpbench compare` process per comparison")
