@@ -90,6 +90,15 @@ class BaselineEntry(Strict):
             why = count_problem(Counts.model_validate(pc.model_dump()), len(self.rates_pct))
             if why:
                 raise ValueError(f"prompts.{pid}: impossible counts: {why}")
+        if self.prompts:
+            # The per-prompt counts are what a paired comparison uses: they must say what rates_pct says.
+            drafts = sum(pc.num_drafts for pc in self.prompts.values())
+            for i, rate in enumerate(self.rates_pct):
+                acc = sum(pc.accepted_per_pos[i] for pc in self.prompts.values())
+                from_prompts = 100.0 * acc / drafts if drafts else 0.0
+                if abs(rate - from_prompts) > RATE_SLACK_PTS:
+                    raise ValueError(f"rates_pct: position {i} says {rate} % but the per-prompt counts give "
+                                     f"{from_prompts:.3f} % ({acc}/{drafts})")  # fmt: skip
         if self.counts is None:
             return self
         c = self.counts

@@ -136,11 +136,15 @@ class ModeSpec(Strict):
         return v.upper() if v is not None else None
 
 
-# The default allowed drop per position, in absolute points. It should sit just above the spread that
-# harmless changes produce (different seeds/processes on an unchanged build), so that noise never fails a
-# build and a real drop does: the calibration benchmark (benchmarks/) measures that spread and the
-# gate's false-alarm rate and power; set this from its report, nowhere else.
-DEFAULT_TOLERANCE_PTS = 5.0
+# The default allowed drop per position, in absolute points, derived from the measured spread of harmless
+# changes (benchmarks/reports/gate_calibration.md: the real vLLM-CPU engine, synthetic acceptance at a known
+# rate, different engine seeds and processes, coding-40 batched): the largest per-position SD of a run-to-run
+# difference was 1.38 points (pos1; 0.81 and 0.74 at pos0/pos2). For at most 1 % false alarms per run over
+# the k=3 positions of two cells (6 one-sided checks, 0.17 % each, z = 2.93) a drop must exceed
+# 2.93 x 1.38 = 4.04 points, rounded up to the next half point. That spread is a floor (synthetic drafts
+# have no per-prompt regimes): the gate's statistical test, prompt-clustered, is what absorbs a real
+# drafter's wider spread; the tolerance only sets how large a drop matters.
+DEFAULT_TOLERANCE_PTS = 4.5
 
 
 class GateSpec(Strict):

@@ -314,19 +314,10 @@ class RayExecutor:
 
 
 def append_lines(path: str, text: str) -> None:
-    """Append whole lines to records.jsonl under the same lock the workers take."""
-    import fcntl
+    """Append whole lines to records.jsonl the way the workers do (same lock, same torn-line mark)."""
+    from mtpbench.worker import append_lines as append
 
-    data = text if text.endswith("\n") else text + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        view = memoryview(data.encode())
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)  # closing releases the lock
+    append(path, text.encode())
 
 
 def make_executor(kind: str, address: str | None = None, resource: str = "GPU") -> LocalExecutor | RayExecutor:

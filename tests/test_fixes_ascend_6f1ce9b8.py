@@ -382,14 +382,14 @@ def test_a_fault_patch_that_did_not_apply_is_not_called_a_fix() -> None:
     assert headline(starts) is None
 
 
-def _run_with_unapplied_fix(make_run: Callable[..., Path]) -> Path:
+def _run_with_unapplied_fix(make_run: Callable[..., Path], outcome: dict[str, Any] = REFUSED) -> Path:
     rates = [[98.2, 96.3, 89.9]] * 2
     path = make_run({"b/FULL_DECODE_ONLY/stock": rates, "b/FULL_DECODE_ONLY/fixed": rates})
     records = path / "records.jsonl"
     lines = [json.loads(x) for x in records.read_text().splitlines()]
     for rec in lines:
         if rec["type"] == "cell_start" and rec["variant"] == "fixed":
-            rec["patches"] = [REFUSED]
+            rec["patches"] = [outcome]
     records.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
 
@@ -399,9 +399,11 @@ def test_verdict_diagnoses_fix_not_applied(make_run: Callable[..., Path]) -> Non
     from mtpbench.results import load_run
 
     comp = analyze(load_run(_run_with_unapplied_fix(make_run)))
-    (d,) = [d for d in comp.diagnoses if d.kind == FIX_NOT_APPLIED]
+    # A producer-worded finding: its own name and sentence travel in the Finding (compare.Diagnosis).
+    (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
     assert d.cell == "b/FULL_DECODE_ONLY/fixed" and d.severity == "warn"
     assert "fix not applied" in d.message
+    assert int(comp.exit_code) == 0  # a refusal warns; a patch that raised would fail the gate
 
 
 def test_run_summary_says_fix_not_applied_at_the_top(
@@ -513,3 +515,14 @@ def test_dry_run_of_the_ascend_config_makes_an_unapplied_fix_impossible_to_miss(
 def test_preflight_skips_patches_without_a_check() -> None:
     plan = _Plan(_Cell("cpu"), "/nonexistent/python", {}, {"patches": ["flatten-draft-metadata", "nope"]})
     assert preflight([plan]) == []  # no probe started: the interpreter path would not even exist
+
+
+def test_a_fix_that_raised_fails_the_gate(make_run: Callable[..., Path]) -> None:
+    from mtpbench.compare import analyze
+    from mtpbench.results import load_run
+
+    failed = {"name": PATCH, "status": "failed", "detail": "RuntimeError: boom"}
+    comp = analyze(load_run(_run_with_unapplied_fix(make_run, failed)))
+    (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
+    assert d.severity == "fail" and "RuntimeError: boom" in d.message
+    assert int(comp.exit_code) == 1

@@ -241,3 +241,14 @@ def test_a_frozen_real_run_of_schema_1_keeps_loading() -> None:
     prompts = [r for r in run.records if r["type"] == "prompt"]
     assert len(prompts) == 20 and run.meta is not None and run.meta.k == 3
     assert {c.status for c in run.meta.cells} == {"ok"}
+
+
+def test_ray_results_appended_after_a_torn_line_stay_readable(tmp_path: Path) -> None:
+    # The Ray executor appends a worker's lines in one go; it shares the worker's lock and torn-line mark.
+    from mtpbench.executors import append_lines
+
+    path = tmp_path / RECORDS
+    path.write_text(json.dumps(prompt_record(0)) + "\n" + json.dumps(prompt_record(1))[:30])
+    append_lines(str(path), json.dumps(prompt_record(2)) + "\n" + json.dumps(prompt_record(3)))
+    got = scan_records(path, 3)
+    assert [r["prompt_id"] for r in got.records] == ["p0", "p2", "p3"] and len(got.warnings) == 1

@@ -124,8 +124,8 @@ def test_the_flattening_fault_is_caught_under_serving(serving_run: Any) -> None:
     res = mtpbench("compare", run_dir, "--baseline", base, "--json", timeout=120)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
     data = json.loads(res.stdout)
-    regs = {d["cell"] for d in data["diagnoses"] if d["kind"] == "regression"}
-    assert regs == {"current/eager/fault"}, data["diagnoses"]
+    regs = {d["cell"] for d in data["findings"] if d["kind"] == "regression"}
+    assert regs == {"current/eager/fault"}, data["findings"]
     assert {c["cell"]: c["requests_ok"] for c in data["serving"]} == {
         "current/eager/stock": N_REQUESTS, "current/eager/fault": N_REQUESTS}  # fmt: skip
 
