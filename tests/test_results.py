@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from mtpbench import results, worker
+from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.errors import DataWarning, ExitCode, StorageError, UserError
 from mtpbench.results import MANIFEST, RECORDS, load_run, new_run_dir, scan_records, write_json_atomic
 from mtpbench.schema import SCHEMA_VERSION
@@ -212,7 +213,7 @@ def test_manifest_write_on_a_full_disk_is_exit_3_and_keeps_the_old_file(
 def test_manifest_is_parsed_into_a_typed_model(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"cpu/eager/stock": [GOOD_RATES, GOOD_RATES]}))
     assert run.meta is not None
-    assert run.meta.k == 3 and run.meta.config.gate.tolerance_pts == 5.0
+    assert run.meta.k == 3 and run.meta.config.gate.tolerance_pts == DEFAULT_TOLERANCE_PTS
     assert [(c.cell, c.repeat, c.status) for c in run.meta.cells] == [
         ("cpu/eager/stock", 0, "ok"),
         ("cpu/eager/stock", 1, "ok"),
