@@ -311,7 +311,8 @@ class PromptSet(Strict):
 
 
 def _loc(err: dict[str, Any]) -> str:
-    return ".".join(str(p) for p in err["loc"]) or "(top level)"
+    # A key from the file may hold a newline or other control character: quoted, so the error stays one line.
+    return ".".join(str(p) if str(p).isprintable() else repr(p) for p in err["loc"]) or "(top level)"
 
 
 def format_validation_error(path: Path, exc: ValidationError) -> str:
@@ -320,7 +321,7 @@ def format_validation_error(path: Path, exc: ValidationError) -> str:
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
     more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"{path}: {_loc(err)}: {msg}{more}"
+    return f"{path}: {_loc(err)}: {' '.join(msg.split())}{more}"
 
 
 def _expanded_size(root: yaml.Node) -> int:
