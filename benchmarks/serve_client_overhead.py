@@ -69,7 +69,13 @@ def main() -> int:
     ap.add_argument("--num", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "serve_client_overhead.md")
+    ap.add_argument("--no-pin", action="store_true", help="Let server and clients share every CPU (by default "
+                    "the server gets CPU 0 and the clients the others, so a client's CPU use cannot slow the "
+                    "server it measures).")  # fmt: skip
     args = ap.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and len(cpus) >= 2
+    server_cpus, client_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (set(cpus), set(cpus))
 
     cfg = load_config(CONFIG)
     prompts = [p.model_dump() for p in load_prompts(cfg.prompts).prompts]
@@ -82,7 +88,12 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
     t0 = time.time()
-    with srv.Server(cmd, tmp / "server.log", env={**os.environ, "MTPBENCH_PATCHES": ""}) as server:
+    env = {**os.environ, "MTPBENCH_PATCHES": ""}
+    if pin:  # the server's processes inherit this affinity; vLLM-CPU's OpenMP threads are bound to it too
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(server_cpus)))
+    os.sched_setaffinity(0, server_cpus)
+    with srv.Server(cmd, tmp / "server.log", env=env) as server:
+        os.sched_setaffinity(0, client_cpus)  # both clients (and vllm bench serve's process) run here
         startup = server.wait_ready(1800)
         model = server.get_json("/v1/models")["data"][0]["id"]
         # One short load first so neither client pays the server's first-request costs.
@@ -106,7 +117,8 @@ def main() -> int:
     lines = [
         "# mtpbench's serving client vs `vllm bench serve`: req/s on the same load",
         "",
-        f"Written by `benchmarks/serve_client_overhead.py --num {args.num} --rounds {args.rounds}` on "
+        f"Written by `benchmarks/serve_client_overhead.py --num {args.num} --rounds {args.rounds}"
+        f"{' --no-pin' if args.no_pin else ''}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
@@ -117,7 +129,15 @@ def main() -> int:
         f"mtpbench's round-robin order, concurrency {conc}, unlimited rate, max_tokens {max_tokens}, greedy, "
         "ignore_eos, streaming completions; after one warm-up load of "
         f"{conc} requests (mtpbench's client); rounds alternate which client goes first.",
-        f"- Load average (1 min) before: {load_before[0]:.2f}; the CPU is shared with other processes, so "
+        (
+            f"- CPUs: the server (API server and engine core, `VLLM_CPU_OMP_THREADS_BIND`) pinned to "
+            f"{sorted(server_cpus)}, both clients to {sorted(client_cpus)}: a client's own CPU use cannot slow the "
+            "server, so a req/s difference is the client's."
+            if pin
+            else "- CPUs: not pinned: server and clients share every CPU, so a client that uses more CPU also slows "
+            "the server it measures."
+        ),
+        f"- Load average (1 min) before: {load_before[0]:.2f}; other processes may share the CPU, so "
         "absolute req/s vary between rounds: compare the two clients within a round.",
         f"- Total wall time: {wall:.0f} s.",
         "",

@@ -17,6 +17,7 @@ The exit code comes from the findings through the one policy in errors.py. Nothi
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import math
 from collections.abc import Callable
@@ -40,7 +41,6 @@ from mtpbench.stats import (
     Summary,
     binomial_se,
     clustered_ratio,
-    common_prompts,
     mde,
     mover_diff,
     paired_diff,
@@ -485,10 +485,11 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         codes = distinct[distinct > 1].index
         if not len(codes):
             return None
-        differing = sorted(str(p) for p in cell.prompt_names[codes.to_numpy()])
+        names = cell.prompt_names[codes.to_numpy()]
+        differing = heapq.nsmallest(10, map(str, names))  # the first ten are shown; all are counted
         texts = rows[rows["prompt"].isin(codes)].groupby("prompt")["sha"].nunique()
         same_text = bool((texts == 1).all())
-        numbers.update(method="exact", prompts_differing=len(differing), differing=differing[:10], same_text=same_text)
+        numbers.update(method="exact", prompts_differing=len(names), differing=differing, same_text=same_text)
         fails = spreads[pos] > gate.instability_pts / 100
     else:
         piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *_pos_cols(k)], aggfunc="sum")
@@ -514,9 +515,7 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
 
 
 def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tuple[Estimate, int]:
-    ids = common_prompts(a, b)
-    pa, pb = a.take(ids), b.take(ids)
-    return paired_diff(pa.per_pos[:, pos], pa.drafts, pb.per_pos[:, pos], pb.drafts, confidence), len(ids)
+    return paired_diff(a.per_pos[:, pos], a.drafts, b.per_pos[:, pos], b.drafts, confidence), a.g
 
 
 def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
@@ -525,6 +524,7 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | 
         return None
     worst: tuple[int, Estimate, int] | None = None
     unsupported: tuple[int, Estimate, int] | None = None
+    a, b = a.align(b)  # the prompts both cells measured, once for all positions
     for i in range(a.k):
         est, n = _paired(a, b, i, gate.confidence)
         if est.value is None or abs(est.value) <= gate.divergence_pts / 100:
@@ -768,14 +768,13 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec)
             np.array([entry.prompts[p].num_accepted_tokens for p in ids]),
             np.array([entry.prompts[p].accepted_per_pos for p in ids]).reshape(len(ids), -1),
         )
-    if base_prompts is not None and common_prompts(ev, base_prompts):
-        ids = common_prompts(ev, base_prompts)
-        a, b = ev.take(ids), base_prompts.take(ids)
+    a, b = ev.align(base_prompts) if base_prompts is not None else (ev, ev)
+    if base_prompts is not None and a.g:
         est = paired_diff(a.per_pos[:, i], a.drafts, b.per_pos[:, i], b.drafts, conf)
         ea = clustered_ratio(a.per_pos[:, i], a.drafts, conf)
         eb = clustered_ratio(b.per_pos[:, i], b.drafts, conf)
         run_rate, base_rate = ea.value, base_rate if eb.value is None else eb.value
-        delta, ci, method, n = est.value, est.ci, "paired", len(ids)
+        delta, ci, method, n = est.value, est.ci, "paired", a.g
         # A change that is not uniform across prompts faces at least the run's prompt-to-prompt noise, even
         # when the paired differences happen to be zero (a bit-identical rerun): never claim an MDE of 0.
         se_p = max(est.se or 0.0, ea.se or 0.0) if ea.se is not None else None

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from scipy import stats as sps
 
 
@@ -107,10 +108,20 @@ class PromptCounts:
         )
 
     def take(self, ids: Sequence[str]) -> PromptCounts:
-        where = {p: i for i, p in enumerate(self.ids)}
-        idx = np.array([where[p] for p in ids], dtype=int)
-        return PromptCounts(tuple(ids), self.drafts[idx], self.draft_tokens[idx], self.accepted[idx],
-                            self.per_pos[idx])  # fmt: skip
+        return self._rows(np.asarray(_index(self.ids).get_indexer(list(ids)), dtype=np.intp), tuple(ids))
+
+    def _rows(self, idx: np.ndarray, ids: tuple[str, ...]) -> PromptCounts:
+        if (idx < 0).any():
+            raise KeyError(ids[int(np.flatnonzero(idx < 0)[0])])
+        return PromptCounts(ids, self.drafts[idx], self.draft_tokens[idx], self.accepted[idx], self.per_pos[idx])
+
+    def align(self, other: PromptCounts) -> tuple[PromptCounts, PromptCounts]:
+        """Both sides restricted to the prompts both measured, row for row, in self's order (one vectorised
+        lookup: at 10⁵ prompts a dict per position was most of a comparison's time)."""
+        where = _index(other.ids).get_indexer(list(self.ids))
+        mine = np.flatnonzero(where >= 0)
+        ids = tuple(self.ids[i] for i in mine) if len(mine) < len(self.ids) else self.ids
+        return self._rows(mine, ids), other._rows(where[mine], ids)
 
     @classmethod
     def empty(cls, k: int) -> PromptCounts:
@@ -118,10 +129,8 @@ class PromptCounts:
         return cls((), z, z, z, np.zeros((0, k), dtype=np.int64))
 
 
-def common_prompts(a: PromptCounts, b: PromptCounts) -> list[str]:
-    """Prompts both sides measured, in a's order (a paired comparison uses only these)."""
-    have = set(b.ids)
-    return [p for p in a.ids if p in have]
+def _index(ids: tuple[str, ...]) -> pd.Index:
+    return pd.Index(ids, dtype=object)
 
 
 @dataclass(frozen=True)

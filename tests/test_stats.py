@@ -132,3 +132,19 @@ def test_spread_across_repeats() -> None:
     r1, r2 = Counts(100, 300, 0, (12, 3, 1)), Counts(100, 300, 0, (78, 56, 38))
     s = summarize(prompts([[90, 59, 39]], [200]), repeats=[r1, r2])
     assert s.spread == pytest.approx((0.66, 0.53, 0.37))
+
+
+def test_align_keeps_the_common_prompts_row_for_row_in_the_first_sides_order() -> None:
+    a = PromptCounts(("x", "y", "z", "w"), np.array([1, 2, 3, 4]), np.array([3, 6, 9, 12]),
+                     np.array([1, 2, 3, 4]), np.array([[1], [2], [3], [4]]))  # fmt: skip
+    b = PromptCounts(("w", "q", "y"), np.array([40, 50, 20]), np.array([120, 150, 60]),
+                     np.array([4, 5, 2]), np.array([[40], [50], [20]]))  # fmt: skip
+    pa, pb = a.align(b)
+    assert pa.ids == pb.ids == ("y", "w")
+    assert pa.drafts.tolist() == [2, 4] and pb.drafts.tolist() == [20, 40]
+    assert pb.per_pos[:, 0].tolist() == [20, 40]
+    assert a.take(["w", "x"]).drafts.tolist() == [4, 1]
+    with pytest.raises(KeyError, match="q"):
+        a.take(["x", "q"])
+    none_a, none_b = a.align(PromptCounts.empty(1))
+    assert none_a.g == none_b.g == 0
