@@ -348,7 +348,7 @@ def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
     distinct = _dedupe(obs, [*SIG, *_pos_cols(k)])  # identical repeats of a prompt are one observation
     tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *_pos_cols(k)]].sum()
     return PromptCounts(
-        tuple(str(p) for p in names[tot.index.to_numpy()]),
+        tuple(map(str, names[tot.index.to_numpy()].tolist())),
         tot["num_drafts"].to_numpy(),
         tot["num_draft_tokens"].to_numpy(),
         tot["num_accepted_tokens"].to_numpy(),
