@@ -26,7 +26,7 @@ import pandas as pd
 
 COPY = "records.parquet"
 # Bumped when the copy's layout changes: an older copy is then stale and rebuilt from the JSONL.
-COPY_VERSION = 2  # 2: dictionaries of any size (see write_copy)
+COPY_VERSION = 3  # 2: dictionaries of any size (see write_copy); 3: the reader's warnings kept
 _META_KEY = b"mtpbench.columnar"
 
 # Scalar prompt fields kept as columns (anything else of a prompt record goes to `extra_json`).
@@ -97,7 +97,7 @@ def frame_from_records(records: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
-def write_copy(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
+def write_copy(run_dir: Path, records: list[dict[str, Any]], warnings: list[str] | None = None) -> Path | None:
     """Write records.parquet beside records.jsonl (atomically); None when pyarrow is missing or the
     folder is not writable (a run read from a read-only CI artifact still loads, from the JSONL)."""
     if not available():
@@ -108,12 +108,12 @@ def write_copy(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
     src = run_dir / "records.jsonl"
     try:
         with _arrow_pool():
-            return _write(pa, pq, run_dir, src, records)
+            return _write(pa, pq, run_dir, src, records, list(warnings or []))
     except OSError:
         return None
 
 
-def _write(pa: Any, pq: Any, run_dir: Path, src: Path, records: list[dict[str, Any]]) -> Path:
+def _write(pa: Any, pq: Any, run_dir: Path, src: Path, records: list[dict[str, Any]], warnings: list[str]) -> Path:
     stamp = _source_stamp(src)
     frame = frame_from_records(records)
     table = pa.Table.from_pandas(frame, preserve_index=False)
@@ -122,6 +122,9 @@ def _write(pa: Any, pq: Any, run_dir: Path, src: Path, records: list[dict[str, A
         "source": stamp,
         "k": sum(1 for c in frame.columns if c.startswith("acc_pos")),
         "other_records": [r for r in records if r.get("type") != "prompt"],
+        # What the JSONL reader warned about (a line cut off by a crash): every load from the copy says it
+        # again, as a load from the JSONL would.
+        "warnings": warnings,
     }
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: json.dumps(meta)})
     fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{COPY}.", suffix=".tmp")
@@ -140,9 +143,10 @@ def _write(pa: Any, pq: Any, run_dir: Path, src: Path, records: list[dict[str, A
     return run_dir / COPY
 
 
-def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]] | None:
-    """(prompt frame, non-prompt records) from a fresh copy; None when there is none, it is stale (the
-    JSONL changed since), of another layout version, unreadable, or pyarrow is missing."""
+def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]], list[str]] | None:
+    """(prompt frame, non-prompt records, the JSONL reader's warnings) from a fresh copy; None when there is
+    none, it is stale (the JSONL changed since), of another layout version, unreadable, or pyarrow is
+    missing."""
     path = run_dir / COPY
     if not path.is_file() or not available():
         return None
@@ -159,7 +163,7 @@ def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]] | None
     frame, meta = got
     # No `accepted_per_pos` list column: every reader takes the acc_pos{i} columns (positions() below);
     # building 10⁶ row views cost 0.2 s of every load.
-    return frame, list(meta["other_records"])
+    return frame, list(meta["other_records"]), [str(w) for w in meta.get("warnings") or []]
 
 
 def _read(pa: Any, pq: Any, run_dir: Path, path: Path) -> tuple[pd.DataFrame, dict[str, Any]] | None:
@@ -200,12 +204,12 @@ def refresh(run_dir: Path) -> Path | None:
     """Make the copy fresh (called when a run ends); a records file the reader refuses gets no copy and is
     reported by whoever loads the run next, with the reader's own message."""
     from mtpbench.errors import UserError
-    from mtpbench.results import RECORDS, read_records
+    from mtpbench.results import RECORDS, scan_records
 
     if read_copy(run_dir) is not None:
         return run_dir / COPY
     try:
-        records = read_records(run_dir / RECORDS)
+        recs = scan_records(run_dir / RECORDS)
     except UserError:
         return None
-    return write_copy(run_dir, records)
+    return write_copy(run_dir, recs.records, recs.warnings)

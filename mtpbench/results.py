@@ -452,15 +452,17 @@ def load_run(path: str | Path) -> Run:
 
     cached = columnar.read_copy(p)
     if cached is not None:
-        frame, meta_records = cached
+        frame, meta_records, said = cached
+        for w in said:
+            warnings.warn(w, DataWarning, stacklevel=2)
         cells = manifest["cells"]
-        return Run(p, manifest, None, meta, frame=current_attempts_frame(frame, cells),
+        return Run(p, manifest, None, meta, said, frame=current_attempts_frame(frame, cells),
                    meta_records=current_attempts(meta_records, cells))  # fmt: skip
     recs = scan_records(p / RECORDS, meta.k)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)
     # All attempts go into the copy; which attempt is current is the manifest's to say, at every load.
-    columnar.write_copy(p, recs.records)  # best effort: the next load is fast (no-op without pyarrow)
+    columnar.write_copy(p, recs.records, recs.warnings)  # best effort: the next load is fast
     return Run(p, manifest, current_attempts(recs.records, manifest["cells"]), meta, recs.warnings)
 
 

@@ -43,7 +43,8 @@ def test_copy_keeps_every_prompt_field(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
     records = results.read_records(path / results.RECORDS)
     columnar.write_copy(path, records)
-    frame, other = columnar.read_copy(path)  # type: ignore[misc]
+    frame, other, said = columnar.read_copy(path)  # type: ignore[misc]
+    assert said == []
     prompts = [r for r in records if r["type"] == "prompt"]
     assert len(frame) == len(prompts) and len(other) == len(records) - len(prompts)
     assert np.array_equal(columnar.positions(frame, 3), np.array([r["accepted_per_pos"] for r in prompts]))
@@ -74,6 +75,12 @@ def test_a_corrupt_jsonl_is_reported_even_with_a_copy(make_run: Callable[..., Pa
     with pytest.warns(DataWarning, match="cut off by a crash"):
         run = load_run(path)
     assert run.warnings and "cut off by a crash" in run.warnings[0]
+    # The copy written by that load is fresh now: the next load reads it, and says the same again (it used
+    # to be silent there, so only the first command after a crash mentioned the torn line).
+    assert columnar.read_copy(path) is not None
+    with pytest.warns(DataWarning, match="cut off by a crash"):
+        again = load_run(path)
+    assert again.frame is not None and again.warnings == run.warnings
 
 
 def test_same_size_edit_is_caught_by_mtime(make_run: Callable[..., Path]) -> None:
