@@ -9,6 +9,8 @@ means "regression" to every CI.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import math
 import os
@@ -36,6 +38,11 @@ if "numpy" not in sys.modules and "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
 
 import click
 import typer
+
+try:  # typer vendors click as typer._click (0.2x); older typer raised click's own exceptions
+    from typer._click import exceptions as _clickx
+except ImportError:  # pragma: no cover
+    from click import exceptions as _clickx  # type: ignore[no-redef]
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -768,4 +775,28 @@ def history_cmd(
 
 
 def main() -> None:
-    app()
+    """The console script. typer's standalone mode would print a usage error (an unknown option, a missing
+    argument, a bad value) as a boxed multi-line panel; bad input is one line and exit 2 here, like every
+    other error of mtpbench, and no click exception can exit 1 ("regression" to every CI)."""
+    try:
+        code = app(standalone_mode=False)
+    except _clickx.NoArgsIsHelpError:  # `mtpbench` or `mtpbench baseline` alone: the help, then exit 2
+        with contextlib.suppress(SystemExit):
+            app([*sys.argv[1:], "--help"])
+        code = int(ExitCode.USAGE)
+    except _clickx.ClickException as exc:
+        where = exc.ctx.command_path if isinstance(exc, _clickx.UsageError) and exc.ctx else "mtpbench"
+        _say(f"mtpbench: error: {exc.format_message()} (see: {where} --help)")
+        code = int(ExitCode.USAGE)
+    except typer.Abort:
+        _say("mtpbench: aborted")
+        code = int(ExitCode.RUN_FAILED)
+    except SystemExit as exc:
+        # typer turns a broken pipe outside a command (`mtpbench --help | head`) into sys.exit(1): not a
+        # regression. Anything else that exits keeps its code.
+        ctx = exc.__context__
+        if exc.code == 1 and isinstance(ctx, OSError) and ctx.errno == errno.EPIPE:
+            code = int(ExitCode.RUN_FAILED)
+        else:
+            raise
+    sys.exit(code if isinstance(code, int) else 0)

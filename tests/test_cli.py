@@ -397,3 +397,45 @@ def test_cli_turns_numpy_huge_pages_off_for_itself_only() -> None:
     env["NUMPY_MADVISE_HUGEPAGE"] = "1"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["True", "1"]
+
+
+USAGE_ERRORS = [
+    ["compare", "--nope"],
+    ["compare"],
+    ["run", "--jobs", "0", "configs/tiny-gemma4-mtp.yaml"],
+    ["history", "--runs"],
+    ["compare", "x", "--baseline", "y", "--tolerance", "abc"],
+]
+
+
+@pytest.mark.parametrize("args", USAGE_ERRORS)
+def test_usage_errors_are_one_line_and_exit_2(args: list[str]) -> None:
+    """typer's own errors (unknown option, missing argument, bad value) used to be a boxed multi-line panel."""
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-m", "mtpbench", *args], capture_output=True, text=True, cwd=root)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mtpbench: error: ") and "--help" in lines[0], p.stderr
+    assert p.stdout == ""
+
+
+NIGHTLY_RUN = "tests/data/runs/nightly/20261203T082003Z-tiny-gemma4-mtp"
+
+
+@pytest.mark.parametrize("args", [["compare", "--help"], ["show", NIGHTLY_RUN]])
+def test_a_closed_stdout_never_exits_1(args: list[str], tmp_path: Path) -> None:
+    """rich and typer turn a broken pipe (`mtpbench ... | head`) into exit 1, which every CI reads as a
+    regression: mtpbench says 3 (it could not write its output) instead."""
+    root = Path(__file__).resolve().parent.parent
+    run = tmp_path / "run"
+    if args[0] == "show":
+        import shutil
+
+        shutil.copytree(root / args[1], run)
+        args = ["show", str(run)]
+    p = subprocess.Popen([sys.executable, "-m", "mtpbench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=root)  # fmt: skip
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before mtpbench writes a byte
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 3, err
