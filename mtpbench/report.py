@@ -442,7 +442,8 @@ def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool =
 
 # --- machine-readable ---------------------------------------------------------------------------------
 
-_SKIP = {"load_outputs", "evidence", "observations", "prompt_names"}  # bulky or internal: not part of the document
+# Bulky or internal: not part of the document. (counters_only shows as each check's `method`.)
+_SKIP = {"load_outputs", "evidence", "observations", "prompt_names", "counters_only"}
 
 
 def _jsonable(obj: Any) -> Any:
