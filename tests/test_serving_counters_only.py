@@ -10,7 +10,6 @@ import contextlib
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -71,8 +70,8 @@ def test_argparse_message_forms_are_recognised() -> None:
 def test_server_command_asks_for_per_request_counts_only_when_told() -> None:
     on = srv.server_command("py", "m", 1, {"method": "mtp"}, {"enforce_eager": True}, [])
     assert on[on.index(srv.PER_REQUEST_FLAG) + 1] == "summary"
-    off = srv.server_command("py", "m", 1, {"method": "mtp"},
-                             {"enforce_eager": True, "per_request_spec_decode_metrics": "summary"}, [], False)  # fmt: skip
+    asked = {"enforce_eager": True, "per_request_spec_decode_metrics": "summary"}
+    off = srv.server_command("py", "m", 1, {"method": "mtp"}, asked, [], False)
     assert srv.PER_REQUEST_FLAG not in off and "--enforce-eager" in off
 
 
@@ -188,3 +187,96 @@ def test_counters_only_within_tolerance_passes_but_says_so(tmp_path: Path) -> No
     # Never a pass the data could not support under the strict gate: exit 5, not 0.
     strict = GateSpec(fail_on_underpowered=True)
     assert compare(run, load_baseline(PUBLISHED), strict, accept_unchecked=True).exit_code == ExitCode.INCONCLUSIVE
+
+
+# --- run_serving_job's switch, against a stand-in server (tests/stub_api_server.py) ---------------------
+
+
+def _job(tmp_path: Path, policy: str, n: int = 4) -> dict[str, object]:
+    return {
+        "run_id": "R", "cell": "b/eager/stock", "build": "b", "mode": "eager", "variant": "stock", "repeat": 0,
+        "hash_seed": 0, "records_path": str(tmp_path / "records.jsonl"), "model": "m",
+        "speculative_config": {"method": "mtp", "num_speculative_tokens": 3}, "engine_args": {"enforce_eager": True},
+        "requested": {}, "sampling": {"temperature": 0.0, "max_tokens": 8}, "patches": [],
+        "prompts": [{"id": "p0", "text": "hello"}, {"id": "p1", "text": "world"}],
+        "workload": {"kind": "serving", "concurrency": 2, "num_requests": n, "max_tokens": 8, "warmup_requests": 0,
+                     "request_timeout_s": 30, "startup_timeout_s": 60, "per_request_metrics": policy},
+    }  # fmt: skip
+
+
+def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, knows: bool, returns: bool = True
+           ) -> tuple[int | None, str, list[dict[str, object]]]:  # fmt: skip
+    monkeypatch.setattr(srv, "SERVER_MODULE", "stub_api_server")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    monkeypatch.setenv("STUB_KNOWS_FLAG", "1" if knows else "0")
+    monkeypatch.setenv("STUB_METRICS", "1" if returns else "0")
+    recs: list[dict[str, object]] = []
+    code: int | None = None
+    error = ""
+    try:
+        code = srv.run_serving_job(_job(tmp_path, policy), lambda *a, **kw: None, lambda p, r: recs.append(r),
+                                   lambda: {})  # fmt: skip
+    except srv.ServerDied as exc:
+        error = str(exc)
+    return code, error, recs
+
+
+def _of(recs: list[dict[str, object]], kind: str) -> list[dict[str, object]]:
+    return [r for r in recs if r["type"] == kind]
+
+
+def test_auto_restarts_without_the_flag_when_the_parser_refuses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:  # fmt: skip
+    code, error, recs = _serve(tmp_path, monkeypatch, "auto", knows=False)
+    assert code == 0, error
+    (start,) = _of(recs, "cell_start")
+    assert start["per_request_metrics"] == "counters-only"
+    assert "refused --per-request-spec-decode-metrics" in str(start["per_request_reason"])
+    assert "unrecognized arguments: --per-request-spec-decode-metrics summary" in str(start["per_request_reason"])
+    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
+    assert len(_of(recs, "request")) == 4 and not _of(recs, "request_failed")
+    (pooled,) = _of(recs, "prompt")
+    (load,) = _of(recs, "load")
+    # 4 requests of 4 drafts each, from /metrics; nothing of the probe (none: the parser refused, no probe).
+    assert pooled["num_drafts"] == 16 and pooled["accepted_per_pos"] == [12, 8, 4]
+    assert load["metrics_delta"]["num_drafts"] == 16  # type: ignore[index]
+
+
+def test_auto_falls_back_when_responses_carry_no_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, error, recs = _serve(tmp_path, monkeypatch, "auto", knows=True, returns=False)
+    assert code == 0, error
+    (start,) = _of(recs, "cell_start")
+    assert start["per_request_metrics"] == "counters-only" and "probe" in str(start["per_request_reason"])
+    # No request counted as failed; the probe is excluded from the /metrics delta like a warm-up.
+    assert len(_of(recs, "request")) == 4 and not _of(recs, "request_failed")
+    (pooled,) = _of(recs, "prompt")
+    assert pooled["num_drafts"] == 16
+
+
+def test_auto_uses_per_request_counts_where_the_server_has_them(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    code, error, recs = _serve(tmp_path, monkeypatch, "auto", knows=True)
+    assert code == 0, error
+    (start,) = _of(recs, "cell_start")
+    assert start["per_request_metrics"] == "summary"
+    reqs = _of(recs, "prompt")
+    assert len(reqs) == 4 and all(r["num_drafts"] == 4 and r["accepted_per_pos"] == [3, 2, 1] for r in reqs)
+    (load,) = _of(recs, "load")
+    assert load["counts_match"] is True
+
+
+def test_on_requires_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A build that refuses the flag: the cell fails (exit 3 in the runner), saying what to do.
+    _, error, recs = _serve(tmp_path, monkeypatch, "on", knows=False)
+    assert "per_request_metrics: on" in error and "use auto or off" in error and not recs
+    # A build that takes it but answers without them: every request is a failed request (the gate fails).
+    code, _, recs = _serve(tmp_path / "b", monkeypatch, "on", knows=True, returns=False)
+    assert code == 0 and len(_of(recs, "request_failed")) == 4 and not _of(recs, "prompt")
+
+
+def test_off_never_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, recs = _serve(tmp_path, monkeypatch, "off", knows=True)
+    (start,) = _of(recs, "cell_start")
+    assert code == 0 and start["per_request_metrics"] == "counters-only"
+    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
+    assert len(_of(recs, "request")) == 4 and _of(recs, "prompt")[0]["num_drafts"] == 16
