@@ -407,6 +407,7 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     out: list[CellResult] = []
     for cell, entries in by_cell.items():
         e0 = entries[0]
+        pooled = any(_counters_only(starts.get((cell, int(e.get("repeat", 0))), {})) for e in entries)
         obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
         ev = _evidence(obs, k, fr.prompts)
         reps = repeats[cell]
@@ -428,10 +429,11 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
                 requested=first.get("requested", {}),
                 effective=first.get("effective", {}),
                 patches=first.get("patches", []),
-                prompts_expected=expected,
+                # counters-only: the one pooled record per repeat is all there is to expect
+                prompts_expected=1 if pooled else expected,
                 engine_start_s=(sum(walls) / len(walls)) if walls else None,
                 wall_s=wall if any(r.prompts for r in reps) else None,
-                counters_only=any(_counters_only(starts.get((cell, r.repeat), {})) for r in reps),
+                counters_only=pooled,
             )
         )
     return out

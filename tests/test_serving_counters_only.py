@@ -159,7 +159,7 @@ def test_counters_only_table_keeps_latencies_and_names_the_method(tmp_path: Path
     comp = analyze(run)
     assert not [d for d in comp.diagnoses if d.severity == FAIL], comp.diagnoses
     (cell,) = comp.cells
-    assert cell.complete and cell.counters_only and cell.evidence.g == 1
+    assert cell.complete and cell.counters_only and cell.evidence.g == 1 and cell.prompts_expected == 1
 
 
 def test_counters_only_collapse_fails_the_gate_with_exit_1(tmp_path: Path) -> None:
@@ -280,3 +280,24 @@ def test_off_never_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert code == 0 and start["per_request_metrics"] == "counters-only"
     assert srv.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
     assert len(_of(recs, "request")) == 4 and _of(recs, "prompt")[0]["num_drafts"] == 16
+
+
+def test_dry_run_shows_the_server_command_each_policy_starts(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mtpbench.cli import app
+
+    cfg = load_config(REPO / "configs" / "tiny-gemma4-mtp-serving.yaml")
+    out = {}
+    for policy in ("auto", "off"):
+        data = cfg.model_dump(mode="json", exclude_none=True)
+        data["workload"]["per_request_metrics"] = policy
+        data.pop("baseline", None)
+        path = tmp_path / f"{policy}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        res = CliRunner().invoke(app, ["run", str(path), "--mode", "eager", "--dry-run"],
+                                 env={"MTPBENCH_WIDTH": "400", "COLUMNS": "400"})  # fmt: skip
+        assert res.exit_code == 0, res.output
+        out[policy] = res.output
+    assert f"{srv.PER_REQUEST_FLAG} summary" in out["auto"] and "once more without the flag" in out["auto"]
+    assert srv.PER_REQUEST_FLAG not in out["off"]
