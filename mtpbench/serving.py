@@ -597,11 +597,12 @@ def run_serving_job(
     t0 = time.perf_counter()
     try:
         emit("engine_starting", server=" ".join(server.command))
+        seen = len(server.log_text())  # a resumed attempt appends to the log of an earlier one
         server.start()
         try:
             startup = server.wait_ready(float(wl["startup_timeout_s"]))
         except ServerDied as exc:
-            refused = unknown_per_request_flag(server.log_text()) if per_request else None
+            refused = unknown_per_request_flag(server.log_text()[seen:]) if per_request else None
             if refused is None:
                 raise
             if policy == "on":
