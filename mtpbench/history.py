@@ -19,6 +19,7 @@ with what changed in the fingerprint between the run before and the run at the c
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import numpy as np
 from mtpbench.baseline import run_fingerprint
 from mtpbench.columnar import positions
 from mtpbench.errors import UserError
-from mtpbench.results import MANIFEST, Run, load_run
+from mtpbench.results import MANIFEST, RECORDS, Run, load_run, write_json_atomic
 from mtpbench.stats import Interval, diff_interval
 
 MAX_UNITS = 256  # per run and cell: prompts beyond this are pooled into hash buckets
@@ -282,22 +283,92 @@ def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list
     return sorted(cps, key=lambda c: (c.index, c.cell, c.pos))
 
 
+# --- the per-run cache ---------------------------------------------------------------------------------------
+
+# A run's point (pooled counts per cell, ≤ MAX_UNITS prompt units, the fingerprint) is a few kB however many
+# records the run has: cached beside the records, `history` over a year of nightly runs reads one small file
+# per run instead of every record. Fresh only while manifest.json and records.jsonl have the size and
+# modification time it was made from; bumped version = stale.
+POINT_CACHE = "history-point.json"
+POINT_CACHE_VERSION = 1
+
+
+def _stamp(path: Path) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for name in (MANIFEST, RECORDS):
+        f = path / name
+        st = f.stat() if f.is_file() else None
+        out[name] = [st.st_size, st.st_mtime_ns] if st else []
+    return out
+
+
+def _point_to_json(pt: RunPoint, fp: dict[str, Any], gate: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "version": POINT_CACHE_VERSION, "fingerprint": fp, "gate": gate, "run_id": pt.run_id,
+        "created": pt.created, "versions": pt.versions, "git_sha": pt.git_sha,
+        "counts": {c: [d, list(a)] for c, (d, a) in pt.counts.items()},
+        "units": {c: [d.tolist(), a.tolist()] for c, (d, a) in pt.units.items()},
+        "patches": pt.patches, "effective": pt.effective, "tool_version": pt.tool_version,
+        "status": pt.status, "incomplete": sorted(pt.incomplete),
+    }  # fmt: skip
+
+
+def _point_from_json(path: Path, d: dict[str, Any], k: int) -> RunPoint:
+    return RunPoint(
+        run_id=str(d["run_id"]), path=path, created=str(d["created"]), versions=dict(d["versions"]),
+        git_sha=dict(d["git_sha"]), counts={c: (int(v[0]), [int(x) for x in v[1]]) for c, v in d["counts"].items()},
+        units={c: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.int64).reshape(-1, k))
+               for c, v in d["units"].items()},
+        patches={c: list(v) for c, v in d["patches"].items()}, effective=dict(d["effective"]),
+        tool_version=d["tool_version"], status=str(d["status"]), incomplete=set(d["incomplete"]),
+    )  # fmt: skip
+
+
+def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
+    """(point, fingerprint, gate config) of one run folder, from its cache when fresh; else from the run,
+    and the cache is (re)written, best effort (a read-only artifact folder still works)."""
+    cache = path / POINT_CACHE
+    stamp = _stamp(path)
+    try:
+        d = json.loads(cache.read_text(encoding="utf-8"))
+        if d.get("version") == POINT_CACHE_VERSION and d.get("stamp") == stamp:
+            k = int(d["fingerprint"]["num_speculative_tokens"])
+            return _point_from_json(path, d, k), d["fingerprint"], dict(d["gate"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # no cache, or a damaged one: the run is the truth
+    run = load_run(path)
+    fp, pt = run_fingerprint(run), point(run)
+    gate = dict(run.manifest["config"].get("gate") or {})
+    try:
+        write_json_atomic(cache, {**_point_to_json(pt, fp, gate), "stamp": stamp})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(cache, 0o666 & ~umask)  # mkstemp's 0600 would hide the cache from the run's other readers
+    except (OSError, UserError):
+        pass
+    return pt, fp, gate
+
+
+def refresh_point(path: Path) -> None:
+    """Write a finished run's cache (called when a run ends, beside the columnar copy); never fails a run."""
+    try:
+        run_point(path)
+    except (UserError, OSError, ValueError):
+        pass
+
+
 def build_history(paths: list[Path], tolerance_pts: float | None = None, confidence: float = 0.95) -> History:
     """Load every run (a run that cannot be read is listed, not fatal), group by comparability, detect."""
     groups: dict[str, HistoryGroup] = {}
     skipped: list[str] = []
     for p in paths:
         try:
-            run = load_run(p)
-            fp = run_fingerprint(run)
-            pt = point(run)
+            pt, fp, gate = run_point(p if p.is_dir() or p.name not in (MANIFEST, RECORDS) else p.parent)
         except UserError as exc:
             skipped.append(f"{p}: {exc}")
             continue
         key = json.dumps(fp, sort_keys=True, default=str)
-        cfg = run.manifest["config"]
-        tol = tolerance_pts if tolerance_pts is not None else float(
-            (cfg.get("gate") or {}).get("tolerance_pts", DEFAULT_TOLERANCE_PTS))  # fmt: skip
+        tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
         g = groups.setdefault(key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[],
                                                 tolerance_pts=tol))  # fmt: skip
         g.runs.append(pt)

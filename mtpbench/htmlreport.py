@@ -147,6 +147,15 @@ def _checks_table(comp: Comparison) -> str:
     return f'<table id="checks">{head}{"".join(rows)}</table>{extra}'
 
 
+def _prompts_summary(prompts: Any) -> Any:
+    """The prompt set by name, hash and count, with the first ids: a run of 10⁵ prompts listed every id (MBs of
+    HTML nobody reads); the hash identifies the set."""
+    if not isinstance(prompts, dict) or not isinstance(prompts.get("ids"), list) or len(prompts["ids"]) <= 20:
+        return prompts
+    ids = prompts["ids"]
+    return {**prompts, "ids": [*ids[:10], f"… {len(ids) - 10} more"], "count": len(ids)}
+
+
 def _pre(obj: Any) -> str:
     return f"<pre>{_e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>"
 
@@ -162,9 +171,10 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
         f" · created {_e(m.get('created'))} · status {_e(m.get('status'))}"
         + (f" · baseline <code>{_e(comp.baseline)}</code>" if comp.baseline else " · no baseline")
     )
+    run_keys = ("run_id", "created", "finished", "status", "command", "config_path", "tool_version", "model",
+                "drafter")  # fmt: skip
     provenance = {
-        "run": {key: m.get(key) for key in ("run_id", "created", "finished", "status", "command", "config_path",
-                                            "tool_version", "model", "drafter", "prompts")},
+        "run": {**{key: m.get(key) for key in run_keys}, "prompts": _prompts_summary(m.get("prompts"))},
         "config": cfg,
         "baseline": {"file": comp.baseline, "provenance": comp.baseline_provenance},
         "report": {"tool": "mtpbench", "version": __version__},

@@ -31,6 +31,7 @@ from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
+from mtpbench.history import refresh_point
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.results import MANIFEST, RECORDS, new_manifest, new_run_dir, now_iso, write_json_atomic
 from mtpbench.weights import cache_dir
@@ -532,6 +533,7 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
         columnar.refresh(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
+        refresh_point(run_dir)  # and the few-kB summary `history` reads per run
         return RunOutcome(run_dir, manifest, failed)
     finally:
         executor.close()
@@ -608,6 +610,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         manifest.update(status="failed" if failed_all else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
         columnar.refresh(run_dir)
+        refresh_point(run_dir)
         return RunOutcome(run_dir, manifest, failed_all or failed)
     finally:
         os.close(lock)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from rich import box
 from rich.table import Table
-from scipy import stats as sps
+from scipy.special import ndtri
 
 from mtpbench.baseline import Baseline, BaselineEntry
 from mtpbench.errors import NotComparableError
@@ -114,7 +114,7 @@ def clustered_ratio_ci(num: list[int], den: list[int], confidence: float = 0.95)
         return None
     r = sum(num) / d_tot
     var = n / (n - 1) * sum((a - r * d) ** 2 for a, d in zip(num, den, strict=True)) / d_tot**2
-    z = float(sps.norm.ppf(0.5 + confidence / 2))
+    z = float(ndtri(0.5 + confidence / 2))
     half = z * math.sqrt(var)
     return Interval(max(0.0, r - half), min(1.0, r + half))
 

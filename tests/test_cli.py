@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -379,3 +380,20 @@ def test_selftest_command_renders_its_verdict(make_run: Callable[..., Path], mon
     res = invoke("selftest")
     assert res.exit_code == 0, res.output
     assert "SELFTEST PASS" in res.stdout and "flagged as cross-process-instability (exact: 5 of 5" in res.stdout
+
+
+def test_cli_turns_numpy_huge_pages_off_for_itself_only() -> None:
+    """The CLI process reads a run once and exits: numpy's huge-page madvise (kernel compaction) only costs it.
+    The switch must not leak into the environment the workers and servers of a run inherit."""
+    code = (
+        "import os, sys, mtpbench.cli\n"
+        "import numpy._core.multiarray as m\n"
+        "print(m._get_madvise_hugepage(), os.environ.get('NUMPY_MADVISE_HUGEPAGE'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["False", "None"]
+    # A user's own setting wins.
+    env["NUMPY_MADVISE_HUGEPAGE"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["True", "1"]

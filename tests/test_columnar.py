@@ -48,7 +48,6 @@ def test_copy_keeps_every_prompt_field(make_run: Callable[..., Path]) -> None:
     assert len(frame) == len(prompts) and len(other) == len(records) - len(prompts)
     assert np.array_equal(columnar.positions(frame, 3), np.array([r["accepted_per_pos"] for r in prompts]))
     assert list(frame["output_sha256"]) == [r["output_sha256"] for r in prompts]
-    assert [list(v) for v in frame["accepted_per_pos"]] == [r["accepted_per_pos"] for r in prompts]
 
 
 def test_appended_records_make_the_copy_stale(make_run: Callable[..., Path]) -> None:

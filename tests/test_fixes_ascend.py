@@ -542,6 +542,12 @@ def _without_vllm_ascend(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _install_fake_vllm_ascend(monkeypatch: pytest.MonkeyPatch) -> AscendModules:
     modules = fake_modules()
+    install_fake_package(monkeypatch, modules)
+    return modules
+
+
+def install_fake_package(monkeypatch: pytest.MonkeyPatch, modules: AscendModules) -> None:
+    """Make `modules` importable as vllm_ascend's proposer/graph modules (also used by the 6f1ce9b8 tests)."""
     package = types.ModuleType("vllm_ascend")
     package.__path__ = []  # type: ignore[attr-defined]
     for name, module in [
@@ -553,7 +559,6 @@ def _install_fake_vllm_ascend(monkeypatch: pytest.MonkeyPatch) -> AscendModules:
         (ascend_api.GEMMA4_PROPOSER, modules.gemma4_proposer),
     ]:
         monkeypatch.setitem(sys.modules, name, module)
-    return modules
 
 
 def test_apply_without_vllm_ascend_raises_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

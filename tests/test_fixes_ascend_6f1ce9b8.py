@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_fixes_ascend import install_fake_package
 
 from mtpbench.fixes import ascend_api
 from mtpbench.fixes.ascend_api import AscendModules, detect
@@ -314,23 +315,9 @@ def test_a_proposer_without_either_hook_is_described_not_dated() -> None:
     assert "pre-UpdatableGraph" not in found.refusal
 
 
-def _install_package(monkeypatch: pytest.MonkeyPatch, modules: AscendModules) -> None:
-    package = types.ModuleType("vllm_ascend")
-    package.__path__ = []  # type: ignore[attr-defined]
-    for name, module in [
-        ("vllm_ascend", package),
-        ("vllm_ascend.compilation", types.ModuleType("vllm_ascend.compilation")),
-        ("vllm_ascend.spec_decode", types.ModuleType("vllm_ascend.spec_decode")),
-        (ascend_api.UPDATABLE_GRAPH, modules.updatable_graph),
-        (ascend_api.BASE_PROPOSER, modules.base_proposer),
-        (ascend_api.GEMMA4_PROPOSER, modules.gemma4_proposer),
-    ]:
-        monkeypatch.setitem(sys.modules, name, module)
-
-
 def test_the_cells_fingerprint_says_fix_not_applied(monkeypatch: pytest.MonkeyPatch) -> None:
     # apply_one's outcome is what the worker writes into the cell_start record (the fingerprint).
-    _install_package(monkeypatch, modules_6f1ce9b8())
+    install_fake_package(monkeypatch, modules_6f1ce9b8())
     outcome = apply_one(PATCH)
     assert outcome.status == "not-applicable"
     assert outcome.detail.startswith("fix not applied: ")

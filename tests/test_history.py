@@ -122,3 +122,40 @@ def test_cli_history_runs_dir_table_and_json(tmp_path: Path) -> None:
 def test_cli_history_needs_runs(make_run: Callable[..., Path]) -> None:
     res = CliRunner().invoke(app, ["history"])
     assert res.exit_code == 2 and "--runs" in res.output
+
+
+def test_per_run_cache_is_used_when_fresh_and_rebuilt_when_the_run_changes(tmp_path: Path) -> None:
+    from mtpbench.history import POINT_CACHE, point, run_point
+    from mtpbench.results import load_run
+
+    good, bad = [95.0, 90.0, 85.0], [80.0, 70.0, 60.0]
+    paths = _series(tmp_path, [good, good, good])
+    first = build_history(paths).groups[0]
+    assert first.change_points == [] and all((p / POINT_CACHE).is_file() for p in paths)
+    # The cached point is the computed one, unit arrays included.
+    cached, fp, _ = run_point(paths[0])
+    direct = point(load_run(paths[0]))
+    assert cached.counts == direct.counts and fp["num_speculative_tokens"] == 3
+    for cell, (d, a) in direct.units.items():
+        assert (cached.units[cell][0] == d).all() and (cached.units[cell][1] == a).all()
+    # A cache that no longer matches the run's files is never believed: rewrite the last run as a drop.
+    _series(tmp_path / "new", [bad])[0].joinpath(RECORDS).replace(paths[2] / RECORDS)
+    g = build_history(paths).groups[0]
+    assert g.change_points and g.first is not None and g.first.index == 2
+    # A damaged cache is ignored (the run is the truth) and rewritten.
+    (paths[0] / POINT_CACHE).write_text("{not json")
+    assert build_history(paths).groups[0].first.index == 2
+    assert json.loads((paths[0] / POINT_CACHE).read_text())["run_id"] == cached.run_id
+
+
+def test_history_reads_the_cache_not_the_records(tmp_path: Path) -> None:
+    """The point of the cache: once written, a run's records are not read again (a year of nightly runs)."""
+    from mtpbench.history import POINT_CACHE
+
+    paths = _series(tmp_path, [[95.0, 90.0, 85.0]] * 2)
+    build_history(paths)
+    d = json.loads((paths[1] / POINT_CACHE).read_text())
+    d["counts"][CELL][1] = [1, 1, 1]  # visible only if history believed the (fresh) cache
+    (paths[1] / POINT_CACHE).write_text(json.dumps(d))
+    g = build_history(paths).groups[0]
+    assert g.runs[1].counts[CELL][1] == [1, 1, 1]

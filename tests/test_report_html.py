@@ -165,3 +165,37 @@ def test_report_of_the_stored_run_matches_analyze(stored_run: Path) -> None:
     comp = analyze(load_run(stored_run))
     kinds = {str(getattr(d.kind, "value", d.kind)) for d in comp.diagnoses}
     assert "cross-process-instability" in kinds  # what the report's diagnoses section shows without a baseline
+
+
+def _changed_reference(rows: list[tuple[str, str, str, str | None]]) -> set[tuple[str, str]]:
+    """changed_text's rule in plain Python: per (build, prompt) the most common output (ties: the one seen
+    first); every (cell, prompt) with a record whose output is another one."""
+    from collections import Counter
+
+    counts: dict[tuple[str, str], Counter[str | None]] = {}
+    for build, _cell, prompt, sha in rows:
+        counts.setdefault((build, prompt), Counter())[sha] += 1
+    common = {key: c.most_common(1)[0][0] for key, c in counts.items()}  # most_common keeps first-seen order
+    return {(cell, prompt) for build, cell, prompt, sha in rows if sha != common[(build, prompt)]}
+
+
+def test_changed_text_equals_the_plain_rule_on_random_runs() -> None:
+    import numpy as np
+    import pandas as pd
+
+    class _Run:
+        def __init__(self, df: pd.DataFrame) -> None:
+            self.df = df
+
+        def prompt_frame(self) -> pd.DataFrame:
+            return self.df
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        builds = rng.choice(["b1", "b2"], n)
+        rows = [(str(b), f"{b}/{c}", str(p), None if s == "-" else str(s)) for b, c, p, s in
+                zip(builds, rng.choice(["eager", "graph"], n), rng.choice(["p1", "p2", "p3"], n),
+                    rng.choice(["x", "y", "z", "-"], n), strict=True)]  # fmt: skip
+        df = pd.DataFrame(rows, columns=["build", "cell", "prompt_id", "output_sha256"])
+        assert changed_text(_Run(df)) == _changed_reference(rows)  # type: ignore[arg-type]

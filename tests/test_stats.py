@@ -148,3 +148,18 @@ def test_align_keeps_the_common_prompts_row_for_row_in_the_first_sides_order() -
         a.take(["x", "q"])
     none_a, none_b = a.align(PromptCounts.empty(1))
     assert none_a.g == none_b.g == 0
+
+
+@pytest.mark.parametrize(("x", "n", "conf"), [(0, 1, 0.95), (1, 1, 0.95), (81, 263, 0.95), (0, 40, 0.9),
+                                              (40, 40, 0.99), (1347, 1347, 0.95), (3, 10_000, 0.95)])  # fmt: skip
+def test_wilson_and_t_quantiles_equal_scipy_stats(x: int, n: int, conf: float) -> None:
+    """stats.py avoids importing scipy.stats (a second of every compare): its closed forms must agree."""
+    from mtpbench.stats import _t
+
+    ci = sps.binomtest(x, n).proportion_ci(confidence_level=conf, method="wilson")
+    w = wilson(x, n, conf)
+    assert w is not None
+    assert w.low == pytest.approx(ci.low, abs=1e-12) and w.high == pytest.approx(ci.high, abs=1e-12)
+    for df in (1, 2, 7, 39, 299, None):
+        want = sps.norm.ppf(0.975) if df is None else sps.t.ppf(0.975, df)
+        assert _t(0.975, df) == pytest.approx(want, rel=1e-12)
