@@ -107,6 +107,7 @@ class Cause(str, Enum):
     INCOMPLETE_REPEATS = "incomplete-repeats"
     PLATFORM_DOWNGRADE = "platform-downgrade"
     UNVERIFIED_IDENTITY = "unverified-identity"
+    NO_PER_REQUEST_COUNTS = "no-per-request-counts"  # a counters-only serving cell: one pooled count
     EXTERNAL = "external"  # numbers["cause_text"] holds the producer's sentence
 
 
@@ -885,7 +886,9 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
     weak = [x for x in by[Verdict.PASS] if x.underpowered]
     if weak:
         sev = Severity.FAIL if gate.fail_on_underpowered else Severity.WARN
-        out.append(Finding(Kind.UNDERPOWERED, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, numbers(weak)))
+        # More prompts would not help a counters-only cell: per-request counts would.
+        why = Cause.NO_PER_REQUEST_COUNTS if c.counters_only else Cause.TOO_LITTLE_EVIDENCE
+        out.append(Finding(Kind.UNDERPOWERED, sev, c.cell, why, numbers(weak)))
     return out
 
 

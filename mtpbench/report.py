@@ -71,6 +71,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     "metadata flattened to one layer, or graph parameter updates not resolved per layer / KV-cache group",
     Cause.TARGET_NUMERICS: "the target's numerics changed (kernels, graphs, dtype), not only the drafter",
     Cause.STALE_BASELINE: "the baseline may be stale: re-record it if the improvement is intended",
+    Cause.NO_PER_REQUEST_COUNTS: "the build returned no per-request spec-decode counts (vLLM before PR #48915), so "
+    "only the /metrics deltas pooled over the load were measured: a build with --per-request-spec-decode-metrics "
+    "gives an interval",
     Cause.TOO_LITTLE_EVIDENCE: "too few prompts (or drafts) to tell a real drop from prompt-to-prompt noise: "
     "add prompts or repeats",
     Cause.NO_BASELINE_ENTRY: "a build or mode was renamed, or the baseline predates it",

@@ -20,7 +20,7 @@ from mtpbench.baseline import load_baseline
 from mtpbench.compare import FAIL, WARN, analyze, compare
 from mtpbench.config import ExperimentConfig, GateSpec, load_config
 from mtpbench.errors import ExitCode, UserError
-from mtpbench.report import check_rows, finding_message
+from mtpbench.report import cause_text, check_rows, finding_message
 from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -184,6 +184,7 @@ def test_counters_only_within_tolerance_passes_but_says_so(tmp_path: Path) -> No
     assert {ch.verdict for ch in comp.checks} == {"pass"} and all(ch.underpowered for ch in comp.checks)
     (weak,) = [d for d in comp.diagnoses if d.kind == "underpowered"]
     assert weak.severity == WARN and "counters-only" in finding_message(weak)
+    assert "PR #48915" in cause_text(weak)
     # Identical greedy repeats are one observation: the pooled count is not doubled into two clusters.
     assert comp.cells[0].evidence.g == 1 and comp.cells[0].summary.per_pos_ci[0] is None
     # Never a pass the data could not support under the strict gate: exit 5, not 0.
