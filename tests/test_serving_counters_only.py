@@ -304,3 +304,31 @@ def test_dry_run_shows_the_server_command_each_policy_starts(tmp_path: Path) -> 
         out[policy] = res.output
     assert f"{srv.PER_REQUEST_FLAG} summary" in out["auto"] and "once more without the flag" in out["auto"]
     assert srv.PER_REQUEST_FLAG not in out["off"]
+
+
+# --- a real counters-only run, frozen -----------------------------------------------------------------
+
+FROZEN = DATA / "runs" / "counters-only-serving"
+TINY_SERVING_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-serving-cpu.yaml"
+
+
+def test_a_real_counters_only_run_with_the_flatten_fault_fails_with_exit_1(tmp_path: Path) -> None:
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from mtpbench.cli import app
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(FROZEN, run_dir)
+    res = CliRunner().invoke(app, ["compare", str(run_dir), "--baseline", str(TINY_SERVING_BASELINE), "--json"],
+                             env={"MTPBENCH_WIDTH": "250"})  # fmt: skip
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.stdout)
+    failing = {(f["cell"], f["kind"]) for f in data["findings"] if f["severity"] == "fail"}
+    assert failing == {("current/eager/fault", "regression")}, data["findings"]
+    checks = {(c["cell"], c["pos"]): c for c in data["checks"]}
+    assert {c["method"] for c in checks.values()} == {"counters-only"}
+    assert {checks[("current/eager/stock", i)]["verdict"] for i in range(3)} == {"pass"}
+    # Far beyond the 5-pt tolerance on every position: no interval needed to call it.
+    assert all(checks[("current/eager/fault", i)]["delta"] < -0.2 for i in range(3))

@@ -213,10 +213,11 @@ N_COUNTERS = 16
 @pytest.fixture(scope="module")
 def counters_only_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """`per_request_metrics: off` on the real server: what auto falls back to on v0.26.0rc1 (the fallback's
-    start-up detection is unit-tested with the real parser's message in test_serving_counters_only.py)."""
+    start-up detection is unit-tested with the real parser's message in test_serving_counters_only.py).
+    Stock only (one server start): the same run with the flatten fault is frozen in
+    tests/data/runs/counters-only-serving and fails the gate there (test_serving_counters_only.py)."""
     tmp = tmp_path_factory.mktemp("counters")
-    cfg = small_config(tmp, {"stock": [], "fault": ["flatten-draft-metadata"]}, num_requests=N_COUNTERS,
-                       per_request_metrics="off")  # fmt: skip
+    cfg = small_config(tmp, {"stock": []}, num_requests=N_COUNTERS, per_request_metrics="off")
     res = mtpbench("run", cfg, "--mode", "eager", "--out", tmp / "runs", "--no-compare", timeout=1500)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return res, only_run(tmp / "runs")
@@ -224,38 +225,32 @@ def counters_only_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subproc
 
 def test_counters_only_records_latencies_per_request_and_the_metrics_deltas_per_load(counters_only_run: Any) -> None:
     res, run_dir = counters_only_run
-    for cell in ("current/eager/stock", "current/eager/fault"):
-        (start,) = _records(run_dir, cell, "cell_start")
-        assert start["per_request_metrics"] == "counters-only"
-        assert start["per_request_reason"] == "workload.per_request_metrics: off"
-        assert srv.PER_REQUEST_FLAG not in start["server"]["command"]
-        reqs = _records(run_dir, cell, "request")
-        assert sorted(r["prompt_index"] for r in reqs) == list(range(N_COUNTERS))
-        for r in reqs:
-            assert "num_drafts" not in r and r["num_generated_tokens"] == 64
-            assert 0 < r["ttft_s"] <= r["e2e_s"] and r["tpot_s"] > 0
-        (load,) = _records(run_dir, cell, "load")
-        assert load["requests_ok"] == N_COUNTERS and load["per_request_sum"] is None and load["counts_match"] is None
-        # The cell-repeat's only acceptance evidence: one pooled record, exactly the /metrics deltas.
-        (pooled,) = _records(run_dir, cell, "prompt")
-        assert pooled["prompt_id"] == "load" and pooled["source"] == "metrics_delta"
-        assert {k: pooled[k] for k in load["metrics_delta"]} == load["metrics_delta"] and pooled["num_drafts"] > 0
+    cell = "current/eager/stock"
+    (start,) = _records(run_dir, cell, "cell_start")
+    assert start["per_request_metrics"] == "counters-only"
+    assert start["per_request_reason"] == "workload.per_request_metrics: off"
+    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]
+    reqs = _records(run_dir, cell, "request")
+    assert sorted(r["prompt_index"] for r in reqs) == list(range(N_COUNTERS))
+    for r in reqs:
+        assert "num_drafts" not in r and r["num_generated_tokens"] == 64
+        assert 0 < r["ttft_s"] <= r["e2e_s"] and r["tpot_s"] > 0
+    (load,) = _records(run_dir, cell, "load")
+    assert load["requests_ok"] == N_COUNTERS and load["per_request_sum"] is None and load["counts_match"] is None
+    # The cell-repeat's only acceptance evidence: one pooled record, exactly the /metrics deltas.
+    (pooled,) = _records(run_dir, cell, "prompt")
+    assert pooled["prompt_id"] == "load" and pooled["source"] == "metrics_delta"
+    assert {k: pooled[k] for k in load["metrics_delta"]} == load["metrics_delta"] and pooled["num_drafts"] > 0
     # The serving table still shows every request's latencies, and names the method.
     assert f"{N_COUNTERS}/{N_COUNTERS}" in res.stdout and "counters-only: pooled over the load" in res.stdout
 
 
-def test_counters_only_gate_passes_stock_and_fails_the_fault_with_exit_1(counters_only_run: Any) -> None:
+def test_counters_only_gate_passes_stock_against_the_tiny_serving_baseline(counters_only_run: Any) -> None:
     _, run_dir = counters_only_run
     res = mtpbench("compare", run_dir, "--baseline", TINY_SERVING_BASELINE, "--json", timeout=120)
-    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     data = json.loads(res.stdout)
-    assert {c["method"] for c in data["checks"]} == {"counters-only"}
-    verdicts = {(c["cell"], c["verdict"]) for c in data["checks"]}
-    assert {v for c, v in verdicts if c == "current/eager/stock"} == {"pass"}, data["checks"]
-    assert "regression" in {v for c, v in verdicts if c == "current/eager/fault"}, data["checks"]
-    failing = {(f["cell"], f["kind"]) for f in data["findings"] if f["severity"] == "fail"}
-    assert failing == {("current/eager/fault", "regression")}, data["findings"]
-    (weak,) = [f for f in data["findings"] if f["kind"] == "underpowered" and f["cell"] == "current/eager/stock"]
-    assert "counters-only" in weak["message"]
-    assert {c["cell"]: c["acceptance"] for c in data["serving"]} == {
-        "current/eager/stock": "counters-only", "current/eager/fault": "counters-only"}  # fmt: skip
+    assert {(c["method"], c["verdict"]) for c in data["checks"]} == {("counters-only", "pass")}, data["checks"]
+    (weak,) = [f for f in data["findings"] if f["kind"] == "underpowered"]
+    assert weak["severity"] == "warn" and "counters-only" in weak["message"]
+    assert [c["acceptance"] for c in data["serving"]] == ["counters-only"]
