@@ -442,11 +442,13 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
             from mtpbench.serving import server_command
 
             wl = p.job["workload"]
+            policy = wl.get("per_request_metrics", "auto")
             cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
-                                 wl["server_args"])  # fmt: skip
+                                 wl["server_args"], policy != "off")  # fmt: skip
             cmd[cmd.index("--port") + 1] = "<free port>"
+            again = " (auto: once more without the flag if the build refuses it)" if policy == "auto" else ""
             console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
-                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}",
+                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}{again}",
                           markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     if checks:
         console.print("\npreflight (each build's interpreter imported what the variants' patches target):")

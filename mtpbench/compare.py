@@ -107,6 +107,7 @@ class Cause(str, Enum):
     INCOMPLETE_REPEATS = "incomplete-repeats"
     PLATFORM_DOWNGRADE = "platform-downgrade"
     UNVERIFIED_IDENTITY = "unverified-identity"
+    NO_PER_REQUEST_COUNTS = "no-per-request-counts"  # a counters-only serving cell: one pooled count
     EXTERNAL = "external"  # numbers["cause_text"] holds the producer's sentence
 
 
@@ -198,6 +199,9 @@ class CellResult:
     prompts_expected: int = 0
     engine_start_s: float | None = None
     wall_s: float | None = None
+    # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
+    # per cell-repeat (mtpbench/serving.py), judged by _position_check's counters-only rule.
+    counters_only: bool = False
 
     @property
     def statuses(self) -> list[str]:
@@ -229,7 +233,7 @@ class PositionCheck:
     mde: float | None = None  # smallest drop detectable at the gate's confidence and power
     underpowered: bool = False
     prompts: int = 0  # prompts the comparison rests on
-    method: str = ""  # paired | pooled-baseline | exact-baseline
+    method: str = ""  # paired | pooled-baseline | exact-baseline | counters-only
     entry: str = ""  # build/mode of the baseline entry
 
 
@@ -394,7 +398,9 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
             key = (code, rep)
             n = int(rep_prompts.get(key, 0))
             status = str(e.get("status", "pending"))
-            done = status == "ok" and n >= expected and n > 0
+            # A counters-only serving repeat records one pooled prompt record: that is all of it.
+            want = 1 if _counters_only(starts.get((cell, rep), {})) else expected
+            done = status == "ok" and n >= want and n > 0
             if key in rep_counts.index:
                 counts = _counts_row(rep_counts.loc[key], k)
             else:
@@ -412,6 +418,7 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     out: list[CellResult] = []
     for cell, entries in by_cell.items():
         e0 = entries[0]
+        pooled = any(_counters_only(starts.get((cell, int(e.get("repeat", 0))), {})) for e in entries)
         obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
         ev = _evidence(obs, k, fr.prompts)
         reps = repeats[cell]
@@ -433,12 +440,18 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
                 requested=first.get("requested", {}),
                 effective=first.get("effective", {}),
                 patches=first.get("patches", []),
-                prompts_expected=expected,
+                # counters-only: the one pooled record per repeat is all there is to expect
+                prompts_expected=1 if pooled else expected,
                 engine_start_s=(sum(walls) / len(walls)) if walls else None,
                 wall_s=wall if any(r.prompts for r in reps) else None,
+                counters_only=pooled,
             )
         )
     return out
+
+
+def _counters_only(cell_start: dict[str, Any]) -> bool:
+    return cell_start.get("per_request_metrics") == "counters-only"  # serving.COUNTERS_ONLY
 
 
 # --- diagnoses without a baseline -------------------------------------------------------------------
@@ -761,9 +774,34 @@ def _decide(delta: float, ci: Interval | None, tol: float) -> Verdict:
     return Verdict.PASS
 
 
+def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float, label: str) -> PositionCheck:
+    """A counters-only serving cell: one pooled /metrics count per cell-repeat, so there is no sample of
+    requests or prompts to cluster, no standard error, no interval and no detectable-drop figure. The
+    offline rule for a CI of None (stats.clustered_ratio with g < 2) would call any drop beyond the
+    tolerance `inconclusive` (exit 5), so the seed's 63.4 % -> 5.3 % collapse would never fail the gate;
+    calling the point estimate alone a pass would be greener than the evidence. So the point estimate
+    decides both ways (a drop beyond the tolerance is a regression, exit 1; a gain beyond it an
+    improvement), and a pass is always `underpowered` (its MDE is unknown): a warning naming the
+    method, a failure under gate.fail_on_underpowered. A pass is never claimed with an interval."""
+    tot = c.evidence.total()
+    if tot.num_drafts <= 0 or i >= len(tot.accepted_per_pos):
+        return PositionCheck(c.cell, i, None, entry.rates_pct[i] / 100, None, None, Verdict.NO_DATA,
+                             method="counters-only", entry=label)  # fmt: skip
+    run_rate = tot.accepted_per_pos[i] / tot.num_drafts
+    bc = entry.counts
+    pooled = bc is not None and bc.num_drafts > 0
+    base_rate = bc.accepted_per_pos[i] / bc.num_drafts if bc is not None and pooled else entry.rates_pct[i] / 100
+    delta = run_rate - base_rate
+    verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
+    return PositionCheck(c.cell, i, run_rate, base_rate, delta, None, verdict, None, underpowered=True, prompts=0,
+                         method="counters-only", entry=label)  # fmt: skip
+
+
 def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec) -> PositionCheck:
     ev, conf, tol = c.evidence, gate.confidence, gate.tolerance_pts / 100
     label = f"{entry.build}/{entry.mode}"
+    if c.counters_only:
+        return _counters_only_check(c, i, entry, tol, label)
     base_rate = entry.rates_pct[i] / 100
     run_est = clustered_ratio(ev.per_pos[:, i], ev.drafts, conf) if ev.g else Estimate(None)
     if run_est.value is None:
@@ -831,6 +869,8 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
             "confidence": gate.confidence,
             "power": gate.power,
             "entry": xs[0].entry if xs else "",
+            # Only when it changes what the numbers mean (keeps every other finding's JSON as it was).
+            **({"method": "counters-only"} if any(x.method == "counters-only" for x in xs) else {}),
         }
 
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
@@ -846,7 +886,9 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
     weak = [x for x in by[Verdict.PASS] if x.underpowered]
     if weak:
         sev = Severity.FAIL if gate.fail_on_underpowered else Severity.WARN
-        out.append(Finding(Kind.UNDERPOWERED, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, numbers(weak)))
+        # More prompts would not help a counters-only cell: per-request counts would.
+        why = Cause.NO_PER_REQUEST_COUNTS if c.counters_only else Cause.TOO_LITTLE_EVIDENCE
+        out.append(Finding(Kind.UNDERPOWERED, sev, c.cell, why, numbers(weak)))
     return out
 
 

@@ -180,6 +180,12 @@ class ServingWorkload(Strict):
     request_timeout_s: float = Field(300.0, gt=0, le=86_400)
     startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
     server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
+    # vLLM returns per-request spec-decode counts only since PR #48915 (after 0.28.0); the seed's build
+    # (v0.26.0rc1) refuses the flag. auto: ask, and without them fall back to the /metrics deltas around the
+    # load (counters-only: one pooled count per cell-repeat); on: require them; off: never ask.
+    per_request_metrics: Literal["auto", "on", "off"] = Field(
+        "auto", description="per-request spec-decode counts: auto (fall back to /metrics counters) | on | off"
+    )
     throughput_tolerance_pct: float = Field(
         20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
     )

@@ -71,6 +71,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     "metadata flattened to one layer, or graph parameter updates not resolved per layer / KV-cache group",
     Cause.TARGET_NUMERICS: "the target's numerics changed (kernels, graphs, dtype), not only the drafter",
     Cause.STALE_BASELINE: "the baseline may be stale: re-record it if the improvement is intended",
+    Cause.NO_PER_REQUEST_COUNTS: "the build returned no per-request spec-decode counts (vLLM before PR #48915), so "
+    "only the /metrics deltas pooled over the load were measured: a build with --per-request-spec-decode-metrics "
+    "gives an interval",
     Cause.TOO_LITTLE_EVIDENCE: "too few prompts (or drafts) to tell a real drop from prompt-to-prompt noise: "
     "add prompts or repeats",
     Cause.NO_BASELINE_ENTRY: "a build or mode was renamed, or the baseline predates it",
@@ -156,13 +159,16 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
     rows: list[list[Cell]] = []
     for x in checks:
         weak = x.underpowered and x.verdict == Verdict.PASS
+        note = " (counters-only)" if x.method == "counters-only" else " (underpowered)" if weak else ""
         row: list[Cell] = [(x.cell, "", ""), (str(x.pos), "", ""), (pct(x.run_rate), "", ""),
                            (pct(x.base_rate), "", ""), (pts(x.delta), "", "")]  # fmt: skip
         if ci:
-            row += [(ci_text(x.ci), "", ""), (str(x.prompts) if x.prompts else "–", "", "")]
+            pooled = x.method == "counters-only"  # one /metrics count per repeat: no prompts, no interval
+            row += [(ci_text(x.ci), "", ""), ("counters-only" if pooled else str(x.prompts) if x.prompts else "–",
+                                              "", "")]  # fmt: skip
         row += [
             ("–" if x.mde is None else f"{100 * x.mde:.1f}", "", "yellow" if weak else ""),
-            (x.verdict.value + (" (underpowered)" if weak else ""), "", VERDICT_STYLE.get(x.verdict, "")),
+            (x.verdict.value + note, "", VERDICT_STYLE.get(x.verdict, "")),
         ]
         rows.append(row)
     return cols, rows
@@ -232,7 +238,17 @@ def _mdes(n: dict[str, Any]) -> str:
                                                                                         strict=True))  # fmt: skip
 
 
+# serving_summary.COUNTERS_ONLY_METHOD, and what it means for a verdict (compare._counters_only_check).
+COUNTERS_ONLY_TEXT = (
+    "counters-only: pooled over the load, no per-request clustering (the build returned no per-request "
+    "counts): no interval, the point estimate decides"
+)
+
+
 def _msg_regression(n: dict[str, Any]) -> str:
+    if n.get("method") == "counters-only":
+        return (f"{_positions(n, with_ci=False)}; tolerance {n['tolerance_pts']:g} pts, entry {n['entry']}; "
+                f"{COUNTERS_ONLY_TEXT}")  # fmt: skip
     return f"{_positions(n)}; tolerance {n['tolerance_pts']:g} pts, {n['prompts']} prompts, entry {n['entry']}"
 
 
@@ -250,6 +266,9 @@ def _msg_inconclusive(n: dict[str, Any]) -> str:
 
 
 def _msg_underpowered(n: dict[str, Any]) -> str:
+    if n.get("method") == "counters-only":
+        return (f"{_positions(n, with_ci=False)}: within the {n['tolerance_pts']:g}-pt tolerance, but the power to "
+                f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")  # fmt: skip
     return (
         f"could not have detected a drop as large as the {n['tolerance_pts']:g}-pt tolerance: smallest detectable "
         f"drop at {100 * n['confidence']:g} % confidence and {100 * n['power']:g} % power: "
@@ -358,6 +377,9 @@ for _k in PRODUCER_WORDED:
 def check_message(x: PositionCheck) -> str:
     """One cell × position check in words (JUnit, CI annotations)."""
     mde = "–" if x.mde is None else f"{100 * x.mde:.1f}"
+    if x.method == "counters-only":
+        return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts; "
+                f"{COUNTERS_ONLY_TEXT}): {x.verdict.value}")  # fmt: skip
     return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "
             f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}")  # fmt: skip
 
@@ -423,7 +445,8 @@ def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool =
 
 # --- machine-readable ---------------------------------------------------------------------------------
 
-_SKIP = {"load_outputs", "evidence", "observations", "prompt_names"}  # bulky or internal: not part of the document
+# Bulky or internal: not part of the document. (counters_only shows as each check's `method`.)
+_SKIP = {"load_outputs", "evidence", "observations", "prompt_names", "counters_only"}
 
 
 def _jsonable(obj: Any) -> Any:

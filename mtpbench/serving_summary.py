@@ -14,8 +14,15 @@ Per-position intervals are clustered by request (ratio estimator, linearised var
 request are correlated, the requests are the independent units. Checks (as `compare.Diagnosis`):
 failed or missing requests fail the gate; a `/metrics` delta that differs from the per-request sum is
 shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
-with `fail_on_throughput_drop`). `select_baseline` keeps the entries of the run's workload: a serving run
-is never compared with an offline entry, nor with one of another concurrency or max_tokens (exit 4).
+with `fail_on_throughput_drop`).
+
+A counters-only cell (a build without per-request counts, mtpbench/serving.py) has `request` records
+(latencies, tokens) and, per cell-repeat, one pooled `prompt` record of the `/metrics` deltas: its
+acceptance columns are that pooled count, with no interval and no per-request mean (there are no
+per-request counts to cluster or average), and the table names the method.
+
+`select_baseline` keeps the entries of the run's workload: a serving run is never compared with an
+offline entry, nor with one of another concurrency or max_tokens (exit 4).
 Computing never prints; the renderers below do no arithmetic.
 """
 
@@ -37,6 +44,9 @@ from mtpbench.results import Run
 from mtpbench.stats import Interval
 
 FAIL, WARN, INFO = "fail", "warn", "info"
+PER_REQUEST = "per-request"
+COUNTERS_ONLY = "counters-only"  # serving.COUNTERS_ONLY (that module imports only the stdlib, at the build)
+COUNTERS_ONLY_METHOD = "counters-only: pooled over the load, no per-request clustering"
 # The workload fields a baseline entry must share with the run for acceptance to be comparable.
 MUST_MATCH = ("concurrency", "max_tokens", "request_rate")
 
@@ -83,6 +93,9 @@ class ServingCell:
     counts_match: list[bool | None] = field(default_factory=list)
     server_died: bool = False
     errors: list[str] = field(default_factory=list)
+    # Where the acceptance columns come from: per-request counts, or the /metrics deltas (counters-only).
+    acceptance: str = PER_REQUEST
+    acceptance_reasons: list[str] = field(default_factory=list)
 
 
 def _pcts(values: list[float]) -> Percentiles:
@@ -117,23 +130,35 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
             meta[c["cell"]] = {"build": c["build"], "mode": c["mode"], "variant": c["variant"]}
     out: list[ServingCell] = []
     for cell in order:
-        reqs = [r for r in run.records if r.get("cell") == cell and r.get("type") == "prompt"]
+        mine = [r for r in run.records if r.get("cell") == cell]
+        # Requests: per-request prompt records, or (counters-only) request records without counts.
+        reqs = [r for r in mine if (r.get("type") == "prompt" and r.get("source") != "metrics_delta")
+                or r.get("type") == "request"]  # fmt: skip
+        counted = [r for r in mine if r.get("type") == "prompt" and r.get("source") != "metrics_delta"]
+        pooled = [r for r in mine if r.get("type") == "prompt" and r.get("source") == "metrics_delta"]
+        starts = [r for r in mine if r.get("type") == "cell_start"]
+        counters_only = bool(pooled) or any(s.get("per_request_metrics") == COUNTERS_ONLY for s in starts)
+        # Fail closed: a cell with any counters-only repeat is shown (and judged) pooled, without intervals.
+        evidence = [*counted, *pooled] if counters_only else counted
         failed = [r for r in run.records if r.get("cell") == cell and r.get("type") == "request_failed"]
         loads = [r for r in run.records if r.get("cell") == cell and r.get("type") == "load"]
         repeats = {c["repeat"] for c in run.manifest["cells"] if c["cell"] == cell}
         total = int(wl.get("num_requests", 0)) * len(repeats)
         wall = sum(float(x.get("wall_s") or 0.0) for x in loads)
         gen = sum(int(r.get("num_generated_tokens") or 0) for r in reqs)
-        drafts = [int(r["num_drafts"]) for r in reqs]
+        drafts = [int(r["num_drafts"]) for r in evidence]
         d_tot = sum(drafts)
-        acc_tot = sum(int(r["num_accepted_tokens"]) for r in reqs)
-        dt_tot = sum(int(r["num_draft_tokens"]) for r in reqs)
-        per_pos, per_pos_ci = [], []
+        acc_tot = sum(int(r["num_accepted_tokens"]) for r in evidence)
+        dt_tot = sum(int(r["num_draft_tokens"]) for r in evidence)
+        per_pos: list[float | None] = []
+        per_pos_ci: list[Interval | None] = []
         for i in range(k):
-            a = [int(r["accepted_per_pos"][i]) for r in reqs]
+            a = [int(r["accepted_per_pos"][i]) for r in evidence]
             per_pos.append(sum(a) / d_tot if d_tot else None)
-            per_pos_ci.append(clustered_ratio_ci(a, drafts, confidence))
-        als = [1 + int(r["num_accepted_tokens"]) / int(r["num_drafts"]) for r in reqs if int(r["num_drafts"]) > 0]
+            # One pooled count per cell-repeat is not a sample of requests: no interval.
+            per_pos_ci.append(None if counters_only else clustered_ratio_ci(a, drafts, confidence))
+        als = [] if counters_only else [
+            1 + int(r["num_accepted_tokens"]) / int(r["num_drafts"]) for r in counted if int(r["num_drafts"]) > 0]
         out.append(
             ServingCell(
                 cell=cell,
@@ -158,6 +183,10 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
                 counts_match=[x.get("counts_match") for x in loads],
                 server_died=any(x.get("server_died") for x in loads),
                 errors=[str(r.get("error")) for r in failed][:5],
+                acceptance=COUNTERS_ONLY if counters_only else PER_REQUEST,
+                acceptance_reasons=sorted({str(s["per_request_reason"]) for s in starts
+                                           if s.get("per_request_metrics") == COUNTERS_ONLY
+                                           and s.get("per_request_reason")}),
             )
         )
     return out
@@ -341,7 +370,7 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
     k = max((len(c.pooled_per_pos) for c in cells), default=0)
     head = ["cell", "requests\nok", "req/s", "out\ntok/s", "TTFT ms\np50/p99", "TPOT ms\np50/p99",
             *[f"pos{i} %\n[95% CI]" for i in range(k)], "mean %\npooled", "AL\npooled", "AL\nreq mean",
-            "/metrics\n= sum"]  # fmt: skip
+            "/metrics\n= sum", "acceptance\nfrom"]  # fmt: skip
     rows = []
     for c in cells:
         match = "yes" if c.counts_match and all(m is True for m in c.counts_match) else (
@@ -352,6 +381,7 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
             *[f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
               for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)],
             _p(c.pooled_mean), _num(c.pooled_al, ".2f"), _num(c.mean_request_al, ".2f"), match,
+            COUNTERS_ONLY_METHOD if c.acceptance == COUNTERS_ONLY else PER_REQUEST,
         ])  # fmt: skip
     return head, rows
 
@@ -361,13 +391,14 @@ def serving_table(cells: list[ServingCell]) -> Table:
     t = Table(
         title="serving load: pos/mean/AL pooled = accepted/drafts over all requests (as /metrics and vllm bench "
         "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
-        "/metrics = sum: the counter deltas equal the per-request counts",
+        "/metrics = sum: the counter deltas equal the per-request counts; counters-only: the build returned no "
+        "per-request counts, acceptance is the /metrics deltas pooled over the load (no interval)",
         title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
     )  # fmt: skip
     for i, h in enumerate(head):
         t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i != 0)
     for r in rows:
-        style = "red" if r[1].split("/")[0] != r[1].split("/")[1] or r[-1] == "NO" else None
+        style = "red" if r[1].split("/")[0] != r[1].split("/")[1] or r[-2] == "NO" else None
         t.add_row(*r, style=style)
     return t
 

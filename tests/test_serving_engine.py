@@ -202,3 +202,55 @@ def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> 
         a / ours["num_drafts"] for a in ours["accepted_per_pos"]
     ]
     assert not srv.group_alive(server.pid or -1) and srv.port_is_free(port)
+
+
+# --- a build without per-request counts (vLLM before PR #48915): counters-only ----------------------------
+
+TINY_SERVING_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-serving-cpu.yaml"
+N_COUNTERS = 16
+
+
+@pytest.fixture(scope="module")
+def counters_only_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`per_request_metrics: off` on the real server: what auto falls back to on v0.26.0rc1 (the fallback's
+    start-up detection is unit-tested with the real parser's message in test_serving_counters_only.py).
+    Stock only (one server start): the same run with the flatten fault is frozen in
+    tests/data/runs/counters-only-serving and fails the gate there (test_serving_counters_only.py)."""
+    tmp = tmp_path_factory.mktemp("counters")
+    cfg = small_config(tmp, {"stock": []}, num_requests=N_COUNTERS, per_request_metrics="off")
+    res = mtpbench("run", cfg, "--mode", "eager", "--out", tmp / "runs", "--no-compare", timeout=1500)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res, only_run(tmp / "runs")
+
+
+def test_counters_only_records_latencies_per_request_and_the_metrics_deltas_per_load(counters_only_run: Any) -> None:
+    res, run_dir = counters_only_run
+    cell = "current/eager/stock"
+    (start,) = _records(run_dir, cell, "cell_start")
+    assert start["per_request_metrics"] == "counters-only"
+    assert start["per_request_reason"] == "workload.per_request_metrics: off"
+    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]
+    reqs = _records(run_dir, cell, "request")
+    assert sorted(r["prompt_index"] for r in reqs) == list(range(N_COUNTERS))
+    for r in reqs:
+        assert "num_drafts" not in r and r["num_generated_tokens"] == 64
+        assert 0 < r["ttft_s"] <= r["e2e_s"] and r["tpot_s"] > 0
+    (load,) = _records(run_dir, cell, "load")
+    assert load["requests_ok"] == N_COUNTERS and load["per_request_sum"] is None and load["counts_match"] is None
+    # The cell-repeat's only acceptance evidence: one pooled record, exactly the /metrics deltas.
+    (pooled,) = _records(run_dir, cell, "prompt")
+    assert pooled["prompt_id"] == "load" and pooled["source"] == "metrics_delta"
+    assert {k: pooled[k] for k in load["metrics_delta"]} == load["metrics_delta"] and pooled["num_drafts"] > 0
+    # The serving table still shows every request's latencies, and names the method.
+    assert f"{N_COUNTERS}/{N_COUNTERS}" in res.stdout and "counters-only: pooled over the load" in res.stdout
+
+
+def test_counters_only_gate_passes_stock_against_the_tiny_serving_baseline(counters_only_run: Any) -> None:
+    _, run_dir = counters_only_run
+    res = mtpbench("compare", run_dir, "--baseline", TINY_SERVING_BASELINE, "--json", timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    data = json.loads(res.stdout)
+    assert {(c["method"], c["verdict"]) for c in data["checks"]} == {("counters-only", "pass")}, data["checks"]
+    (weak,) = [f for f in data["findings"] if f["kind"] == "underpowered"]
+    assert weak["severity"] == "warn" and "counters-only" in weak["message"]
+    assert [c["acceptance"] for c in data["serving"]] == ["counters-only"]
