@@ -323,9 +323,9 @@ def _frame(run: Run, k: int) -> _Frame:
     # Every integer column in one Fortran-ordered block, filled in place: at 10⁶ records, building the
     # frame column by column cost a second of copies and block consolidation.
     ints = np.empty((n, len(names)), dtype=np.int64, order="F")
-    cells, prompts, shas = (_codes_into(col(src), ints[:, j]) for j, src in
-                            ((0, "cell"), (2, "prompt_id"), (3, "output_sha256")))  # fmt: skip
-    # (a record without a hash is "unknown", never a KeyError)
+    cells = _codes_into(col("cell"), ints[:, 0])
+    prompts = _codes_into(col("prompt_id"), ints[:, 2])
+    shas = _codes_into(col("output_sha256"), ints[:, 3])  # a record without a hash is "unknown", not a KeyError
     ints[:, 1] = pd.to_numeric(col("repeat"), errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     for j, c in enumerate(COUNT_COLS, start=4):
         ints[:, j] = pd.to_numeric(col(c), errors="coerce").fillna(0).to_numpy(dtype=np.int64)

@@ -253,3 +253,18 @@ def test_ray_results_appended_after_a_torn_line_stay_readable(tmp_path: Path) ->
     append_lines(str(path), json.dumps(prompt_record(2)) + "\n" + json.dumps(prompt_record(3)))
     got = scan_records(path, 3)
     assert [r["prompt_id"] for r in got.records] == ["p0", "p2", "p3"] and len(got.warnings) == 1
+
+
+def test_the_worker_stamps_records_with_the_schema_the_readers_accept() -> None:
+    """worker.py restates SCHEMA_VERSION so that it imports only the standard library at module level."""
+    import ast
+    import sys
+
+    from mtpbench.schema import SCHEMA_VERSION
+
+    assert worker.SCHEMA_VERSION == SCHEMA_VERSION
+    tree = ast.parse(Path(worker.__file__).read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {a.name.split(".")[0] for n in top if isinstance(n, ast.Import) for a in n.names}
+    names |= {str(n.module).split(".")[0] for n in top if isinstance(n, ast.ImportFrom)}
+    assert names and names <= set(sys.stdlib_module_names) | {"__future__"}, names
