@@ -163,7 +163,10 @@ def read_copy(run_dir: Path) -> tuple[pd.DataFrame, list[dict[str, Any]], list[s
     frame, meta = got
     # No `accepted_per_pos` list column: every reader takes the acc_pos{i} columns (positions() below);
     # building 10⁶ row views cost 0.2 s of every load.
-    return frame, list(meta["other_records"]), [str(w) for w in meta.get("warnings") or []]
+    other, said = meta.get("other_records"), meta.get("warnings")
+    if not isinstance(other, list) or not isinstance(said, list):
+        return None  # a copy whose metadata is not what write_copy writes: read the JSONL instead
+    return frame, other, [str(w) for w in said]
 
 
 def _read(pa: Any, pq: Any, run_dir: Path, path: Path) -> tuple[pd.DataFrame, dict[str, Any]] | None:

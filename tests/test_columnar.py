@@ -128,3 +128,20 @@ def test_refresh_at_run_end(make_run: Callable[..., Path]) -> None:
     assert columnar.refresh(path) == path / columnar.COPY and columnar.read_copy(path) is not None
     (path / results.RECORDS).write_text("not json\n")
     assert columnar.refresh(path) is None  # the loader reports it, with the reader's message
+
+
+@pytest.mark.parametrize("field", ["other_records", "warnings"])
+def test_a_copy_with_foreign_metadata_is_not_believed(make_run: Callable[..., Path], field: str) -> None:
+    import pyarrow.parquet as pq
+
+    path = make_run(CELLS)
+    load_run(path)
+    table = pq.read_table(path / columnar.COPY)
+    meta = json.loads(table.schema.metadata[b"mtpbench.columnar"])
+    meta[field] = 7
+    src = (path / results.RECORDS).stat()
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"mtpbench.columnar": json.dumps(meta)}),
+                   path / columnar.COPY)  # fmt: skip
+    os.utime(path / results.RECORDS, ns=(src.st_atime_ns, src.st_mtime_ns))
+    assert columnar.read_copy(path) is None
+    assert len(load_run(path).prompt_frame()) > 0  # the JSONL answers instead
