@@ -640,12 +640,21 @@ def _cell_health(c: CellResult) -> list[Finding]:
     return out
 
 
-def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) -> Comparison:
+Measured = Callable[["Comparison"], None]
+
+
+def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
+            measured: Measured | None = None) -> Comparison:  # fmt: skip
+    """The run's cells and their diagnoses. `measured(comp)` is called once the cells are known and before
+    any diagnosis is made: it may read the cells (and the checks, under compare), nothing else. The report
+    draws its figures in another process meanwhile; the diagnoses take as long again as collecting."""
     cfg = run.manifest["config"]
     gate = gate or GateSpec.model_validate(cfg.get("gate", {}))
     cells = collect(run, gate.confidence)
     greedy = float(cfg.get("sampling", {}).get("temperature", 0.0)) == 0.0
     comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy)
+    if measured is not None:
+        measured(comp)
     for c in cells:
         comp.diagnoses.extend(_cell_health(c))
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
@@ -903,7 +912,11 @@ def compare(
     allow_unmatched: bool = False,
     accept_unchecked: bool = False,
     run_failed: bool = False,
+    measured: Measured | None = None,
 ) -> Comparison:
+    """analyze, then each cell checked against its baseline entry. `measured` as in analyze, with the checks
+    made: they depend on the cells and the baseline only, so they are made before the diagnoses, and their
+    findings are added after them (the order the diagnoses have always had)."""
     from mtpbench import serving_summary
 
     name = baseline_name or baseline.name
@@ -918,35 +931,41 @@ def compare(
             "--accept-unchecked",
             run.run_id, name, [f"unchecked: {u}" for u in unchecked], unchecked,
         )  # fmt: skip
-    comp = analyze(run, gate, run_failed)
-    comp.baseline = name
-    comp.baseline_provenance = baseline.provenance.model_dump(exclude_none=True)
-    # Workload fields a serving baseline did not record are listed, not refused: they do not decide what
-    # was measured (model, drafter, prompts), only how fast.
-    unchecked += serving_unchecked + serving_summary.throughput_unchecked(run, baseline)
-    comp.unchecked = unchecked
-    if unchecked:
-        identity = [u for u in unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
-        by = None if not identity else "config" if named else "flag"
-        comp.diagnoses.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
-                                      {"fields": unchecked, "identity": identity, "accepted_by": by}))  # fmt: skip
-    emap = dict(run.manifest["config"].get("baseline_entry") or {})
-    emap.update(entry_map or {})
-    for c in comp.cells:
-        entry, _rule = resolve_entry(baseline, c, emap, name)
-        if entry is None:
-            comp.checks.extend(
-                PositionCheck(c.cell, i, c.summary.per_pos[i], None, None, None, Verdict.NO_BASELINE)
-                for i in range(c.evidence.k)
-            )
-            comp.diagnoses.append(
-                Finding(Kind.NO_BASELINE, Severity.WARN if allow_unmatched else Severity.FAIL, c.cell,
-                        Cause.NO_BASELINE_ENTRY, {"build": c.build, "mode": c.mode, "baseline": name,
-                                                  "entries": [f"{e.build}/{e.mode}" for e in baseline.entries]})
-            )  # fmt: skip
-            continue
-        checks = [_position_check(c, i, entry, comp.gate) for i in range(len(entry.rates_pct))]
-        comp.checks.extend(checks)
-        comp.diagnoses.extend(_check_findings(c, checks, comp.gate))
+    late: list[Finding] = []  # the checks' findings, after analyze's own
+
+    def judge(comp: Comparison) -> None:
+        comp.baseline = name
+        comp.baseline_provenance = baseline.provenance.model_dump(exclude_none=True)
+        # Workload fields a serving baseline did not record are listed, not refused: they do not decide what
+        # was measured (model, drafter, prompts), only how fast.
+        comp.unchecked = unchecked + serving_unchecked + serving_summary.throughput_unchecked(run, baseline)
+        if comp.unchecked:
+            identity = [u for u in comp.unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
+            by = None if not identity else "config" if named else "flag"
+            late.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
+                                {"fields": comp.unchecked, "identity": identity, "accepted_by": by}))  # fmt: skip
+        emap = dict(run.manifest["config"].get("baseline_entry") or {})
+        emap.update(entry_map or {})
+        for c in comp.cells:
+            entry, _rule = resolve_entry(baseline, c, emap, name)
+            if entry is None:
+                comp.checks.extend(
+                    PositionCheck(c.cell, i, c.summary.per_pos[i], None, None, None, Verdict.NO_BASELINE)
+                    for i in range(c.evidence.k)
+                )
+                late.append(
+                    Finding(Kind.NO_BASELINE, Severity.WARN if allow_unmatched else Severity.FAIL, c.cell,
+                            Cause.NO_BASELINE_ENTRY, {"build": c.build, "mode": c.mode, "baseline": name,
+                                                      "entries": [f"{e.build}/{e.mode}" for e in baseline.entries]})
+                )  # fmt: skip
+                continue
+            checks = [_position_check(c, i, entry, comp.gate) for i in range(len(entry.rates_pct))]
+            comp.checks.extend(checks)
+            late.extend(_check_findings(c, checks, comp.gate))
+        if measured is not None:
+            measured(comp)
+
+    comp = analyze(run, gate, run_failed, measured=judge)
+    comp.diagnoses.extend(late)
     comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, baseline))
     return comp

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtpbench import __version__, plots, views
+from mtpbench import __version__, views
 from mtpbench.compare import Comparison
 from mtpbench.errors import UserError
+from mtpbench.painter import Drawn, Job, Painter
 from mtpbench.results import Run
 
 CSS = """
@@ -67,15 +68,31 @@ def _verdict_text(comp: Comparison) -> str:
     return str(report.verdict_line(comp))
 
 
-def _figures(run: Run, comp: Comparison, changed: set[tuple[str, str]]) -> dict[str, Any]:
-    k = max((c.summary.counts.k for c in comp.cells), default=0)
-    hm = views.heatmap(run, k, changed=changed)
-    title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
-    what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
-    return {
-        "acceptance": plots.acceptance_figure(views.cell_views(comp), title),
-        "heatmap": plots.heatmap_figure(hm, k, f"acceptance per {what} and position (pooled over repeats)"),
-    }
+class Figures:
+    """The report's two figures, handed to a Painter as soon as their data are known: once the run's cells
+    are measured (compare's `measured` hook), before its diagnoses, which this process then makes while the
+    painter draws. The bars go first: the heat map's data take this process as long to compute as the bars
+    take the painter to draw."""
+
+    def __init__(self, painter: Painter, svg: bool, png_dir: Path | None) -> None:
+        self.painter, self.svg, self.png_dir = painter, svg, png_dir
+        self.changed: set[tuple[str, str]] = set()
+
+    def _submit(self, name: str, args: tuple[Any, ...]) -> None:
+        png = None if self.png_dir is None else self.png_dir / f"{name}.png"
+        self.painter.submit(Job(name, name, args, self.svg, png))
+
+    def measured(self, run: Run, comp: Comparison) -> None:
+        title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
+        self._submit("acceptance", (views.cell_views(comp), title))
+        self.changed = views.changed_text(run)
+        k = int(run.manifest["config"]["speculative"]["num_speculative_tokens"])
+        hm = views.heatmap(run, k, changed=self.changed)
+        what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
+        self._submit("heatmap", (hm.grid(k), f"acceptance per {what} and position (pooled over repeats)"))
+
+    def drawn(self) -> dict[str, Drawn]:
+        return self.painter.results()
 
 
 def _diagnoses(comp: Comparison) -> str:
@@ -210,23 +227,22 @@ drop is the drafter's.</figcaption></figure></section>
 """
 
 
-def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None) -> Rendered:
-    """Draw the figures once; write the HTML and/or the PNGs."""
-    plt = plots.require()
-    changed = views.changed_text(run)
-    figs = _figures(run, comp, changed)
-    pngs: list[Path] = []
-    try:
-        if png_dir is not None:
-            pngs = [plots.save_png(f, png_dir / f"{name}.png", close=False) for name, f in figs.items()]
-        if html_path is not None:
-            page = render_html(run, comp, {name: plots.svg(f, close=False) for name, f in figs.items()}, changed)
-            try:
-                html_path.parent.mkdir(parents=True, exist_ok=True)
-                html_path.write_text(page, encoding="utf-8")
-            except OSError as exc:
-                raise UserError(f"{html_path}: cannot write the HTML report: {exc}") from None
-    finally:
-        for f in figs.values():
-            plt.close(f)
+def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None,
+                 figures: Figures | None = None) -> Rendered:  # fmt: skip
+    """Write the HTML and/or the PNGs. `figures`: already handed to a painter (cli's report); without
+    them the figures are drawn here, in this process."""
+    if figures is None:
+        figures = Figures(Painter(None), html_path is not None, png_dir)
+    if not figures.painter.jobs:  # not measured yet (drawn here) or analysis never called the hook
+        figures.measured(run, comp)
+    drawn = figures.drawn()
+    order = ["acceptance", "heatmap"]
+    pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
+    if html_path is not None:
+        page = render_html(run, comp, {n: drawn[n].svg or "" for n in order}, figures.changed)
+        try:
+            html_path.parent.mkdir(parents=True, exist_ok=True)
+            html_path.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"{html_path}: cannot write the HTML report: {exc}") from None
     return Rendered(html_path, pngs)

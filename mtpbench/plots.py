@@ -17,12 +17,20 @@ from mtpbench.errors import UserError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from mtpbench.figdata import CellView, HeatmapGrid
     from mtpbench.history import HistoryGroup
-    from mtpbench.views import CellView, Heatmap
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
 VERDICT_COLOR = {"regression": "#c62828", "improvement": "#1565c0", "pass": "#2e7d32"}
 BAR_COLOR = "#90a4ae"
+
+
+def check_installed() -> None:
+    """The install hint (exit 2) at once when matplotlib is missing, without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UserError(INSTALL_HINT)
 
 
 def require() -> Any:
@@ -85,25 +93,14 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
     return fig
 
 
-def heatmap_figure(hm: Heatmap, k: int, title: str = "") -> Figure:
+def heatmap_figure(hm: HeatmapGrid, title: str = "") -> Figure:
     """Rows: prompts (or bands of prompt length / order when there are many); columns: cell × position;
     colour and label: acceptance %. '≠' marks a row with a prompt whose greedy text differs from the rest
     of its build (the target's numerics changed, not only the drafter)."""
     plt = require()
     import numpy as np
 
-    rates = hm.frame
-    cells = list(dict.fromkeys(rates["cell"]))
-    rows = list(dict.fromkeys(rates["row"]))
-    grid = np.full((len(rows), len(cells) * k), np.nan)
-    changed = np.zeros((len(rows), len(cells)), dtype=bool)
-    ci_of = {c: n for n, c in enumerate(cells)}
-    ri_of = {r: n for n, r in enumerate(rows)}
-    for rec in rates.itertuples(index=False):
-        ci, ri = ci_of[rec.cell], ri_of[rec.row]
-        for i in range(k):
-            grid[ri, ci * k + i] = 100 * getattr(rec, f"pos{i}")
-        changed[ri, ci] = bool(rec.changed)
+    k, grid, changed, cells, rows = hm.k, hm.grid, hm.changed, hm.cells, hm.rows
     width = max(4.0, 0.55 * len(cells) * k + 2.5)
     height = max(2.5, 0.32 * len(rows) + 1.8)
     fig, ax = plt.subplots(figsize=(width, height))
@@ -114,7 +111,7 @@ def heatmap_figure(hm: Heatmap, k: int, title: str = "") -> Figure:
             mark = "≠" if changed[ri, col // k] else ""
             ax.text(col, ri, "–" if np.isnan(val) else f"{val:.0f}{mark}", ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
-    ax.set_ylabel(hm.rows)
+    ax.set_ylabel(hm.rows_kind)
     ax.set_xticks(range(grid.shape[1]), [f"pos{col % k}" for col in range(grid.shape[1])], fontsize=7)
     top = ax.secondary_xaxis("top")
     top.set_xticks([ci * k + (k - 1) / 2 for ci in range(len(cells))], cells, fontsize=7)

@@ -7,7 +7,7 @@ group-bys, not a Python loop per record. Nothing here draws or prints; plots.py 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,28 +15,13 @@ import pandas as pd
 
 from mtpbench.columnar import positions
 from mtpbench.compare import CellResult, Comparison
+from mtpbench.figdata import CellView, HeatmapGrid
 from mtpbench.results import Run
 
 
 def _value(x: Any) -> str:
     """An enum's value or a plain string (compare's verdicts and severities may be either)."""
     return str(getattr(x, "value", x))
-
-
-@dataclass
-class CellView:
-    """What one cell's bar panel shows; rates are fractions, None where there were no drafts."""
-
-    cell: str
-    mode_requested: str | None
-    mode_effective: str | None
-    rates: list[float | None]
-    ci: list[tuple[float, float] | None]
-    baseline: list[float | None]
-    verdicts: list[str]
-    repeats: list[tuple[str, list[float | None]]]  # (label, per-position rates) per repeat
-    drafts: int
-    patches: list[str] = field(default_factory=list)
 
 
 def cell_views(comp: Comparison) -> list[CellView]:
@@ -80,6 +65,20 @@ class Heatmap:
 
     frame: pd.DataFrame
     rows: str  # "prompt" | "prompt tokens" | "prompt order"
+
+    def grid(self, k: int) -> HeatmapGrid:
+        """The frame as the figure's grid: rows and cells in the frame's order."""
+        rates = self.frame
+        cells = [str(c) for c in dict.fromkeys(rates["cell"])]
+        rows = [str(r) for r in dict.fromkeys(rates["row"])]
+        ci = pd.Index(cells).get_indexer(rates["cell"].astype(str))
+        ri = pd.Index(rows).get_indexer(rates["row"].astype(str))
+        grid = np.full((len(rows), len(cells) * k), np.nan)
+        for i in range(k):
+            grid[ri, ci * k + i] = 100 * rates[f"pos{i}"].to_numpy(dtype=np.float64)
+        changed = np.zeros((len(rows), len(cells)), dtype=bool)
+        changed[ri, ci] = rates["changed"].to_numpy(dtype=bool)
+        return HeatmapGrid(cells, rows, self.rows, k, grid, changed)
 
 
 def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -146,6 +146,11 @@ def test_report_needs_an_output(stored_run: Path) -> None:
 def test_report_without_matplotlib_says_how_to_install(stored_run: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+
+    def no_load(*_: object) -> None:
+        raise AssertionError("the run was loaded before the missing matplotlib was named")
+
+    monkeypatch.setattr("mtpbench.results.load_run", no_load)  # said at once, not after a 10⁶-record load
     code, out = _report(str(stored_run), "--html", str(tmp_path / "r.html"))
     assert code == 2
     assert "pip install 'mtpbench[plot]'" in out and "Traceback" not in out

@@ -1,0 +1,40 @@
+"""The report figures' data in plain Python and numpy: what views.py computes and plots.py draws, and what
+crosses to the painter process (painter.py). Nothing here imports pandas or the analysis, so the painter
+starts drawing a second after it is spawned instead of three."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass
+class CellView:
+    """What one cell's bar panel shows; rates are fractions, None where there were no drafts."""
+
+    cell: str
+    mode_requested: str | None
+    mode_effective: str | None
+    rates: list[float | None]
+    ci: list[tuple[float, float] | None]
+    baseline: list[float | None]
+    verdicts: list[str]
+    repeats: list[tuple[str, list[float | None]]]  # (label, per-position rates) per repeat
+    drafts: int
+    patches: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HeatmapGrid:
+    """The heat map as drawn: `grid[row, cell * k + pos]` acceptance % (NaN: no drafts), `changed[row, cell]`
+    a prompt of the row changed its text; `rows_kind` says what a row is (views.Heatmap.rows)."""
+
+    cells: list[str]
+    rows: list[str]
+    rows_kind: str
+    k: int
+    grid: np.ndarray
+    changed: np.ndarray
