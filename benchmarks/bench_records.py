@@ -161,7 +161,7 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(cmd: list[str], times: int = 3, before: Callable[[], None] | None = None) -> tuple[float, float, float]:
+def timed(cmd: list[str], times: int = 5, before: Callable[[], None] | None = None) -> tuple[float, float, float]:
     """(wall s, CPU s of the process, 1-minute load average when it ended) of a fresh CLI process: the run
     with the median wall time of `times` (`before` is called ahead of each, e.g. to drop a cache). On a
     shared box the wall time grows with the load; the CPU time is the work the command itself did."""
@@ -259,9 +259,10 @@ def main() -> None:
         f"records.parquet {parquet_mb:.1f} MB"
         + (f"; writing the JSONL took {gen_s:.0f} s." if gen_s is not None else "."),
         "",
-        "Each command ran in a fresh process, 3 times (the bare `show` once); the table gives the run with the "
-        "median wall time. CPU s is user + system time of the command's process (its threads included): the "
-        "work it did. Wall s is the elapsed time, which grows with the load average shown (2 cores). Goal "
+        "Each command ran in a fresh process, 5 times (the bare `show` once); the table gives the run with the "
+        "median wall time. CPU s is user + system time of the command's process (its threads, and the "
+        "painter process that draws `report`'s figures, included): the work it did. Wall s is the elapsed "
+        "time, which grows with the load average shown (2 cores). Goal "
         "(issue 13): `compare`, `report` and `history` over 10⁶ records in ≤ 5 s.",
         "",
         "| command (fresh process) | CPU s | wall s | load avg | ≤ 5 s |",
