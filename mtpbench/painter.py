@@ -77,9 +77,12 @@ class Painter:
         """`command`: the child's argv (tests give broken ones); by default this mtpbench's painter."""
         # The child's numpy may skip huge-page advice like the CLI's (cli.py): it only holds small figures.
         env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}
+        argv = command or [sys.executable, "-m", "mtpbench.painter"]
+        if not all(argv):  # an embedded interpreter may have no sys.executable
+            return cls(None)
         try:
-            proc = subprocess.Popen(command or [sys.executable, "-m", "mtpbench.painter"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    env=env)  # fmt: skip
         except OSError:
             return cls(None)
         return cls(proc)
