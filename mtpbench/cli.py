@@ -524,12 +524,45 @@ def _check_options(tolerance: float | None, junit: Path | None) -> None:
             raise UserError(f"--junit {junit}: no such folder {junit.parent}")
 
 
+# How a run is judged: the same options for `compare` (the gate) and `report` (which shows its verdict).
+ToleranceOpt = Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")]
+AllowUnmatchedOpt = Annotated[
+    bool, typer.Option("--allow-unmatched", help="A cell with no baseline entry warns instead of exit 4.")
+]
+AcceptUncheckedOpt = Annotated[
+    bool, typer.Option("--accept-unchecked", help="Use a baseline that cannot check the model, drafter or prompts.")
+]
+FailUnderpoweredOpt = Annotated[
+    bool, typer.Option("--fail-underpowered", help="Exit 5 when a cell could not detect a tolerance-sized drop.")
+]
+
+
+def _judge(r: Any, baseline: Path | None, tolerance: float | None = None, allow_unmatched: bool = False,
+           accept_unchecked: bool = False, fail_underpowered: bool = False, measured: Any = None) -> Any:  # fmt: skip
+    """The run's Comparison under the config's gate with the command line's changes; without a baseline,
+    the signatures that need none."""
+    from mtpbench import compare as cmp
+    from mtpbench.baseline import load_baseline
+    from mtpbench.config import GateSpec
+
+    b = None if baseline is None else load_baseline(baseline)
+    gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
+    if tolerance is not None:
+        gate = gate.model_copy(update={"tolerance_pts": tolerance})
+    if fail_underpowered:
+        gate = gate.model_copy(update={"fail_on_underpowered": True})
+    if b is None:
+        return cmp.analyze(r, gate, measured=measured)
+    return cmp.compare(r, b, gate, baseline_name=str(baseline), baseline_path=baseline, allow_unmatched=allow_unmatched,
+                       accept_unchecked=accept_unchecked, measured=measured)  # fmt: skip
+
+
 @app.command("compare")
 @_guarded
 def compare_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
-    tolerance: Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")] = None,
+    tolerance: ToleranceOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
@@ -540,36 +573,19 @@ def compare_cmd(
             help="GitHub Actions output: step summary + ::error annotations (automatic when GITHUB_ACTIONS=true).",
         ),
     ] = False,
-    allow_unmatched: Annotated[
-        bool, typer.Option("--allow-unmatched", help="A cell with no baseline entry warns instead of exit 4.")
-    ] = False,
-    accept_unchecked: Annotated[
-        bool,
-        typer.Option("--accept-unchecked", help="Use a baseline that cannot check the model, drafter or prompts."),
-    ] = False,
-    fail_underpowered: Annotated[
-        bool, typer.Option("--fail-underpowered", help="Exit 5 when a cell could not detect a tolerance-sized drop.")
-    ] = False,
+    allow_unmatched: AllowUnmatchedOpt = False,
+    accept_unchecked: AcceptUncheckedOpt = False,
+    fail_underpowered: FailUnderpoweredOpt = False,
 ) -> int:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
-    from mtpbench import compare as cmp
     from mtpbench import report
-    from mtpbench.baseline import load_baseline
-    from mtpbench.config import GateSpec
     from mtpbench.errors import NotComparableError
     from mtpbench.results import load_run
 
     _check_options(tolerance, junit)
     r = load_run(run_dir)
-    b = load_baseline(baseline)
-    gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
-    if tolerance is not None:
-        gate = gate.model_copy(update={"tolerance_pts": tolerance})
-    if fail_underpowered:
-        gate = gate.model_copy(update={"fail_on_underpowered": True})
     try:
-        comp = cmp.compare(r, b, gate, baseline_name=str(baseline), baseline_path=baseline,
-                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)  # fmt: skip
+        comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered)
     except NotComparableError as exc:
         # CI still reads a document: the same verdict as the exit code, in every format asked for.
         if junit is not None:
@@ -693,20 +709,6 @@ def selftest(
 # --- report / history (HTML, PNG, trend across runs) -------------------------------------------------------
 
 
-def _comparison(run_dir: Path, baseline: Path | None, figures: Any = None) -> tuple[Any, Any]:
-    """The run and its Comparison; `figures` (htmlreport.Figures) get their data as soon as it is known."""
-    from mtpbench import compare as cmp
-    from mtpbench.baseline import load_baseline
-    from mtpbench.results import load_run
-
-    r = load_run(run_dir)
-    base = None if baseline is None else load_baseline(baseline)
-    measured = None if figures is None else functools.partial(figures.measured, r)
-    if base is None:
-        return r, cmp.analyze(r, measured=measured)
-    return r, cmp.compare(r, base, baseline_name=str(baseline), baseline_path=baseline, measured=measured)
-
-
 @app.command("report")
 @_guarded
 def report_cmd(
@@ -714,23 +716,31 @@ def report_cmd(
     baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
     html: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report here.")] = None,
     png: Annotated[Path | None, typer.Option("--png", help="Also write the figures as PNG files into DIR.")] = None,
+    tolerance: ToleranceOpt = None,
+    allow_unmatched: AllowUnmatchedOpt = False,
+    accept_unchecked: AcceptUncheckedOpt = False,
+    fail_underpowered: FailUnderpoweredOpt = False,
 ) -> None:
     """An HTML report (verdict, figures, fingerprint) that opens offline; exit 0 once written (the gate is
-    `compare`)."""
+    `compare`: give the report the options the gate was given, and it shows the gate's verdict)."""
     from mtpbench import plots
     from mtpbench.painter import Painter
 
     try:
         if html is None and png is None:
             raise UserError("report: give --html FILE and/or --png DIR")
+        _check_options(tolerance, None)
         plots.check_installed()  # before a big run is loaded, not after
         # The figures are drawn by a second process while this one imports, loads and judges the run
         # (painter.py): started before the heavy imports, so that its own overlap them.
         with Painter.start() as painter:
             from mtpbench import htmlreport
+            from mtpbench.results import load_run
 
             figures = htmlreport.Figures(painter, html is not None, png)
-            r, comp = _comparison(run_dir, baseline, figures)
+            r = load_run(run_dir)
+            comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered,
+                          measured=functools.partial(figures.measured, r))  # fmt: skip
             out = htmlreport.write_report(r, comp, html, png, figures)
     except UserError as exc:
         raise _fail(exc) from None

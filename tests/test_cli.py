@@ -439,3 +439,34 @@ def test_a_closed_stdout_never_exits_1(args: list[str], tmp_path: Path) -> None:
     p.stdout.close()  # the reader is gone before mtpbench writes a byte
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 3, err
+
+
+@pytest.mark.parametrize(
+    ("cells", "kw", "opts", "code"),
+    [
+        ({"ascend/NONE/stock": [[95.0, 93.0, 87.0]]}, {}, [], 0),
+        ({"ascend/NONE/stock": [[95.0, 93.0, 87.0]]}, {}, ["--tolerance", "1"], 1),
+        ({"other/PIECEWISE/stock": [GOOD]}, {}, [], 4),  # no baseline entry for the cell
+        ({"other/PIECEWISE/stock": [GOOD]}, {}, ["--allow-unmatched"], 0),
+        ({"ascend/NONE/stock": [GOOD]}, {"baseline": None}, ["--accept-unchecked"], 0),
+    ],
+    ids=["default", "tolerance", "unmatched", "allow-unmatched", "accept-unchecked"],
+)
+def test_report_shows_the_gates_verdict_given_the_gates_options(
+    make_run: Callable[..., Path], tmp_path: Path, cells: dict[str, list[list[float]]], kw: dict[str, object],
+    opts: list[str], code: int,
+) -> None:  # fmt: skip
+    run = make_run(cells, **kw)
+    assert invoke("compare", run, "--baseline", PUBLISHED, *opts).exit_code == code
+    res = invoke("report", run, "--baseline", PUBLISHED, "--html", tmp_path / "r.html", *opts)
+    assert res.exit_code == 0, res.output  # a report is written whatever the verdict
+    assert f'class="verdict exit-{code}"' in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+def test_report_refuses_what_compare_refuses(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    run = make_run({"ascend/NONE/stock": [GOOD]}, baseline=None)  # the config does not name the baseline
+    res = invoke("report", run, "--baseline", PUBLISHED, "--html", tmp_path / "r.html")
+    assert res.exit_code == 4 and "--accept-unchecked" in one_error_line(res)
+    res = invoke("report", run, "--baseline", PUBLISHED, "--html", tmp_path / "r.html", "--tolerance", "nan")
+    assert res.exit_code == 2 and "--tolerance" in one_error_line(res)
+    assert not (tmp_path / "r.html").exists()
