@@ -161,11 +161,12 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(cmd: list[str], times: int = 5, before: Callable[[], None] | None = None) -> tuple[float, float, float]:
+def timed(cmd: list[str], times: int = 5, before: Callable[[], None] | None = None,
+          extra_env: dict[str, str] | None = None) -> tuple[float, float, float]:  # fmt: skip
     """(wall s, CPU s of the process, 1-minute load average when it ended) of a fresh CLI process: the run
     with the median wall time of `times` (`before` is called ahead of each, e.g. to drop a cache). On a
     shared box the wall time grows with the load; the CPU time is the work the command itself did."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MTPBENCH_WIDTH": "200"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MTPBENCH_WIDTH": "200", **(extra_env or {})}
     env.pop("NUMPY_MADVISE_HUGEPAGE", None)
     got = []
     for _ in range(times):
@@ -209,7 +210,11 @@ def main() -> None:
     # The bench baseline is rates-only (no identity fields): compare must be told to accept that.
     compare = [*mb, "compare", str(run), "--baseline", str(base), "--accept-unchecked"]
     rows.append(("compare --baseline --accept-unchecked", timed(compare)))
-    rows.append(("report --html", timed([*mb, "report", str(run), "--html", str(args.out / "report.html")])))
+    report = [*mb, "report", str(run), "--html", str(args.out / "report.html")]
+    rows.append(("report --html", timed(report)))
+    one = timed(report, extra_env={"MTPBENCH_PAINTER": "0"})
+    rows.append(("report --html, all in one process (MTPBENCH_PAINTER=0)", one))
+    painted = rows[-2][1]
     drop = functools.partial((run / HISTORY_CACHE).unlink, missing_ok=True)
     rows.append(("history RUN RUN (cold: no per-run cache yet, reads the copy)",
                  timed([*mb, "history", str(run), str(run)], before=drop)))  # fmt: skip
@@ -269,6 +274,10 @@ def main() -> None:
         "|---|---|---|---|---|",
         *[f"| `{name}` | {cpu:.2f} | {wall:.2f} | {load:.1f} | {'yes' if wall <= 5 else '**no**'} |"
           for name, (wall, cpu, load) in rows],
+        "",
+        f"`report --html` with the painter process: {painted[0] / one[0]:.2f}× the wall time of the same report "
+        f"drawn in one process ({painted[0]:.2f} s vs {one[0]:.2f} s), {painted[1] / one[1]:.2f}× its CPU time "
+        "(the painter imports numpy and matplotlib's plotting module itself, and the jobs are pickled).",
         "",
         "| the same on a 40-prompt run (what does not grow with the records) | CPU s | wall s | load avg |",
         "|---|---|---|---|",

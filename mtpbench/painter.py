@@ -74,7 +74,10 @@ class Painter:
 
     @classmethod
     def start(cls, command: list[str] | None = None) -> Painter:
-        """`command`: the child's argv (tests give broken ones); by default this mtpbench's painter."""
+        """`command`: the child's argv (tests give broken ones); by default this mtpbench's painter.
+        MTPBENCH_PAINTER=0: no child, everything drawn in this process (one CPU, a process limit)."""
+        if os.environ.get("MTPBENCH_PAINTER", "").strip() == "0":
+            return cls(None)
         # The child's numpy may skip huge-page advice like the CLI's (cli.py): it only holds small figures.
         env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}
         argv = command or [sys.executable, "-m", "mtpbench.painter"]

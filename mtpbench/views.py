@@ -87,6 +87,16 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int64), np.asarray(uniques, dtype=object)
 
 
+def order_positions(ids: list[Any], prompts: np.ndarray) -> tuple[np.ndarray, int]:
+    """Where each prompt stands in the configured order (-1: not in it), and how many distinct ids the order
+    has; an id listed twice keeps its last place. The rule of `{p: n for n, p in enumerate(ids)}` looked up
+    with `str(p)`, as one hash join: looked up one by one, 10⁵ prompts took 0.17 s of every report."""
+    at = pd.Series(np.arange(len(ids), dtype=np.int64), index=pd.Index(ids, dtype=object))
+    at = at[~at.index.duplicated(keep="last")]
+    found = at.reindex(pd.Index([str(p) for p in prompts], dtype=object))
+    return found.fillna(-1).to_numpy(dtype=np.int64), len(at)
+
+
 def _rows_for(df: pd.DataFrame, run: Run, max_rows: int, prompt_codes: np.ndarray,
               prompts: np.ndarray) -> tuple[np.ndarray, list[str], str]:  # fmt: skip
     """Row code per record, the row labels in display order, and what a row is."""
@@ -103,9 +113,8 @@ def _rows_for(df: pd.DataFrame, run: Run, max_rows: int, prompt_codes: np.ndarra
         labels = [f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens" for iv in cats]
         return cut.cat.codes.to_numpy(dtype=np.int64), labels, "prompt tokens"
     # Bands of the configured prompt order, computed per distinct prompt and then spread to the records.
-    order = {p: n for n, p in enumerate(ids)}
-    pos = np.array([order.get(str(p), -1) for p in prompts], dtype=np.int64)
-    width = max(1, -(-max(len(order), 1) // bands))
+    pos, distinct = order_positions(ids, prompts)
+    width = max(1, -(-max(distinct, 1) // bands))
     band_of_prompt = np.where(pos >= 0, pos // width, bands)
     labels = [f"{b * width + 1}–{(b + 1) * width}" for b in range(bands)] + ["not in the prompt set"]
     return band_of_prompt[prompt_codes], labels, "prompt order"

@@ -189,3 +189,23 @@ def test_heatmap_grid_is_the_frame(tmp_path: Path, max_rows: int) -> None:
     np.testing.assert_array_equal(g.changed, want_changed)
     assert g.changed.sum() == 1  # the marked prompt's row (or band) of the fault cell
     assert g.cells == ["current/eager/stock", "current/eager/fault"] and g.rows_kind == hm.rows and g.k == 3
+
+
+def test_mtpbench_painter_0_draws_in_this_process(jobs: list[painter.Job], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MTPBENCH_PAINTER", "0")
+    with painter.Painter.start() as p:
+        assert p.proc is None  # no child started
+        for j in jobs:
+            p.submit(j)
+        assert all(d.svg for d in p.results().values())
+
+
+def test_order_positions_is_the_dict_rule() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        ids = [f"p{x}" for x in rng.integers(0, 30, rng.integers(0, 25))]  # repeats and gaps
+        prompts = np.array([f"p{x}" for x in rng.permutation(40)[: rng.integers(0, 40)]] + [7], dtype=object)
+        order = {p: n for n, p in enumerate(ids)}
+        want = [order.get(str(p), -1) for p in prompts]
+        got, distinct = views.order_positions(ids, prompts)
+        assert got.tolist() == want and distinct == len(order)
