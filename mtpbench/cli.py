@@ -709,6 +709,16 @@ def selftest(
 # --- report / history (HTML, PNG, trend across runs) -------------------------------------------------------
 
 
+def _check_report_paths(html: Path | None, png: Path | None) -> None:
+    """Outputs that cannot be written, named before a big run is loaded and judged, not after."""
+    from mtpbench.config import path_kind
+
+    if html is not None and path_kind(html, "--html") == "dir":
+        raise UserError(f"--html {html}: is a folder, not a file")
+    if png is not None and path_kind(png, "--png") in ("file", "other"):
+        raise UserError(f"--png {png}: is a file, not a folder")
+
+
 @app.command("report")
 @_guarded
 def report_cmd(
@@ -730,6 +740,7 @@ def report_cmd(
         if html is None and png is None:
             raise UserError("report: give --html FILE and/or --png DIR")
         _check_options(tolerance, None)
+        _check_report_paths(html, png)
         plots.check_installed()  # before a big run is loaded, not after
         # The figures are drawn by a second process while this one imports, loads and judges the run
         # (painter.py): started before the heavy imports, so that its own overlap them.

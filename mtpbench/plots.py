@@ -101,6 +101,13 @@ def heatmap_figure(hm: HeatmapGrid, title: str = "") -> Figure:
     import numpy as np
 
     k, grid, changed, cells, rows = hm.k, hm.grid, hm.changed, hm.cells, hm.rows
+    if grid.size == 0:  # an empty or failed run: say so, not an empty image (and matplotlib's warnings)
+        fig, ax = plt.subplots(figsize=(4.0, 1.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no prompt records", ha="center", va="center", fontsize=9)
+        if title:
+            ax.set_title(title, fontsize=9)
+        return fig
     width = max(4.0, 0.55 * len(cells) * k + 2.5)
     height = max(2.5, 0.32 * len(rows) + 1.8)
     fig, ax = plt.subplots(figsize=(width, height))

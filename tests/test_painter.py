@@ -209,3 +209,33 @@ def test_order_positions_is_the_dict_rule() -> None:
         want = [order.get(str(p), -1) for p in prompts]
         got, distinct = views.order_positions(ids, prompts)
         assert got.tolist() == want and distinct == len(order)
+
+
+def test_an_empty_run_draws_a_plain_note_not_an_empty_image(tmp_path: Path) -> None:
+    import warnings
+
+    shutil.copytree(STORED, tmp_path / "run")
+    (tmp_path / "run" / "records.jsonl").write_text("")
+    run = load_run(tmp_path / "run")
+    collector = painter.Painter(None)
+    figures = Figures(collector, svg=True, png_dir=None)
+    analyze(run, measured=lambda comp: figures.measured(run, comp))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warned of singular limits on a 0 × 0 image
+        drawn = collector.results()
+    assert "no prompt records" in (drawn["heatmap"].svg or "")
+
+
+@pytest.mark.parametrize(("flag", "make"), [("--html", "dir"), ("--png", "file")])
+def test_report_outputs_that_cannot_be_written_are_named_before_the_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, make: str
+) -> None:  # fmt: skip
+    target = tmp_path / "out"
+    target.mkdir() if make == "dir" else target.write_text("")
+
+    def no_load(*_: object) -> None:
+        raise AssertionError("the run was loaded before the output was checked")
+
+    monkeypatch.setattr("mtpbench.results.load_run", no_load)
+    res = CliRunner().invoke(app, ["report", str(STORED), flag, str(target)])
+    assert res.exit_code == 2 and flag in res.output and "Traceback" not in res.output
