@@ -541,10 +541,38 @@ def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tu
     return paired_diff(a.per_pos[:, pos], a.drafts, b.per_pos[:, pos], b.drafts, confidence), a.g
 
 
+def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
+    """One of the two cells counted only the server's /metrics deltas: one pooled count per cell-repeat, no
+    prompts to pair, no interval. As against a baseline (_counters_only_check), the point estimate decides:
+    a gap beyond the divergence tolerance is a divergence (exit 1). The paired rule would call it
+    `inconclusive` over "1 prompt" (the seed's collapse between graph modes would never fail the gate), and
+    a per-request cell against a counters-only one, which share no prompt id, would not be compared at all."""
+    ta, tb = cell.evidence.total(), ref.evidence.total()
+    k = min(len(ta.accepted_per_pos), len(tb.accepted_per_pos))
+    if ta.num_drafts <= 0 or tb.num_drafts <= 0 or not k:
+        return None
+    rates = [(ta.accepted_per_pos[i] / ta.num_drafts, tb.accepted_per_pos[i] / tb.num_drafts) for i in range(k)]
+    i = max(range(k), key=lambda j: abs(rates[j][0] - rates[j][1]))
+    delta = rates[i][0] - rates[i][1]
+    if abs(delta) <= gate.divergence_pts / 100:
+        return None
+    same_text = _same_outputs(cell, ref)
+    numbers = {
+        "check": "graph-divergence", "pos": i, "delta": delta, "ci": None, "prompts": 0, "method": "counters-only",
+        "reference": ref.cell, "reference_mode": ref.mode, "mode": cell.mode, "run_rate": rates[i][0],
+        "reference_rate": rates[i][1], "effective_cudagraph_mode": cell.effective.get("cudagraph_mode"),
+        "same_text": same_text, "tolerance_pts": gate.divergence_pts,
+    }  # fmt: skip
+    cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
+    return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, numbers)
+
+
 def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
     a, b = cell.evidence, ref.evidence
     if not a.g or not b.g or a.k != b.k:
         return None
+    if cell.counters_only or ref.counters_only:
+        return _counters_only_divergence(cell, ref, gate)
     worst: tuple[int, Estimate, int] | None = None
     unsupported: tuple[int, Estimate, int] | None = None
     a, b = a.align(b)  # the prompts both cells measured, once for all positions
@@ -579,14 +607,18 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | 
     }
     if worst is None:
         return Finding(Kind.INCONCLUSIVE, Severity.FAIL, cell.cell, Cause.TOO_LITTLE_EVIDENCE, numbers)
-    cause = Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
+    cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
     return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, numbers)
 
 
-def _same_outputs(a: CellResult, b: CellResult) -> bool:
+def _same_outputs(a: CellResult, b: CellResult) -> bool | None:
+    """Whether the two cells generated the same text on the prompts both measured; None: no prompt in
+    common (a counters-only cell's one pooled record against per-request ones), nothing was compared."""
     sa = a.observations.drop_duplicates("prompt").set_index("prompt")["sha"]
     sb = b.observations.drop_duplicates("prompt").set_index("prompt")["sha"]
     common = sa.index.intersection(sb.index)
+    if not len(common):
+        return None
     return bool((sa.loc[common] == sb.loc[common]).all())
 
 

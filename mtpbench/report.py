@@ -328,14 +328,20 @@ def _msg_divergence(n: dict[str, Any]) -> str:
     what = "graph mode" if graphs else "compiled mode"
     note = "" if graphs else f" (effective cudagraph_mode {n['effective_cudagraph_mode']}: no graphs ran)"
     text = (
-        "identical generated text: the target is unaffected, the draft path differs"
+        "the generated text was not compared (no prompt in common)"
+        if n["same_text"] is None
+        else "identical generated text: the target is unaffected, the draft path differs"
         if n["same_text"]
         else "generated text differs too: the target's numerics changed in this mode"
     )
+    evidence = (
+        f"{pts(n['delta'])} pts, beyond the {n['tolerance_pts']:g}-pt divergence tolerance; {COUNTERS_ONLY_TEXT}"
+        if n.get("method") == "counters-only"
+        else f"{pts(n['delta'])} pts, CI {_ci_list(n['ci'])}, {n['prompts']} prompts"
+    )
     return (
         f"{what} {n['mode']} differs from {n['reference_mode']} at the same build and variant: pos{n['pos']} "
-        f"{pct(n['run_rate'])} % vs {pct(n['reference_rate'])} % ({pts(n['delta'])} pts, CI {_ci_list(n['ci'])}, "
-        f"{n['prompts']} prompts){note}; {text}"
+        f"{pct(n['run_rate'])} % vs {pct(n['reference_rate'])} % ({evidence}){note}; {text}"
     )
 
 

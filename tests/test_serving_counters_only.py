@@ -97,9 +97,13 @@ def test_per_request_metrics_config(tmp_path: Path) -> None:
 # --- a constructed counters-only run -----------------------------------------------------------------------
 
 
-def write_counters_only_run(root: Path, per_pos: list[int], drafts: int, *, n: int = 8, repeats: int = 1) -> Path:
-    """One serving cell b/NONE/fixed run counters-only: n `request` records per repeat and one pooled
-    `prompt` record of the /metrics delta, as serving.run_serving_job writes them (CONC=16, max_tokens 64)."""
+def write_counters_only_run(root: Path, per_pos: list[int], drafts: int, *, n: int = 8, repeats: int = 1,
+                            modes: dict[str, tuple[list[int], int]] | None = None,
+                            per_request: frozenset[str] = frozenset()) -> Path:  # fmt: skip
+    """Serving cells b/<mode>/fixed (one, b/NONE/fixed, unless `modes` maps modes to their counts) run
+    counters-only: n `request` records per repeat and one pooled `prompt` record of the /metrics delta, as
+    serving.run_serving_job writes them (CONC=16, max_tokens 64). A mode in `per_request` is written as a
+    build with per-request counts writes it instead: one `prompt` record per request."""
     path = root / "R"
     path.mkdir(parents=True)
     config = {
@@ -111,28 +115,42 @@ def write_counters_only_run(root: Path, per_pos: list[int], drafts: int, *, n: i
                      "warmup_requests": 0, "per_request_metrics": "auto"},
     }  # fmt: skip
     manifest = new_manifest("R", config, "s.yaml", {"name": "p", "sha256": "ab" * 32, "ids": ["p0", "p1", "p2"]})
-    cell, recs = "b/NONE/fixed", []
+    recs: list[dict[str, object]] = []
     reason = "the server's argument parser refused --per-request-spec-decode-metrics (...); restarted without it"
-    delta = {"num_drafts": drafts, "num_draft_tokens": 3 * drafts, "num_accepted_tokens": sum(per_pos),
-             "accepted_per_pos": per_pos}  # fmt: skip
-    for rep in range(repeats):
-        manifest["cells"].append({"cell": cell, "build": "b", "mode": "NONE", "variant": "fixed", "repeat": rep,
-                                  "hash_seed": rep, "status": "ok"})  # fmt: skip
-        base = {"schema": SCHEMA_VERSION, "run_id": "R", "cell": cell, "build": "b", "mode": "NONE",
-                "variant": "fixed", "repeat": rep, "hash_seed": rep}  # fmt: skip
-        recs.append({**base, "type": "cell_start", "requested": {"enforce_eager": True},
-                     "effective": {"cudagraph_mode": "NONE"}, "patches": [],
-                     "per_request_metrics": "counters-only", "per_request_reason": reason})  # fmt: skip
-        for i in range(n):
-            recs.append({**base, "type": "request", "prompt_id": f"p{i % 3}#{i}", "prompt_index": i,
-                         "workload": "serving", "num_generated_tokens": 64, "output_sha256": f"sha{i % 3}",
-                         "ttft_s": 0.1 + 0.01 * i, "tpot_s": 0.02, "e2e_s": 1.4 + 0.01 * i, "itl_s": [0.02],
-                         "wall_s": 1.4, "source": "counters-only"})  # fmt: skip
-        recs.append({**base, "type": "load", "requests_total": n, "requests_ok": n, "requests_failed": 0,
-                     "wall_s": 4.0, "server_died": False, "metrics_delta": delta, "per_request_sum": None,
-                     "counts_match": None, "per_request_metrics": "counters-only"})  # fmt: skip
-        recs.append({**base, "type": "prompt", "prompt_id": "load", "workload": "serving", "source": "metrics_delta",
-                     **delta, "output_sha256": "joined", "num_generated_tokens": 64 * n, "wall_s": 4.0})  # fmt: skip
+    for mode, (mode_pos, mode_drafts) in (modes or {"NONE": (per_pos, drafts)}).items():
+        cell, pooled = f"b/{mode}/fixed", mode not in per_request
+        requested = {"enforce_eager": True} if mode == "NONE" else {"cudagraph_mode": mode}
+        delta = {"num_drafts": mode_drafts, "num_draft_tokens": 3 * mode_drafts, "num_accepted_tokens": sum(mode_pos),
+                 "accepted_per_pos": mode_pos}  # fmt: skip
+        for rep in range(repeats):
+            manifest["cells"].append({"cell": cell, "build": "b", "mode": mode, "variant": "fixed", "repeat": rep,
+                                      "hash_seed": rep, "status": "ok"})  # fmt: skip
+            base = {"schema": SCHEMA_VERSION, "run_id": "R", "cell": cell, "build": "b", "mode": mode,
+                    "variant": "fixed", "repeat": rep, "hash_seed": rep}  # fmt: skip
+            recs.append({**base, "type": "cell_start", "requested": requested,
+                         "effective": {"cudagraph_mode": mode}, "patches": [],
+                         **({"per_request_metrics": "counters-only", "per_request_reason": reason} if pooled
+                            else {"per_request_metrics": "summary"})})  # fmt: skip
+            for i in range(n):
+                req = {**base, "prompt_id": f"p{i % 3}#{i}", "prompt_index": i, "workload": "serving",
+                       "num_generated_tokens": 64, "output_sha256": f"sha{i % 3}", "wall_s": 1.4}  # fmt: skip
+                if pooled:
+                    recs.append({**req, "type": "request", "ttft_s": 0.1 + 0.01 * i, "tpot_s": 0.02,
+                                 "e2e_s": 1.4 + 0.01 * i, "itl_s": [0.02], "source": "counters-only"})  # fmt: skip
+                else:  # this request's share of the counts (the remainder on the first request)
+                    share = [x // n + (x % n if i == 0 else 0) for x in mode_pos]
+                    d = mode_drafts // n + (mode_drafts % n if i == 0 else 0)
+                    recs.append({**req, "type": "prompt", "source": "per-request", "num_drafts": d,
+                                 "num_draft_tokens": 3 * d, "num_accepted_tokens": sum(share),
+                                 "accepted_per_pos": share})  # fmt: skip
+            recs.append({**base, "type": "load", "requests_total": n, "requests_ok": n, "requests_failed": 0,
+                         "wall_s": 4.0, "server_died": False, "metrics_delta": delta,
+                         "per_request_sum": None if pooled else delta, "counts_match": None if pooled else True,
+                         "per_request_metrics": "counters-only" if pooled else "summary"})  # fmt: skip
+            if pooled:
+                recs.append({**base, "type": "prompt", "prompt_id": "load", "workload": "serving",
+                             "source": "metrics_delta", **delta, "output_sha256": "joined",
+                             "num_generated_tokens": 64 * n, "wall_s": 4.0})  # fmt: skip
     (path / MANIFEST).write_text(json.dumps(manifest))
     (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
@@ -190,6 +208,39 @@ def test_counters_only_within_tolerance_passes_but_says_so(tmp_path: Path) -> No
     # Never a pass the data could not support under the strict gate: exit 5, not 0.
     strict = GateSpec(fail_on_underpowered=True)
     assert compare(run, load_baseline(PUBLISHED), strict, accept_unchecked=True).exit_code == ExitCode.INCONCLUSIVE
+
+
+def test_counters_only_graph_divergence_fails_with_exit_1_on_the_point_estimate(tmp_path: Path) -> None:
+    # The seed's signature without a baseline: the graph mode collapses against eager, both counters-only.
+    # The paired rule had one "prompt" (the pooled load) and no interval: `inconclusive` (exit 5).
+    run = load_run(write_counters_only_run(tmp_path, [], 0, modes={"NONE": GOOD, "FULL_DECODE_ONLY": COLLAPSED}))
+    comp = analyze(run)
+    (div,) = [d for d in comp.diagnoses if d.kind == "graph-divergence"]
+    assert div.severity == FAIL and div.cell == "b/FULL_DECODE_ONLY/fixed" and comp.exit_code == ExitCode.REGRESSION
+    assert div.numbers["method"] == "counters-only" and div.numbers["pos"] == 0  # the widest gap: 81.6 -> 12.0 %
+    assert div.numbers["same_text"] is True and div.cause == "draft-graph-metadata"
+    msg = finding_message(div)
+    assert "counters-only: pooled over the load" in msg and "prompts" not in msg and "-69.6 pts" in msg
+    assert not [d for d in comp.diagnoses if d.kind == "inconclusive"]
+
+
+def test_counters_only_modes_within_the_divergence_tolerance_pass(tmp_path: Path) -> None:
+    near = ([8000, 5900, 4800], 10000)  # 1.6 pts at most from GOOD
+    run = load_run(write_counters_only_run(tmp_path, [], 0, modes={"NONE": GOOD, "FULL_DECODE_ONLY": near}))
+    comp = analyze(run)
+    assert not [d for d in comp.diagnoses if d.kind in ("graph-divergence", "inconclusive")]
+    assert comp.exit_code == ExitCode.OK
+
+
+def test_a_per_request_cell_against_a_counters_only_one_is_still_compared(tmp_path: Path) -> None:
+    # They share no prompt id ("load" vs the requests): the paired rule compared nothing and passed.
+    run = load_run(write_counters_only_run(tmp_path, [], 0, n=9, modes={"NONE": GOOD, "FULL_DECODE_ONLY": COLLAPSED},
+                                           per_request=frozenset({"NONE"})))  # fmt: skip
+    comp = analyze(run)
+    assert [c.counters_only for c in comp.cells] == [False, True]
+    (div,) = [d for d in comp.diagnoses if d.kind == "graph-divergence"]
+    assert div.numbers["same_text"] is None and div.cause == ""  # nothing to compare the text by
+    assert "was not compared" in finding_message(div) and comp.exit_code == ExitCode.REGRESSION
 
 
 # --- run_serving_job's switch, against a stand-in server (tests/stub_api_server.py) ---------------------
