@@ -114,7 +114,8 @@ class Painter:
             except Exception:  # a hung, dead or garbled painter only costs the time to redraw
                 answers = []
             self.close()
-            got = {d.name: d for d in answers if isinstance(d, Drawn) and d.error is None}
+            if isinstance(answers, list):  # anything else unpickled is garbage too
+                got = {d.name: d for d in answers if isinstance(d, Drawn) and d.error is None}
         return {job.name: got.get(job.name) or draw(job) for job in self.jobs}
 
     def close(self) -> None:

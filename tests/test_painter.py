@@ -80,9 +80,10 @@ def test_the_child_draws_what_the_parent_would(jobs: list[painter.Job], tmp_path
         ([sys.executable, "-c", "pass"], 30.0),  # exits at once, answers nothing
         ([sys.executable, "-c", "import sys; sys.stdin.read(); sys.stdout.write('not a pickle')"], 30.0),
         ([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"], 30.0),  # dies
+        ([sys.executable, "-c", "import pickle, sys; sys.stdin.read(); pickle.dump(5, sys.stdout.buffer)"], 30.0),
         ([sys.executable, "-c", "import time; time.sleep(60)"], 1.0),  # hangs without reading
     ],
-    ids=["cannot-start", "no-executable", "exits", "garbage", "dies", "hangs"],
+    ids=["cannot-start", "no-executable", "exits", "garbage", "dies", "not-a-list", "hangs"],
 )
 def test_what_the_painter_does_not_deliver_is_drawn_here(jobs: list[painter.Job], command: list[str],
                                                         timeout: float) -> None:  # fmt: skip
