@@ -134,9 +134,9 @@ def _write(pa: Any, pq: Any, run_dir: Path, src: Path, records: list[dict[str, A
         # prompt ids and output hashes of a large run then went PLAIN, and every read re-hashed 10⁶
         # strings (0.9 s of a 10⁶-record load; 0.15 s with the dictionary kept, and 42 → 16 MB on disk).
         pq.write_table(table, tmp, compression="zstd", dictionary_pagesize_limit=1 << 28)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the copy from the run's other readers
+        from mtpbench.results import share_mode  # results imports this module
+
+        share_mode(tmp)
         os.replace(tmp, run_dir / COPY)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -33,6 +33,7 @@ from mtpbench.baseline import Baseline, BaselineEntry, run_fingerprint
 from mtpbench.config import GateSpec
 from mtpbench.errors import ExitCode, NotComparableError, UserError, combine_exit_codes
 from mtpbench.results import Run
+from mtpbench.serving_summary import COUNTERS_ONLY
 from mtpbench.stats import (
     Counts,
     Estimate,
@@ -451,7 +452,7 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
 
 
 def _counters_only(cell_start: dict[str, Any]) -> bool:
-    return cell_start.get("per_request_metrics") == "counters-only"  # serving.COUNTERS_ONLY
+    return cell_start.get("per_request_metrics") == COUNTERS_ONLY
 
 
 # --- diagnoses without a baseline -------------------------------------------------------------------
@@ -558,7 +559,7 @@ def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec)
         return None
     same_text = _same_outputs(cell, ref)
     numbers = {
-        "check": "graph-divergence", "pos": i, "delta": delta, "ci": None, "prompts": 0, "method": "counters-only",
+        "check": "graph-divergence", "pos": i, "delta": delta, "ci": None, "prompts": 0, "method": COUNTERS_ONLY,
         "reference": ref.cell, "reference_mode": ref.mode, "mode": cell.mode, "run_rate": rates[i][0],
         "reference_rate": rates[i][1], "effective_cudagraph_mode": cell.effective.get("cudagraph_mode"),
         "same_text": same_text, "tolerance_pts": gate.divergence_pts,
@@ -827,7 +828,7 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     tot = c.evidence.total()
     if tot.num_drafts <= 0 or i >= len(tot.accepted_per_pos):
         return PositionCheck(c.cell, i, None, entry.rates_pct[i] / 100, None, None, Verdict.NO_DATA,
-                             method="counters-only", entry=label)  # fmt: skip
+                             method=COUNTERS_ONLY, entry=label)  # fmt: skip
     run_rate = tot.accepted_per_pos[i] / tot.num_drafts
     bc = entry.counts
     pooled = bc is not None and bc.num_drafts > 0
@@ -835,7 +836,7 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     delta = run_rate - base_rate
     verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
     return PositionCheck(c.cell, i, run_rate, base_rate, delta, None, verdict, None, underpowered=True, prompts=0,
-                         method="counters-only", entry=label)  # fmt: skip
+                         method=COUNTERS_ONLY, entry=label)  # fmt: skip
 
 
 def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec) -> PositionCheck:
@@ -911,7 +912,7 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
             "power": gate.power,
             "entry": xs[0].entry if xs else "",
             # Only when it changes what the numbers mean (keeps every other finding's JSON as it was).
-            **({"method": "counters-only"} if any(x.method == "counters-only" for x in xs) else {}),
+            **({"method": COUNTERS_ONLY} if any(x.method == COUNTERS_ONLY for x in xs) else {}),
         }
 
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}

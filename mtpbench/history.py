@@ -19,7 +19,6 @@ with what changed in the fingerprint between the run before and the run at the c
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -341,9 +340,6 @@ def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
     gate = dict(run.manifest["config"].get("gate") or {})
     try:
         write_json_atomic(cache, {**_point_to_json(pt, fp, gate), "stamp": stamp})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(cache, 0o666 & ~umask)  # mkstemp's 0600 would hide the cache from the run's other readers
     except (OSError, UserError):
         pass
     return pt, fp, gate

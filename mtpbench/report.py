@@ -34,6 +34,7 @@ from mtpbench.compare import (
     Verdict,
 )
 from mtpbench.errors import ExitCode, NotComparableError
+from mtpbench.serving_summary import COUNTERS_ONLY, COUNTERS_ONLY_METHOD
 from mtpbench.stats import Interval
 
 # Version of the JSON document `--json` writes. History: 1 (mtpbench 0.1) cells/checks/diagnoses with
@@ -159,12 +160,12 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
     rows: list[list[Cell]] = []
     for x in checks:
         weak = x.underpowered and x.verdict == Verdict.PASS
-        note = " (counters-only)" if x.method == "counters-only" else " (underpowered)" if weak else ""
+        note = f" ({COUNTERS_ONLY})" if x.method == COUNTERS_ONLY else " (underpowered)" if weak else ""
         row: list[Cell] = [(x.cell, "", ""), (str(x.pos), "", ""), (pct(x.run_rate), "", ""),
                            (pct(x.base_rate), "", ""), (pts(x.delta), "", "")]  # fmt: skip
         if ci:
-            pooled = x.method == "counters-only"  # one /metrics count per repeat: no prompts, no interval
-            row += [(ci_text(x.ci), "", ""), ("counters-only" if pooled else str(x.prompts) if x.prompts else "–",
+            pooled = x.method == COUNTERS_ONLY  # one /metrics count per repeat: no prompts, no interval
+            row += [(ci_text(x.ci), "", ""), (COUNTERS_ONLY if pooled else str(x.prompts) if x.prompts else "–",
                                               "", "")]  # fmt: skip
         row += [
             ("–" if x.mde is None else f"{100 * x.mde:.1f}", "", "yellow" if weak else ""),
@@ -238,15 +239,14 @@ def _mdes(n: dict[str, Any]) -> str:
                                                                                         strict=True))  # fmt: skip
 
 
-# serving_summary.COUNTERS_ONLY_METHOD, and what it means for a verdict (compare._counters_only_check).
+# The method, and what it means for a verdict (compare._counters_only_check).
 COUNTERS_ONLY_TEXT = (
-    "counters-only: pooled over the load, no per-request clustering (the build returned no per-request "
-    "counts): no interval, the point estimate decides"
+    f"{COUNTERS_ONLY_METHOD} (the build returned no per-request counts): no interval, the point estimate decides"
 )
 
 
 def _msg_regression(n: dict[str, Any]) -> str:
-    if n.get("method") == "counters-only":
+    if n.get("method") == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}; tolerance {n['tolerance_pts']:g} pts, entry {n['entry']}; "
                 f"{COUNTERS_ONLY_TEXT}")  # fmt: skip
     return f"{_positions(n)}; tolerance {n['tolerance_pts']:g} pts, {n['prompts']} prompts, entry {n['entry']}"
@@ -266,7 +266,7 @@ def _msg_inconclusive(n: dict[str, Any]) -> str:
 
 
 def _msg_underpowered(n: dict[str, Any]) -> str:
-    if n.get("method") == "counters-only":
+    if n.get("method") == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}: within the {n['tolerance_pts']:g}-pt tolerance, but the power to "
                 f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")  # fmt: skip
     return (
@@ -336,7 +336,7 @@ def _msg_divergence(n: dict[str, Any]) -> str:
     )
     evidence = (
         f"{pts(n['delta'])} pts, beyond the {n['tolerance_pts']:g}-pt divergence tolerance; {COUNTERS_ONLY_TEXT}"
-        if n.get("method") == "counters-only"
+        if n.get("method") == COUNTERS_ONLY
         else f"{pts(n['delta'])} pts, CI {_ci_list(n['ci'])}, {n['prompts']} prompts"
     )
     return (
@@ -383,7 +383,7 @@ for _k in PRODUCER_WORDED:
 def check_message(x: PositionCheck) -> str:
     """One cell × position check in words (JUnit, CI annotations)."""
     mde = "–" if x.mde is None else f"{100 * x.mde:.1f}"
-    if x.method == "counters-only":
+    if x.method == COUNTERS_ONLY:
         return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts; "
                 f"{COUNTERS_ONLY_TEXT}): {x.verdict.value}")  # fmt: skip
     return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "

@@ -69,6 +69,26 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it (setting it to learn it races with threads that create
+    files meanwhile); where /proc does not say, the set-and-restore it would otherwise take."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def share_mode(path: str | Path) -> None:
+    """The mode open() would have given a file mkstemp made (0600): 0666 less the umask, so that a run's
+    other readers (a CI artifact collector, a team's shared runs folder) can read what mtpbench wrote."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Temp file + fsync + rename: readers see the old or the new file, never half of one. A failed write
     (disk full, folder gone) is a StorageError (exit 3) and leaves the old file in place."""
@@ -82,6 +102,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        share_mode(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)

@@ -102,8 +102,9 @@ def _rows_for(df: pd.DataFrame, run: Run, max_rows: int, prompt_codes: np.ndarra
     """Row code per record, the row labels in display order, and what a row is."""
     ids = run.manifest.get("prompts", {}).get("ids", [])
     if len(prompts) <= max_rows:
-        order = {p: n for n, p in enumerate(ids)}
-        rank = np.array([order.get(str(p), len(order) + n) for n, p in enumerate(prompts)], dtype=np.int64)
+        # The configured order; prompts outside it after, in the order they were recorded.
+        pos, distinct = order_positions(ids, prompts)
+        rank = np.where(pos >= 0, pos, distinct + np.arange(len(prompts)))
         return prompt_codes, [str(prompts[i]) for i in np.argsort(rank, kind="stable")], "prompt"
     bands = min(10, max_rows)
     tokens = pd.to_numeric(df["num_prompt_tokens"], errors="coerce") if "num_prompt_tokens" in df else None

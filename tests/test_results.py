@@ -268,3 +268,26 @@ def test_the_worker_stamps_records_with_the_schema_the_readers_accept() -> None:
     names = {a.name.split(".")[0] for n in top if isinstance(n, ast.Import) for a in n.names}
     names |= {str(n.module).split(".")[0] for n in top if isinstance(n, ast.ImportFrom)}
     assert names and names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+def test_files_written_through_a_temp_file_get_the_mode_open_would_give(tmp_path: Path) -> None:
+    # mkstemp makes 0600 files: a manifest, a columnar copy or a history cache nobody else could read.
+    import shutil
+    import stat
+
+    from mtpbench import columnar, history
+    from mtpbench.results import write_json_atomic
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "runs" / "tiny-stock-fault", run)
+    for derived in (columnar.COPY, history.POINT_CACHE):  # a checkout may hold caches of its own
+        (run / derived).unlink(missing_ok=True)
+    old = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "m.json", {"a": 1})
+        assert columnar.refresh(run) is not None
+        history.refresh_point(run)
+    finally:
+        os.umask(old)
+    for f in (tmp_path / "m.json", run / columnar.COPY, run / history.POINT_CACHE):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o640, f
