@@ -16,210 +16,55 @@ The exit code comes from the findings through the one policy in errors.py. Nothi
 
 from __future__ import annotations
 
-import functools
 import heapq
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from mtpbench import serving_summary
 from mtpbench.baseline import Baseline, BaselineEntry, run_fingerprint
 from mtpbench.config import GateSpec
 from mtpbench.errors import ExitCode, NotComparableError, UserError, combine_exit_codes
+from mtpbench.evidence import SIG, CellResult, RepeatResult, _dedupe, _pos_cols, collect
+from mtpbench.findings import (
+    FAIL,
+    INFO,
+    KIND_EXIT,
+    PRODUCER_WORDED,
+    WARN,
+    Cause,
+    Diagnosis,
+    Finding,
+    Kind,
+    Severity,
+    Verdict,
+)
 from mtpbench.results import Run
-from mtpbench.serving_summary import COUNTERS_ONLY
+from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.stats import (
-    Counts,
     Estimate,
     Interval,
     PromptCounts,
-    Summary,
     binomial_se,
     clustered_ratio,
     mde,
     mover_diff,
     paired_diff,
     permutation_spread_pvalue,
-    summarize,
     welch_df,
     wilson,
 )
 
+__all__ = [
+    "FAIL", "INFO", "KIND_EXIT", "PRODUCER_WORDED", "WARN", "Cause", "CellResult", "Comparison", "Diagnosis",
+    "Finding", "Kind", "PositionCheck", "RepeatResult", "Severity", "Verdict", "analyze", "collect", "compare",
+]  # fmt: skip
 
-class Severity(str, Enum):
-    FAIL = "fail"  # breaks the gate: the finding's kind decides the exit code
-    WARN = "warn"
-    INFO = "info"
-
-
-FAIL, WARN, INFO = Severity.FAIL, Severity.WARN, Severity.INFO  # the names before 0.2
-
-
-class Verdict(str, Enum):
-    """Of one cell × position against its baseline entry."""
-
-    PASS = "pass"
-    REGRESSION = "regression"  # beyond the tolerance, and the interval on the difference excludes zero
-    INCONCLUSIVE = "inconclusive"  # beyond the tolerance, but the data cannot support it
-    IMPROVEMENT = "improvement"
-    NO_DATA = "no-data"  # no complete repeat, or no drafts
-    NO_BASELINE = "no-baseline"
-
-
-class Kind(str, Enum):
-    REGRESSION = "regression"
-    INCONCLUSIVE = "inconclusive"
-    UNDERPOWERED = "underpowered"
-    IMPROVEMENT = "improvement"
-    SPECULATION_OFF = "speculation-off"
-    NO_BASELINE = "no-baseline"
-    RUN_FAILED = "run-failed"
-    INSTABILITY = "cross-process-instability"
-    GRAPH_DIVERGENCE = "graph-divergence"
-    TEXT_CHANGED = "text-changed"
-    GRAPH_DOWNGRADED = "graph-mode-downgraded"
-    UNCHECKED = "unchecked-baseline"
-    # The serving workload's (mtpbench/serving_summary.py): worded by their producer, numbers["message"].
-    FAILED_REQUESTS = "failed-requests"
-    COUNT_MISMATCH = "count-mismatch"
-    THROUGHPUT_DROP = "throughput-drop"
-    EXTERNAL = "external"  # any other producer's; numbers["kind"] holds its own name
-
-
-class Cause(str, Enum):
-    """The likely cause a finding points at; report.py holds the sentence for each."""
-
-    NONE = ""
-    DRAFTER_ACCEPTANCE = "drafter-acceptance"
-    SPECULATION_DISABLED = "speculation-disabled"
-    ORDER_DEPENDENT_STATE = "order-dependent-state"
-    TARGET_NONDETERMINISM = "target-nondeterminism"
-    DRAFT_GRAPH_METADATA = "draft-graph-metadata"
-    TARGET_NUMERICS = "target-numerics"
-    STALE_BASELINE = "stale-baseline"
-    TOO_LITTLE_EVIDENCE = "too-little-evidence"
-    NO_BASELINE_ENTRY = "no-baseline-entry"
-    INCOMPLETE_REPEATS = "incomplete-repeats"
-    PLATFORM_DOWNGRADE = "platform-downgrade"
-    UNVERIFIED_IDENTITY = "unverified-identity"
-    NO_PER_REQUEST_COUNTS = "no-per-request-counts"  # a counters-only serving cell: one pooled count
-    EXTERNAL = "external"  # numbers["cause_text"] holds the producer's sentence
-
-
-# The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
-KIND_EXIT: dict[Kind, ExitCode] = {
-    Kind.REGRESSION: ExitCode.REGRESSION,
-    Kind.SPECULATION_OFF: ExitCode.REGRESSION,
-    Kind.INSTABILITY: ExitCode.REGRESSION,
-    Kind.GRAPH_DIVERGENCE: ExitCode.REGRESSION,
-    Kind.IMPROVEMENT: ExitCode.REGRESSION,  # only fails under gate.fail_on_improvement
-    Kind.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
-    Kind.UNDERPOWERED: ExitCode.INCONCLUSIVE,  # only fails under gate.fail_on_underpowered
-    Kind.NO_BASELINE: ExitCode.NOT_COMPARABLE,
-    Kind.RUN_FAILED: ExitCode.RUN_FAILED,
-    Kind.FAILED_REQUESTS: ExitCode.REGRESSION,  # any failed request under load fails the gate
-    Kind.THROUGHPUT_DROP: ExitCode.REGRESSION,  # only fails under workload.fail_on_throughput_drop
-    Kind.EXTERNAL: ExitCode.REGRESSION,
-}
-# Kinds whose sentence their producer wrote (Diagnosis below); report.py words all the others.
-PRODUCER_WORDED = {Kind.FAILED_REQUESTS, Kind.COUNT_MISMATCH, Kind.THROUGHPUT_DROP, Kind.EXTERNAL}
-
-
-@dataclass
-class Finding:
-    kind: Kind
-    severity: Severity
-    cell: str
-    cause: Cause = Cause.NONE
-    numbers: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The kind's name; a serving finding keeps its own (failed-requests, throughput-drop, …)."""
-        return str(self.numbers.get("kind", "")) if self.kind == Kind.EXTERNAL else self.kind.value
-
-    @property
-    def message(self) -> str:
-        """The sentence of a finding worded by its producer; report.finding_message words every finding."""
-        return str(self.numbers.get("message", ""))
-
-    @property
-    def exit_code(self) -> ExitCode:
-        if self.severity != Severity.FAIL:
-            return ExitCode.OK
-        return KIND_EXIT.get(self.kind, ExitCode.OK)
-
-
-# Findings worded by the module that makes them (the serving workload: mtpbench/serving_summary.py);
-# a failing one is a regression of the gate (exit 1), e.g. failed requests under load.
-def Diagnosis(  # the constructor name other modules used before 0.2
-    kind: str, severity: str, cell: str, message: str = "", cause: str = "", numbers: dict[str, Any] | None = None
-) -> Finding:
-    """A finding whose producer wrote its own sentence (kept in numbers["message"] / ["cause_text"])."""
-    known = {k.value: k for k in Kind}
-    return Finding(known.get(kind, Kind.EXTERNAL), Severity(severity), cell, Cause.EXTERNAL,
-                   {**(numbers or {}), "kind": kind, "message": message, "cause_text": cause})  # fmt: skip
-
-
-@dataclass
-class RepeatResult:
-    repeat: int
-    hash_seed: int | None
-    status: str
-    prompts: int  # distinct prompts recorded
-    complete: bool  # status ok and every prompt recorded: only complete repeats are evidence
-    counts: Counts
-    # prompt_id -> output sha256, built on first use (a dict per repeat costs seconds over 10^6 records)
-    load_outputs: Callable[[], dict[str, str]] | None = field(default=None, repr=False, compare=False)
-
-    @functools.cached_property
-    def outputs(self) -> dict[str, str]:
-        return self.load_outputs() if self.load_outputs is not None else {}
-
-
-@dataclass
-class CellResult:
-    cell: str
-    build: str
-    mode: str
-    variant: str
-    summary: Summary
-    repeats: list[RepeatResult]
-    evidence: PromptCounts = field(repr=False)  # per-prompt cluster totals of the complete repeats
-    observations: pd.DataFrame = field(repr=False)  # prompt rows of the complete repeats (integer codes)
-    prompt_names: np.ndarray = field(repr=False)  # observations.prompt code -> prompt id
-    requested: dict[str, Any] = field(default_factory=dict)
-    effective: dict[str, Any] = field(default_factory=dict)
-    patches: list[dict[str, Any]] = field(default_factory=list)
-    prompts_expected: int = 0
-    engine_start_s: float | None = None
-    wall_s: float | None = None
-    # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
-    # per cell-repeat (mtpbench/serving.py), judged by _position_check's counters-only rule.
-    counters_only: bool = False
-
-    @property
-    def statuses(self) -> list[str]:
-        return [r.status for r in self.repeats]
-
-    @property
-    def complete(self) -> bool:
-        return bool(self.repeats) and all(r.complete for r in self.repeats)
-
-    @property
-    def used_repeats(self) -> list[RepeatResult]:
-        return [r for r in self.repeats if r.complete]
-
-    @property
-    def graph_downgraded(self) -> bool:
-        req, eff = self.requested.get("cudagraph_mode"), self.effective.get("cudagraph_mode")
-        return bool(req) and req != "NONE" and eff == "NONE"
 
 
 @dataclass
@@ -258,201 +103,6 @@ class Comparison:
     def exit_code(self) -> ExitCode:
         return combine_exit_codes(f.exit_code for f in self.diagnoses)
 
-
-# --- collecting -------------------------------------------------------------------------------------
-
-COUNT_COLS = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
-
-
-def _pos_cols(k: int) -> list[str]:
-    return [f"a{i}" for i in range(k)]
-
-
-def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
-    vals = values.tolist()
-    n = len(vals)
-    if n == 0:
-        return np.zeros((0, k), dtype=np.int64)
-    lengths = np.fromiter(map(len, vals), dtype=np.int64, count=n) if all(
-        isinstance(v, (list, tuple, np.ndarray)) for v in vals[:1]) else None  # fmt: skip
-    if lengths is not None and bool((lengths == k).all()):
-        # The common case, flattened in one pass (an order of magnitude faster than np.asarray on lists).
-        return np.fromiter(itertools.chain.from_iterable(vals), dtype=np.int64, count=n * k).reshape(n, k)
-    # Ragged or odd vectors: pad with zeros / cut to k; the loaders name bad lengths as bad input.
-    arr = pd.DataFrame([list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals])
-    return arr.reindex(columns=range(k)).fillna(0).to_numpy(dtype=np.int64)
-
-
-def _dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
-    """drop_duplicates over many integer columns via one 64-bit row hash (pandas' own hashing)."""
-    h = pd.util.hash_pandas_object(df[cols], index=False)
-    return df[~h.duplicated(keep=keep).to_numpy()]  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class _Frame:
-    """Prompt records as integer columns: `cell`, `prompt`, `sha` are codes into the name arrays, so
-    grouping, de-duplicating and selecting stay numpy operations even over 10^6 records."""
-
-    df: pd.DataFrame
-    cells: np.ndarray
-    prompts: np.ndarray
-    shas: np.ndarray
-
-
-def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
-
-
-def _codes_into(values: pd.Series, out: np.ndarray) -> np.ndarray:
-    """Write the codes of `values` into `out`; returns the names the codes index."""
-    codes, names = _codes(values)
-    out[:] = codes
-    return names
-
-
-def _frame(run: Run, k: int) -> _Frame:
-    """One row per prompt record with accepted_per_pos spread into columns a0..a{k-1}."""
-    df = run.prompt_frame()
-    n = len(df)
-
-    def col(name: str) -> pd.Series:
-        return df[name] if name in df.columns else pd.Series([None] * n, dtype=object)
-
-    names = ["cell", "repeat", "prompt", "sha", *COUNT_COLS, *_pos_cols(k)]
-    # Every integer column in one Fortran-ordered block, filled in place: at 10⁶ records, building the
-    # frame column by column cost a second of copies and block consolidation.
-    ints = np.empty((n, len(names)), dtype=np.int64, order="F")
-    cells = _codes_into(col("cell"), ints[:, 0])
-    prompts = _codes_into(col("prompt_id"), ints[:, 2])
-    shas = _codes_into(col("output_sha256"), ints[:, 3])  # a record without a hash is "unknown", not a KeyError
-    ints[:, 1] = pd.to_numeric(col("repeat"), errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
-    for j, c in enumerate(COUNT_COLS, start=4):
-        ints[:, j] = pd.to_numeric(col(c), errors="coerce").fillna(0).to_numpy(dtype=np.int64)
-    # The columnar copy (columnar.py) holds the per-position counts as columns: no vectors to flatten.
-    copy_cols = [f"acc_pos{i}" for i in range(k)]
-    if n and all(c in df.columns for c in copy_cols):
-        for i, c in enumerate(copy_cols):
-            ints[:, 4 + len(COUNT_COLS) + i] = df[c].to_numpy(dtype=np.int64)
-    elif n:
-        ints[:, 4 + len(COUNT_COLS) :] = _per_pos_matrix(col("accepted_per_pos"), k)
-    out = pd.DataFrame(ints, columns=names, copy=False)
-    out["wall_s"] = pd.to_numeric(col("wall_s"), errors="coerce").fillna(0.0).to_numpy()
-    # A prompt recorded twice in one repeat (a retried write) counts once: the last record wins.
-    out = _dedupe(out, ["cell", "repeat", "prompt"], keep="last")
-    return _Frame(out, cells, prompts, shas)
-
-
-SIG = ["prompt", *COUNT_COLS, "sha"]  # with the a{i} columns: what makes two observations of a prompt identical
-
-
-def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
-    if not len(obs):
-        return PromptCounts.empty(k)
-    distinct = _dedupe(obs, [*SIG, *_pos_cols(k)])  # identical repeats of a prompt are one observation
-    tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *_pos_cols(k)]].sum()
-    return PromptCounts(
-        tuple(map(str, names[tot.index.to_numpy()].tolist())),
-        tot["num_drafts"].to_numpy(),
-        tot["num_draft_tokens"].to_numpy(),
-        tot["num_accepted_tokens"].to_numpy(),
-        tot[_pos_cols(k)].to_numpy(),
-    )
-
-
-def _outputs(fr: _Frame, code: int, repeat: int) -> dict[str, str]:
-    rows = fr.df[(fr.df["cell"].to_numpy() == code) & (fr.df["repeat"].to_numpy() == repeat)]
-    return dict(zip(fr.prompts[rows["prompt"].to_numpy()].tolist(), fr.shas[rows["sha"].to_numpy()].tolist(),
-                    strict=True))  # fmt: skip
-
-
-def _counts_row(row: pd.Series, k: int) -> Counts:
-    return Counts(int(row["num_drafts"]), int(row["num_draft_tokens"]), int(row["num_accepted_tokens"]),
-                  tuple(int(row[c]) for c in _pos_cols(k)))  # fmt: skip
-
-
-def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
-    cfg = run.manifest["config"]
-    k = int(cfg["speculative"]["num_speculative_tokens"])
-    expected = len(run.manifest["prompts"].get("ids", []) or [])
-    fr = _frame(run, k)
-    df = fr.df
-    code_of = {str(c): i for i, c in enumerate(fr.cells)}
-    cols = [*COUNT_COLS, *_pos_cols(k)]
-    per_rep = df.groupby(["cell", "repeat"], sort=False)
-    rep_counts = per_rep[cols].sum()
-    rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
-    rep_wall = per_rep["wall_s"].sum()
-    starts = {(r.get("cell"), r.get("repeat")): r for r in run.cell_starts()}
-    by_cell: dict[str, list[dict[str, Any]]] = {}
-    for c in run.manifest["cells"]:
-        by_cell.setdefault(c["cell"], []).append(c)
-    stride = int(df["repeat"].max()) + 2 if len(df) else 1
-    complete_keys: list[int] = []
-    repeats: dict[str, list[RepeatResult]] = {}
-    for cell, entries in by_cell.items():
-        reps: list[RepeatResult] = []
-        code = code_of.get(cell, -1)
-        for e in sorted(entries, key=lambda e: int(e.get("repeat", 0))):
-            rep = int(e.get("repeat", 0))
-            key = (code, rep)
-            n = int(rep_prompts.get(key, 0))
-            status = str(e.get("status", "pending"))
-            # A counters-only serving repeat records one pooled prompt record: that is all of it.
-            want = 1 if _counters_only(starts.get((cell, rep), {})) else expected
-            done = status == "ok" and n >= want and n > 0
-            if key in rep_counts.index:
-                counts = _counts_row(rep_counts.loc[key], k)
-            else:
-                counts = Counts(accepted_per_pos=(0,) * k)
-            reps.append(RepeatResult(rep, e.get("hash_seed"), status, n, done, counts))
-            if done and code >= 0:
-                complete_keys.append(code * stride + rep)
-        repeats[cell] = reps
-    keys = df["cell"].to_numpy() * stride + df["repeat"].to_numpy()
-    used = df[np.isin(keys, complete_keys)] if complete_keys else df.iloc[0:0]
-    for cell, reps in repeats.items():
-        for r in reps:
-            r.load_outputs = functools.partial(_outputs, fr, code_of.get(cell, -1), r.repeat)
-    used_by_cell = {int(c): g for c, g in used.groupby("cell", sort=False)} if len(used) else {}
-    out: list[CellResult] = []
-    for cell, entries in by_cell.items():
-        e0 = entries[0]
-        pooled = any(_counters_only(starts.get((cell, int(e.get("repeat", 0))), {})) for e in entries)
-        obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
-        ev = _evidence(obs, k, fr.prompts)
-        reps = repeats[cell]
-        first = next((starts[(cell, r.repeat)] for r in reps if (cell, r.repeat) in starts), {})
-        walls = [s.get("engine_start_s") for (c, _), s in starts.items() if c == cell and s.get("engine_start_s")]
-        code = code_of.get(cell, -1)
-        wall = float(sum(rep_wall.get((code, r.repeat), 0.0) for r in reps))
-        out.append(
-            CellResult(
-                cell=cell,
-                build=e0["build"],
-                mode=e0["mode"],
-                variant=e0["variant"],
-                summary=summarize(ev, confidence, [r.counts for r in reps if r.complete]),
-                repeats=reps,
-                evidence=ev,
-                observations=obs,
-                prompt_names=fr.prompts,
-                requested=first.get("requested", {}),
-                effective=first.get("effective", {}),
-                patches=first.get("patches", []),
-                # counters-only: the one pooled record per repeat is all there is to expect
-                prompts_expected=1 if pooled else expected,
-                engine_start_s=(sum(walls) / len(walls)) if walls else None,
-                wall_s=wall if any(r.prompts for r in reps) else None,
-                counters_only=pooled,
-            )
-        )
-    return out
-
-
-def _counters_only(cell_start: dict[str, Any]) -> bool:
-    return cell_start.get("per_request_metrics") == COUNTERS_ONLY
 
 
 # --- diagnoses without a baseline -------------------------------------------------------------------
@@ -720,8 +370,6 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
 
 def _serving_diagnoses(run: Run) -> list[Finding]:
     # Serving workload (mtpbench/serving_summary.py): failed requests, /metrics vs per-request counts.
-    from mtpbench import serving_summary
-
     return serving_summary.diagnoses(run)
 
 
@@ -950,8 +598,6 @@ def compare(
     """analyze, then each cell checked against its baseline entry. `measured` as in analyze, with the checks
     made: they depend on the cells and the baseline only, so they are made before the diagnoses, and their
     findings are added after them (the order the diagnoses have always had)."""
-    from mtpbench import serving_summary
-
     name = baseline_name or baseline.name
     # Only entries of the run's workload (serving vs offline, same concurrency/max_tokens), else exit 4.
     baseline, serving_unchecked = serving_summary.select_baseline(run, baseline)

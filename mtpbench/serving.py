@@ -55,6 +55,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mtpbench.schema import COUNTERS_ONLY
+
 LOOPBACK = "127.0.0.1"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -76,7 +78,7 @@ _FLATTEN_RE = re.compile(
 )
 
 PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
-SUMMARY, COUNTERS_ONLY = "summary", "counters-only"
+SUMMARY = "summary"
 # The pooled record's prompt id: never a serving request's id (those are `<prompt id>#<index>`).
 POOLED_PROMPT_ID = "load"
 # argparse's own message (vllm.utils.argparse_utils.FlexibleArgumentParser.error → ArgumentParser.error):

@@ -11,7 +11,7 @@ E2E percentiles, the `/metrics`-vs-per-request count check, and two acceptance d
   requests of 1 + accepted_r / drafts_r.
 
 Per-position intervals are clustered by request (ratio estimator, linearised variance): the drafts of one
-request are correlated, the requests are the independent units. Checks (as `compare.Diagnosis`):
+request are correlated, the requests are the independent units. Checks (as `findings.Diagnosis`):
 failed or missing requests fail the gate; a `/metrics` delta that differs from the per-request sum is
 shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
 with `fail_on_throughput_drop`).
@@ -40,12 +40,13 @@ from scipy.special import ndtri
 
 from mtpbench.baseline import Baseline, BaselineEntry
 from mtpbench.errors import NotComparableError
+from mtpbench.findings import Diagnosis, Finding
 from mtpbench.results import Run
+from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.stats import Interval
 
 FAIL, WARN, INFO = "fail", "warn", "info"
 PER_REQUEST = "per-request"
-COUNTERS_ONLY = "counters-only"  # serving.COUNTERS_ONLY (that module imports only the stdlib, at the build)
 COUNTERS_ONLY_METHOD = "counters-only: pooled over the load, no per-request clustering"
 # The workload fields a baseline entry must share with the run for acceptance to be comparable.
 MUST_MATCH = ("concurrency", "max_tokens", "request_rate")
@@ -266,14 +267,11 @@ def _round(x: float | None, n: int) -> float | None:
 # --- checks -----------------------------------------------------------------------------------------------
 
 
-def diagnoses(run: Run) -> list[Any]:
-    """Serving findings that need no baseline, as compare.Diagnosis objects (compare imports this module
-    lazily, so the import goes the other way here)."""
-    from mtpbench.compare import Diagnosis
-
+def diagnoses(run: Run) -> list[Finding]:
+    """Serving findings that need no baseline (failed requests, /metrics vs per-request counts)."""
     if not is_serving(run):
         return []
-    out: list[Diagnosis] = []
+    out: list[Finding] = []
     incomplete = {c["cell"] for c in run.manifest.get("cells", []) if c.get("status") != "ok"}
     for c in summarize_serving(run):
         missing = c.requests_total - c.requests_ok - c.requests_failed
@@ -302,14 +300,12 @@ def diagnoses(run: Run) -> list[Any]:
     return out
 
 
-def throughput_diagnoses(run: Run, baseline: Baseline) -> list[Any]:
+def throughput_diagnoses(run: Run, baseline: Baseline) -> list[Finding]:
     """req/s below the baseline entry's by more than the workload's tolerance (same NUM only)."""
-    from mtpbench.compare import Diagnosis
-
     if not is_serving(run):
         return []
     wl = workload_of(run)
-    out: list[Diagnosis] = []
+    out: list[Finding] = []
     for c in summarize_serving(run):
         entry = _entry(baseline, c)
         if entry is None or entry.serving is None or entry.serving.req_per_s is None or c.req_per_s is None:

@@ -1,0 +1,277 @@
+"""The one evidence stage: a run's records turned into what every judgement and view reads.
+
+Per cell × repeat × prompt counts (the last record of a prompt within a repeat wins), repeats marked
+complete or not (only complete repeats are evidence: status ok and every prompt recorded), identical
+greedy repeats of a prompt (same counts, same output sha256) counted once, per-prompt cluster totals
+(stats.PromptCounts), pooled counts, counters-only serving cells, and which prompts changed their text.
+compare, the serving summary, history, the report's views and `baseline save` all read this module;
+none of them reads prompt records itself, so they cannot disagree on what a run measured.
+
+Everything is column operations over the prompt frame (columnar.py): no Python loop per record.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mtpbench.results import Run
+from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.stats import Counts, PromptCounts, Summary, summarize
+
+
+@dataclass
+class RepeatResult:
+    repeat: int
+    hash_seed: int | None
+    status: str
+    prompts: int  # distinct prompts recorded
+    complete: bool  # status ok and every prompt recorded: only complete repeats are evidence
+    counts: Counts
+    # prompt_id -> output sha256, built on first use (a dict per repeat costs seconds over 10^6 records)
+    load_outputs: Callable[[], dict[str, str]] | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def outputs(self) -> dict[str, str]:
+        return self.load_outputs() if self.load_outputs is not None else {}
+
+
+@dataclass
+class CellResult:
+    cell: str
+    build: str
+    mode: str
+    variant: str
+    summary: Summary
+    repeats: list[RepeatResult]
+    evidence: PromptCounts = field(repr=False)  # per-prompt cluster totals of the complete repeats
+    observations: pd.DataFrame = field(repr=False)  # prompt rows of the complete repeats (integer codes)
+    prompt_names: np.ndarray = field(repr=False)  # observations.prompt code -> prompt id
+    requested: dict[str, Any] = field(default_factory=dict)
+    effective: dict[str, Any] = field(default_factory=dict)
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    prompts_expected: int = 0
+    engine_start_s: float | None = None
+    wall_s: float | None = None
+    # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
+    # per cell-repeat (mtpbench/serving.py), judged by _position_check's counters-only rule.
+    counters_only: bool = False
+
+    @property
+    def statuses(self) -> list[str]:
+        return [r.status for r in self.repeats]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.repeats) and all(r.complete for r in self.repeats)
+
+    @property
+    def used_repeats(self) -> list[RepeatResult]:
+        return [r for r in self.repeats if r.complete]
+
+    @property
+    def graph_downgraded(self) -> bool:
+        req, eff = self.requested.get("cudagraph_mode"), self.effective.get("cudagraph_mode")
+        return bool(req) and req != "NONE" and eff == "NONE"
+
+
+# --- collecting -------------------------------------------------------------------------------------
+
+COUNT_COLS = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
+
+
+def _pos_cols(k: int) -> list[str]:
+    return [f"a{i}" for i in range(k)]
+
+
+def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
+    vals = values.tolist()
+    n = len(vals)
+    if n == 0:
+        return np.zeros((0, k), dtype=np.int64)
+    lengths = np.fromiter(map(len, vals), dtype=np.int64, count=n) if all(
+        isinstance(v, (list, tuple, np.ndarray)) for v in vals[:1]) else None  # fmt: skip
+    if lengths is not None and bool((lengths == k).all()):
+        # The common case, flattened in one pass (an order of magnitude faster than np.asarray on lists).
+        return np.fromiter(itertools.chain.from_iterable(vals), dtype=np.int64, count=n * k).reshape(n, k)
+    # Ragged or odd vectors: pad with zeros / cut to k; the loaders name bad lengths as bad input.
+    arr = pd.DataFrame([list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals])
+    return arr.reindex(columns=range(k)).fillna(0).to_numpy(dtype=np.int64)
+
+
+def _dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
+    """drop_duplicates over many integer columns via one 64-bit row hash (pandas' own hashing)."""
+    h = pd.util.hash_pandas_object(df[cols], index=False)
+    return df[~h.duplicated(keep=keep).to_numpy()]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Prompt records as integer columns: `cell`, `prompt`, `sha` are codes into the name arrays, so
+    grouping, de-duplicating and selecting stay numpy operations even over 10^6 records."""
+
+    df: pd.DataFrame
+    cells: np.ndarray
+    prompts: np.ndarray
+    shas: np.ndarray
+
+
+def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def _codes_into(values: pd.Series, out: np.ndarray) -> np.ndarray:
+    """Write the codes of `values` into `out`; returns the names the codes index."""
+    codes, names = _codes(values)
+    out[:] = codes
+    return names
+
+
+def _frame(run: Run, k: int) -> _Frame:
+    """One row per prompt record with accepted_per_pos spread into columns a0..a{k-1}."""
+    df = run.prompt_frame()
+    n = len(df)
+
+    def col(name: str) -> pd.Series:
+        return df[name] if name in df.columns else pd.Series([None] * n, dtype=object)
+
+    names = ["cell", "repeat", "prompt", "sha", *COUNT_COLS, *_pos_cols(k)]
+    # Every integer column in one Fortran-ordered block, filled in place: at 10⁶ records, building the
+    # frame column by column cost a second of copies and block consolidation.
+    ints = np.empty((n, len(names)), dtype=np.int64, order="F")
+    cells = _codes_into(col("cell"), ints[:, 0])
+    prompts = _codes_into(col("prompt_id"), ints[:, 2])
+    shas = _codes_into(col("output_sha256"), ints[:, 3])  # a record without a hash is "unknown", not a KeyError
+    ints[:, 1] = pd.to_numeric(col("repeat"), errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    for j, c in enumerate(COUNT_COLS, start=4):
+        ints[:, j] = pd.to_numeric(col(c), errors="coerce").fillna(0).to_numpy(dtype=np.int64)
+    # The columnar copy (columnar.py) holds the per-position counts as columns: no vectors to flatten.
+    copy_cols = [f"acc_pos{i}" for i in range(k)]
+    if n and all(c in df.columns for c in copy_cols):
+        for i, c in enumerate(copy_cols):
+            ints[:, 4 + len(COUNT_COLS) + i] = df[c].to_numpy(dtype=np.int64)
+    elif n:
+        ints[:, 4 + len(COUNT_COLS) :] = _per_pos_matrix(col("accepted_per_pos"), k)
+    out = pd.DataFrame(ints, columns=names, copy=False)
+    out["wall_s"] = pd.to_numeric(col("wall_s"), errors="coerce").fillna(0.0).to_numpy()
+    # A prompt recorded twice in one repeat (a retried write) counts once: the last record wins.
+    out = _dedupe(out, ["cell", "repeat", "prompt"], keep="last")
+    return _Frame(out, cells, prompts, shas)
+
+
+SIG = ["prompt", *COUNT_COLS, "sha"]  # with the a{i} columns: what makes two observations of a prompt identical
+
+
+def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
+    if not len(obs):
+        return PromptCounts.empty(k)
+    distinct = _dedupe(obs, [*SIG, *_pos_cols(k)])  # identical repeats of a prompt are one observation
+    tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *_pos_cols(k)]].sum()
+    return PromptCounts(
+        tuple(map(str, names[tot.index.to_numpy()].tolist())),
+        tot["num_drafts"].to_numpy(),
+        tot["num_draft_tokens"].to_numpy(),
+        tot["num_accepted_tokens"].to_numpy(),
+        tot[_pos_cols(k)].to_numpy(),
+    )
+
+
+def _outputs(fr: _Frame, code: int, repeat: int) -> dict[str, str]:
+    rows = fr.df[(fr.df["cell"].to_numpy() == code) & (fr.df["repeat"].to_numpy() == repeat)]
+    return dict(zip(fr.prompts[rows["prompt"].to_numpy()].tolist(), fr.shas[rows["sha"].to_numpy()].tolist(),
+                    strict=True))  # fmt: skip
+
+
+def _counts_row(row: pd.Series, k: int) -> Counts:
+    return Counts(int(row["num_drafts"]), int(row["num_draft_tokens"]), int(row["num_accepted_tokens"]),
+                  tuple(int(row[c]) for c in _pos_cols(k)))  # fmt: skip
+
+
+def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
+    cfg = run.manifest["config"]
+    k = int(cfg["speculative"]["num_speculative_tokens"])
+    expected = len(run.manifest["prompts"].get("ids", []) or [])
+    fr = _frame(run, k)
+    df = fr.df
+    code_of = {str(c): i for i, c in enumerate(fr.cells)}
+    cols = [*COUNT_COLS, *_pos_cols(k)]
+    per_rep = df.groupby(["cell", "repeat"], sort=False)
+    rep_counts = per_rep[cols].sum()
+    rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
+    rep_wall = per_rep["wall_s"].sum()
+    starts = {(r.get("cell"), r.get("repeat")): r for r in run.cell_starts()}
+    by_cell: dict[str, list[dict[str, Any]]] = {}
+    for c in run.manifest["cells"]:
+        by_cell.setdefault(c["cell"], []).append(c)
+    stride = int(df["repeat"].max()) + 2 if len(df) else 1
+    complete_keys: list[int] = []
+    repeats: dict[str, list[RepeatResult]] = {}
+    for cell, entries in by_cell.items():
+        reps: list[RepeatResult] = []
+        code = code_of.get(cell, -1)
+        for e in sorted(entries, key=lambda e: int(e.get("repeat", 0))):
+            rep = int(e.get("repeat", 0))
+            key = (code, rep)
+            n = int(rep_prompts.get(key, 0))
+            status = str(e.get("status", "pending"))
+            # A counters-only serving repeat records one pooled prompt record: that is all of it.
+            want = 1 if _counters_only(starts.get((cell, rep), {})) else expected
+            done = status == "ok" and n >= want and n > 0
+            if key in rep_counts.index:
+                counts = _counts_row(rep_counts.loc[key], k)
+            else:
+                counts = Counts(accepted_per_pos=(0,) * k)
+            reps.append(RepeatResult(rep, e.get("hash_seed"), status, n, done, counts))
+            if done and code >= 0:
+                complete_keys.append(code * stride + rep)
+        repeats[cell] = reps
+    keys = df["cell"].to_numpy() * stride + df["repeat"].to_numpy()
+    used = df[np.isin(keys, complete_keys)] if complete_keys else df.iloc[0:0]
+    for cell, reps in repeats.items():
+        for r in reps:
+            r.load_outputs = functools.partial(_outputs, fr, code_of.get(cell, -1), r.repeat)
+    used_by_cell = {int(c): g for c, g in used.groupby("cell", sort=False)} if len(used) else {}
+    out: list[CellResult] = []
+    for cell, entries in by_cell.items():
+        e0 = entries[0]
+        pooled = any(_counters_only(starts.get((cell, int(e.get("repeat", 0))), {})) for e in entries)
+        obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
+        ev = _evidence(obs, k, fr.prompts)
+        reps = repeats[cell]
+        first = next((starts[(cell, r.repeat)] for r in reps if (cell, r.repeat) in starts), {})
+        walls = [s.get("engine_start_s") for (c, _), s in starts.items() if c == cell and s.get("engine_start_s")]
+        code = code_of.get(cell, -1)
+        wall = float(sum(rep_wall.get((code, r.repeat), 0.0) for r in reps))
+        out.append(
+            CellResult(
+                cell=cell,
+                build=e0["build"],
+                mode=e0["mode"],
+                variant=e0["variant"],
+                summary=summarize(ev, confidence, [r.counts for r in reps if r.complete]),
+                repeats=reps,
+                evidence=ev,
+                observations=obs,
+                prompt_names=fr.prompts,
+                requested=first.get("requested", {}),
+                effective=first.get("effective", {}),
+                patches=first.get("patches", []),
+                # counters-only: the one pooled record per repeat is all there is to expect
+                prompts_expected=1 if pooled else expected,
+                engine_start_s=(sum(walls) / len(walls)) if walls else None,
+                wall_s=wall if any(r.prompts for r in reps) else None,
+                counters_only=pooled,
+            )
+        )
+    return out
+
+
+def _counters_only(cell_start: dict[str, Any]) -> bool:
+    return cell_start.get("per_request_metrics") == COUNTERS_ONLY
