@@ -30,7 +30,7 @@ from mtpbench import serving_summary
 from mtpbench.baseline import Baseline, BaselineEntry, run_fingerprint
 from mtpbench.config import GateSpec
 from mtpbench.errors import ExitCode, NotComparableError, UserError, combine_exit_codes
-from mtpbench.evidence import SIG, CellResult, RepeatResult, _dedupe, _pos_cols, collect
+from mtpbench.evidence import SIG, CellResult, RepeatResult, _dedupe, _pos_cols, changed_text, collect
 from mtpbench.findings import (
     FAIL,
     INFO,
@@ -275,16 +275,11 @@ def _same_outputs(a: CellResult, b: CellResult) -> bool | None:
 
 def _text_changes(cells: list[CellResult]) -> list[Finding]:
     """Greedy: the target verifies every token, so text must be the same in every cell of a build."""
+    pairs = changed_text(cells)
+    build_of = {c.cell: c.build for c in cells}
     out: list[Finding] = []
-    builds: dict[str, list[CellResult]] = {}
-    for c in cells:
-        builds.setdefault(c.build, []).append(c)
-    for build, group in builds.items():
-        frames = [c.observations[["prompt", "sha"]] for c in group if len(c.observations)]
-        if not frames:
-            continue
-        n = _dedupe(pd.concat(frames), ["prompt", "sha"]).groupby("prompt").size()
-        changed = sorted(str(p) for p in group[0].prompt_names[n[n > 1].index.to_numpy()])
+    for build in dict.fromkeys(c.build for c in cells):
+        changed = sorted({p for cell, p in pairs if build_of[cell] == build})
         if changed:
             out.append(Finding(Kind.TEXT_CHANGED, Severity.WARN, f"{build}/*", Cause.TARGET_NUMERICS,
                                {"build": build, "prompts": changed}))  # fmt: skip

@@ -58,7 +58,7 @@ class CellResult:
     patches: list[dict[str, Any]] = field(default_factory=list)
     prompts_expected: int = 0
     engine_start_s: float | None = None
-    wall_s: float | None = None
+    wall_s: float | None = None  # seconds the cell's worker processes ran, summed over its repeats
     # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
     # per cell-repeat (mtpbench/serving.py), judged by _position_check's counters-only rule.
     counters_only: bool = False
@@ -74,6 +74,12 @@ class CellResult:
     @property
     def used_repeats(self) -> list[RepeatResult]:
         return [r for r in self.repeats if r.complete]
+
+    @property
+    def repeats_done(self) -> int:
+        """Repeats that count as evidence (status ok and every prompt recorded): what every view shows as
+        done, so a repeat whose worker exited ok with prompts missing is not 'done' on one page only."""
+        return len(self.used_repeats)
 
     @property
     def graph_downgraded(self) -> bool:
@@ -160,7 +166,6 @@ def _frame(run: Run, k: int) -> _Frame:
     elif n:
         ints[:, 4 + len(COUNT_COLS) :] = _per_pos_matrix(col("accepted_per_pos"), k)
     out = pd.DataFrame(ints, columns=names, copy=False)
-    out["wall_s"] = pd.to_numeric(col("wall_s"), errors="coerce").fillna(0.0).to_numpy()
     # A prompt recorded twice in one repeat (a retried write) counts once: the last record wins.
     out = _dedupe(out, ["cell", "repeat", "prompt"], keep="last")
     return _Frame(out, cells, prompts, shas)
@@ -205,7 +210,6 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     per_rep = df.groupby(["cell", "repeat"], sort=False)
     rep_counts = per_rep[cols].sum()
     rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
-    rep_wall = per_rep["wall_s"].sum()
     starts = {(r.get("cell"), r.get("repeat")): r for r in run.cell_starts()}
     by_cell: dict[str, list[dict[str, Any]]] = {}
     for c in run.manifest["cells"]:
@@ -248,7 +252,9 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
         first = next((starts[(cell, r.repeat)] for r in reps if (cell, r.repeat) in starts), {})
         walls = [s.get("engine_start_s") for (c, _), s in starts.items() if c == cell and s.get("engine_start_s")]
         code = code_of.get(cell, -1)
-        wall = float(sum(rep_wall.get((code, r.repeat), 0.0) for r in reps))
+        # The runner's clock around each cell-repeat's worker: a batched repeat's prompt records each carry the
+        # time from the batch's start, so their sum counted the batch once per prompt (383.7 s for a 68 s cell).
+        walls_run = [float(e["wall_s"]) for e in entries if isinstance(e.get("wall_s"), int | float)]
         out.append(
             CellResult(
                 cell=cell,
@@ -266,7 +272,7 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
                 # counters-only: the one pooled record per repeat is all there is to expect
                 prompts_expected=1 if pooled else expected,
                 engine_start_s=(sum(walls) / len(walls)) if walls else None,
-                wall_s=wall if any(r.prompts for r in reps) else None,
+                wall_s=sum(walls_run) if walls_run else None,
                 counters_only=pooled,
             )
         )
@@ -275,3 +281,32 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
 
 def _counters_only(cell_start: dict[str, Any]) -> bool:
     return cell_start.get("per_request_metrics") == COUNTERS_ONLY
+
+
+def changed_text(cells: list[CellResult]) -> set[tuple[str, str]]:
+    """(cell, prompt) pairs whose greedy text is not the build's most common text for that prompt (ties: the
+    text seen first), over the complete repeats: the target verifies every token, so under greedy decoding a
+    build's cells and repeats must all generate the same text. A prompt is changed in a build exactly when
+    some pair of the build is listed (compare's text-changed finding, the report's cells table and ≠ marks)."""
+    frames = []
+    builds = {b: n for n, b in enumerate(dict.fromkeys(c.build for c in cells))}
+    for n, c in enumerate(cells):
+        if len(c.observations):
+            frames.append(c.observations[["prompt", "sha"]].assign(cell=n, build=builds[c.build]))
+    if not frames:
+        return set()
+    # Back in record order (the observations keep the prompt frame's row numbers): ties go to the text recorded
+    # first, whichever cell recorded it.
+    obs = pd.concat(frames).sort_index(kind="stable").reset_index(drop=True)
+    n_texts = obs.groupby(["build", "prompt"], sort=False)["sha"].nunique()
+    suspect = n_texts[n_texts > 1].index
+    if not len(suspect):
+        return set()
+    obs = obs.set_index(["build", "prompt"]).loc[suspect].reset_index()
+    counts = obs.groupby(["build", "prompt", "sha"], sort=False).size().reset_index(name="n")
+    # Stable sort: among equally common texts the one seen first stays first.
+    common = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(["build", "prompt"])
+    obs = obs.merge(common[["build", "prompt", "sha"]].rename(columns={"sha": "common"}), on=["build", "prompt"])
+    odd = obs[obs["sha"] != obs["common"]].drop_duplicates(["cell", "prompt"])
+    names = cells[0].prompt_names
+    return {(cells[int(c)].cell, str(names[int(p)])) for c, p in zip(odd["cell"], odd["prompt"], strict=True)}

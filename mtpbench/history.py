@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from mtpbench.baseline import run_fingerprint
-from mtpbench.columnar import positions
 from mtpbench.errors import UserError
+from mtpbench.evidence import collect
 from mtpbench.results import MANIFEST, RECORDS, Run, load_run, write_json_atomic
-from mtpbench.stats import Interval, diff_interval
+from mtpbench.stats import Interval, PromptCounts, diff_interval
 
 MAX_UNITS = 256  # per run and cell: prompts beyond this are pooled into hash buckets
 PERMUTATIONS = 999
@@ -125,34 +125,30 @@ def find_runs(root: Path) -> list[Path]:
     return found
 
 
-def _unit_counts(run: Run, cell_rows: Any, k: int, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-prompt (drafts, accepted[k]) pooled over repeats, folded into ≤ MAX_UNITS buckets."""
-    import pandas as pd
-
-    prompts = cell_rows["prompt_id"].astype(str).to_numpy()
-    codes, uniques = pd.factorize(prompts)
-    n_units = len(uniques)
-    if n_units > MAX_UNITS:
-        codes = codes % MAX_UNITS
-        n_units = MAX_UNITS
-    drafts = np.bincount(codes, weights=cell_rows["num_drafts"].to_numpy(dtype=np.float64), minlength=n_units)
-    accepted = np.stack([np.bincount(codes, weights=acc[:, i], minlength=n_units) for i in range(k)], axis=1)
+def _units(ev: PromptCounts) -> tuple[np.ndarray, np.ndarray]:
+    """Per-prompt (drafts, accepted[k]) from the evidence stage, folded into ≤ MAX_UNITS buckets."""
+    codes = np.arange(ev.g) % MAX_UNITS
+    n_units = min(ev.g, MAX_UNITS)
+    drafts = np.bincount(codes, weights=ev.drafts.astype(np.float64), minlength=n_units)
+    accepted = np.stack([np.bincount(codes, weights=ev.per_pos[:, i].astype(np.float64), minlength=n_units)
+                         for i in range(ev.k)], axis=1).reshape(n_units, ev.k)  # fmt: skip
     return drafts.astype(np.int64), accepted.astype(np.int64)
 
 
 def point(run: Run) -> RunPoint:
-    cfg = run.manifest["config"]
-    k = int(cfg["speculative"]["num_speculative_tokens"])
-    df = run.prompt_frame()
+    """The run's counts per cell as the evidence stage gives them (complete repeats, identical greedy repeats
+    once): the numbers `show` prints. Summing every record counted a greedy run's identical repeats three
+    times (4,041 drafts where `show` said 1,347) and pooled partial repeats into the rates."""
     counts: dict[str, tuple[int, list[int]]] = {}
     units: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    if len(df):
-        acc_all = positions(df, k)
-        for cell, idx in df.groupby("cell", sort=False).indices.items():
-            rows = df.iloc[idx]
-            acc = acc_all[idx]
-            counts[str(cell)] = (int(rows["num_drafts"].sum()), [int(x) for x in acc.sum(axis=0)])
-            units[str(cell)] = _unit_counts(run, rows, k, acc)
+    incomplete: set[str] = set()
+    for c in collect(run):
+        if not c.complete:
+            incomplete.add(c.cell)
+        if c.evidence.g:
+            tot = c.evidence.total()
+            counts[c.cell] = (int(tot.num_drafts), [int(x) for x in tot.accepted_per_pos])
+            units[c.cell] = _units(c.evidence)
     versions: dict[str, str] = {}
     shas: dict[str, str] = {}
     patches: dict[str, list[str]] = {}
@@ -168,7 +164,7 @@ def point(run: Run) -> RunPoint:
         run_id=run.run_id, path=run.path, created=str(run.manifest.get("created") or ""), versions=versions,
         git_sha=shas, counts=counts, units=units, patches=patches, effective=effective,
         tool_version=run.manifest.get("tool_version"), status=str(run.manifest.get("status") or ""),
-        incomplete={str(c.get("cell")) for c in run.manifest.get("cells", []) if c.get("status") != "ok"},
+        incomplete=incomplete,
     )  # fmt: skip
 
 
@@ -289,7 +285,7 @@ def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list
 # per run instead of every record. Fresh only while manifest.json and records.jsonl have the size and
 # modification time it was made from; bumped version = stale.
 POINT_CACHE = "history-point.json"
-POINT_CACHE_VERSION = 1
+POINT_CACHE_VERSION = 2  # 2: counts from the evidence stage (1 summed identical repeats)
 
 
 def _stamp(path: Path) -> dict[str, list[int]]:
@@ -357,9 +353,15 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
     """Load every run (a run that cannot be read is listed, not fatal), group by comparability, detect."""
     groups: dict[str, HistoryGroup] = {}
     skipped: list[str] = []
+    seen: set[Path] = set()
     for p in paths:
+        folder = p if p.is_dir() or p.name not in (MANIFEST, RECORDS) else p.parent
+        # The same run named twice (a folder and its manifest, or a glob and a path) is one run, not two.
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
         try:
-            pt, fp, gate = run_point(p if p.is_dir() or p.name not in (MANIFEST, RECORDS) else p.parent)
+            pt, fp, gate = run_point(folder)
         except UserError as exc:
             skipped.append(f"{p}: {exc}")
             continue

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from mtpbench import __version__
 from mtpbench.errors import UserError
-from mtpbench.history import History, HistoryGroup
+from mtpbench.history import History, HistoryGroup, RunPoint
 
 
 def _pct(x: float | None) -> str:
@@ -37,6 +37,13 @@ def key_text(g: HistoryGroup) -> str:
 def _differs(a: HistoryGroup, b: HistoryGroup) -> str:
     keys = sorted(set(a.key) | set(b.key))
     return ", ".join(k for k in keys if a.key.get(k) != b.key.get(k))
+
+
+def _status(r: RunPoint, cell: str) -> Text | str:
+    """A cell the run did not have is 'absent', not 'ok' (it was never measured there)."""
+    if cell not in r.counts and cell not in r.incomplete:
+        return Text("absent", style="dim")
+    return Text("partial", style="yellow") if cell in r.incomplete else "ok"
 
 
 def group_tables(g: HistoryGroup) -> list[Table]:
@@ -58,7 +65,7 @@ def group_tables(g: HistoryGroup) -> list[Table]:
             t.add_row(
                 str(n), r.created, r.run_id, version, sha, "–" if c is None else str(c[0]),
                 *[_pct(g.rate(cell, n, i)) for i in range(g.k)],
-                Text("partial", style="yellow") if cell in r.incomplete else "ok",
+                _status(r, cell),
                 Text(", ".join(f"pos{cp.pos} {100 * cp.delta:+.1f}" for cp in moved), style="bold red")
                 if (cell, n) in marks else "",
             )  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 from mtpbench import __version__, views
 from mtpbench.compare import Comparison
 from mtpbench.errors import UserError
+from mtpbench.evidence import changed_text
 from mtpbench.painter import Drawn, Job, Painter
 from mtpbench.results import Run
 
@@ -58,8 +59,8 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}"
 
 
-def _pts(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:+.1f}"
+def _cls(names: list[str]) -> str:
+    return f' class="{_e(" ".join(names))}"' if names else ""
 
 
 def _verdict_text(comp: Comparison) -> str:
@@ -85,9 +86,9 @@ class Figures:
     def measured(self, run: Run, comp: Comparison) -> None:
         title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
         self._submit("acceptance", (views.cell_views(comp), title))
-        self.changed = views.changed_text(run)
+        self.changed = changed_text(comp.cells)
         k = int(run.manifest["config"]["speculative"]["num_speculative_tokens"])
-        hm = views.heatmap(run, k, changed=self.changed)
+        hm = views.heatmap(run, comp.cells, k, changed=self.changed)
         what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
         self._submit("heatmap", (hm.grid(k), f"acceptance per {what} and position (pooled over repeats)"))
 
@@ -128,11 +129,10 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
         prompts = sorted(p for cell, p in changed if cell == c.cell)
         if len(prompts) > 12:  # a serving run can change thousands: the count and the first few
             prompts = [f"{len(prompts)} prompts: {', '.join(prompts[:10])}, …"]
-        done = sum(1 for st in c.statuses if st == "ok")
         cells = [
             f'<td class="l"><code>{_e(c.cell)}</code></td>', f'<td class="l">{_e(req)}</td>',
             f"<td{eff_cls}>{_e(eff)}</td>", f'<td class="l">{_e(comp_mode)}</td>',
-            f'<td class="l">{_e(patches or "none")}</td>', f"<td>{done}/{len(c.statuses)}</td>",
+            f'<td class="l">{_e(patches or "none")}</td>', f"<td>{c.repeats_done}/{len(c.repeats)}</td>",
             f"<td>{s.counts.num_drafts}</td>",
             *[f"<td>{_pct(s.per_pos[i]) if i < s.counts.k else ''}</td>" for i in range(k)],
             f"<td>{_pct(s.mean)}</td>",
@@ -145,23 +145,29 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
 
 
 def _checks_table(comp: Comparison) -> str:
+    """The console's and Markdown's rows (report.check_rows: MDE, prompts, the underpowered tag), as HTML."""
     if not comp.checks:
         return "<p>No baseline given: only the signatures that need none were checked.</p>"
-    rows = []
-    for x in comp.checks:
-        v = views._value(x.verdict)
-        ci = "" if x.ci is None else f"[{100 * x.ci.low:+.1f}, {100 * x.ci.high:+.1f}]"
-        rows.append(
-            f'<tr><td class="l"><code>{_e(x.cell)}</code></td><td>{x.pos}</td><td>{_pct(x.run_rate)}</td>'
-            f"<td>{_pct(x.base_rate)}</td><td>{_pts(x.delta)}</td><td>{_e(ci)}</td>"
-            f'<td class="l {_e(v)}">{_e(v)}</td></tr>'
-        )
-    head = "<tr><th class='l'>cell</th><th>pos</th><th>run %</th><th>baseline %</th><th>Δ pts</th>" \
-           "<th>Δ 95% CI</th><th class='l'>verdict</th></tr>"  # fmt: skip
+    from mtpbench.report import check_rows
+
+    cols, rows = check_rows(comp.checks)
+    head = "".join(
+        f"<th{_cls(['l'] if just == 'left' else [])}>{_e(title)}{' ' + _e(sub) if sub else ''}</th>"
+        for title, sub, just in cols
+    )
+    body = []
+    for x, row in zip(comp.checks, rows, strict=True):
+        tds = []
+        for (title, _sub, just), (text, _detail, _style) in zip(cols, row, strict=True):
+            cls = ["l"] if just == "left" else []
+            if title == "verdict":
+                cls.append(views._value(x.verdict))
+            tds.append(f"<td{_cls(cls)}>{_e(text)}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
     extra = ""
     if comp.unchecked:
         extra = f"<p class='meta'>Not checked (the baseline lacks them): {_e(', '.join(comp.unchecked))}</p>"
-    return f'<table id="checks">{head}{"".join(rows)}</table>{extra}'
+    return f'<table id="checks"><tr>{head}</tr>{"".join(body)}</table>{extra}'
 
 
 def _prompts_summary(prompts: Any) -> Any:

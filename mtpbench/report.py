@@ -131,10 +131,9 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
     for c in cells:
         s = c.summary
         spread = [x for x in s.spread if x is not None]
-        done = len(c.used_repeats)
         row: list[Cell] = [
             (c.cell, _mode_text(c), ""),
-            (f"{done}/{len(c.repeats)}", str(s.counts.num_drafts), "" if c.complete else "red"),
+            (f"{c.repeats_done}/{len(c.repeats)}", str(s.counts.num_drafts), "" if c.complete else "red"),
             (f"{s.prompts}/{c.prompts_expected}" if c.prompts_expected else str(s.prompts), "", ""),
         ]
         for i in range(k):

@@ -1,8 +1,9 @@
 """Pure data behind the report's pictures: per-prompt × position acceptance, per-repeat rates, changed text,
 graph modes requested vs effective, and the fingerprint, from a run and its Comparison.
 
-Everything is vectorised over the prompt frame (columnar.py), so a run of 10⁶ prompt records costs a few
-group-bys, not a Python loop per record. Nothing here draws or prints; plots.py and htmlreport.py render.
+The numbers are the evidence stage's (evidence.py): per-prompt counts of the complete repeats, identical
+greedy repeats once, so the heat map shows what `show` and `compare` judged. Nothing here draws or
+prints; plots.py and htmlreport.py render.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.columnar import positions
-from mtpbench.compare import CellResult, Comparison
+from mtpbench.compare import Comparison
+from mtpbench.evidence import CellResult, changed_text
 from mtpbench.figdata import CellView, HeatmapGrid
 from mtpbench.results import Run
 
@@ -81,119 +82,89 @@ class Heatmap:
         return HeatmapGrid(cells, rows, self.rows, k, grid, changed)
 
 
-def _codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes and their labels (free for the columnar copy's categoricals)."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
-
-
 def order_positions(ids: list[Any], prompts: np.ndarray) -> tuple[np.ndarray, int]:
     """Where each prompt stands in the configured order (-1: not in it), and how many distinct ids the order
-    has; an id listed twice keeps its last place. The rule of `{p: n for n, p in enumerate(ids)}` looked up
-    with `str(p)`, as one hash join: looked up one by one, 10⁵ prompts took 0.17 s of every report."""
+    has; an id listed twice keeps its last place. One hash join: looked up one by one, 10⁵ prompts took
+    0.17 s of every report."""
     at = pd.Series(np.arange(len(ids), dtype=np.int64), index=pd.Index(ids, dtype=object))
     at = at[~at.index.duplicated(keep="last")]
     found = at.reindex(pd.Index([str(p) for p in prompts], dtype=object))
     return found.fillna(-1).to_numpy(dtype=np.int64), len(at)
 
 
-def _rows_for(df: pd.DataFrame, run: Run, max_rows: int, prompt_codes: np.ndarray,
-              prompts: np.ndarray) -> tuple[np.ndarray, list[str], str]:  # fmt: skip
-    """Row code per record, the row labels in display order, and what a row is."""
+def _prompt_tokens(run: Run, prompts: np.ndarray) -> np.ndarray | None:
+    """Prompt length per prompt id (the first record's), or None when a prompt has none recorded."""
+    df = run.prompt_frame()
+    if "num_prompt_tokens" not in df or not len(df):
+        return None
+    tokens = pd.to_numeric(df["num_prompt_tokens"], errors="coerce")
+    first = tokens.groupby(df["prompt_id"].astype(str).to_numpy(), sort=False).first()
+    out = first.reindex(pd.Index([str(p) for p in prompts], dtype=object))
+    return None if out.isna().any() else out.to_numpy(dtype=np.float64)
+
+
+def _rows_for(run: Run, prompts: np.ndarray, max_rows: int) -> tuple[np.ndarray, list[str], str]:
+    """Row number of each prompt (an index into the labels), the row labels in display order, and what a row
+    is. A row's label is computed from the same index that places the prompt in it: the heat map once sorted
+    its labels into the configured order but left the rows in recorded order, so a batched run (recorded in
+    completion order) put another prompt's name on 37 of 40 rows."""
     ids = run.manifest.get("prompts", {}).get("ids", [])
+    pos, distinct = order_positions(ids, prompts)
     if len(prompts) <= max_rows:
         # The configured order; prompts outside it after, in the order they were recorded.
-        pos, distinct = order_positions(ids, prompts)
         rank = np.where(pos >= 0, pos, distinct + np.arange(len(prompts)))
-        return prompt_codes, [str(prompts[i]) for i in np.argsort(rank, kind="stable")], "prompt"
+        order = np.argsort(rank, kind="stable")
+        row = np.empty(len(prompts), dtype=np.int64)
+        row[order] = np.arange(len(prompts))
+        return row, [str(prompts[i]) for i in order], "prompt"
     bands = min(10, max_rows)
-    tokens = pd.to_numeric(df["num_prompt_tokens"], errors="coerce") if "num_prompt_tokens" in df else None
-    if tokens is not None and tokens.notna().all() and tokens.nunique() > 1:
+    tokens = _prompt_tokens(run, prompts)
+    if tokens is not None and len(np.unique(tokens)) > 1:
         cut = pd.qcut(tokens, q=bands, duplicates="drop")
-        cats = cut.cat.categories
-        labels = [f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens" for iv in cats]
-        return cut.cat.codes.to_numpy(dtype=np.int64), labels, "prompt tokens"
-    # Bands of the configured prompt order, computed per distinct prompt and then spread to the records.
-    pos, distinct = order_positions(ids, prompts)
+        labels = [f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens" for iv in cut.categories]
+        return np.asarray(cut.codes, dtype=np.int64), labels, "prompt tokens"
+    # Bands of the configured prompt order.
     width = max(1, -(-max(distinct, 1) // bands))
-    band_of_prompt = np.where(pos >= 0, pos // width, bands)
     labels = [f"{b * width + 1}–{(b + 1) * width}" for b in range(bands)] + ["not in the prompt set"]
-    return band_of_prompt[prompt_codes], labels, "prompt order"
+    return np.where(pos >= 0, pos // width, bands), labels, "prompt order"
 
 
-def heatmap(run: Run, k: int, max_rows: int = MAX_HEATMAP_ROWS,
+def heatmap(run: Run, cells: list[CellResult], k: int, max_rows: int = MAX_HEATMAP_ROWS,
             changed: set[tuple[str, str]] | None = None) -> Heatmap:  # fmt: skip
-    """`changed`: changed_text(run), when the caller already has it."""
-    df = run.prompt_frame()
+    """Per (cell, row) the evidence stage's per-prompt counts summed (complete repeats, identical greedy
+    repeats once: the numbers `show` and `compare` judge); `changed`: evidence.changed_text(cells)."""
     cols = [f"pos{i}" for i in range(k)]
-    if not len(df):
+    parts = []
+    for c in cells:
+        ev = c.evidence
+        if not ev.g:
+            continue
+        part = pd.DataFrame({"cell": c.cell, "prompt": list(ev.ids), "drafts": ev.drafts.astype(np.int64)})
+        for i in range(min(k, ev.k)):
+            part[cols[i]] = ev.per_pos[:, i].astype(np.int64)
+        parts.append(part)
+    if not parts:
         return Heatmap(pd.DataFrame(columns=["cell", "row", "drafts", "prompts", "changed", *cols]), "prompt")
-    cell_c, cells = _codes(df["cell"])
-    prompt_c, prompts = _codes(df["prompt_id"])
-    row_c, row_labels, kind = _rows_for(df, run, max_rows, prompt_c, prompts)
-    n_rows = max(len(row_labels), int(row_c.max()) + 1)
-    key = cell_c * n_rows + row_c
-    changed = changed_text(run) if changed is None else changed
-    flag = np.zeros(len(df), dtype=bool)
-    if changed:
-        cell_idx = {str(c): n for n, c in enumerate(cells)}
-        prompt_idx = {str(p): n for n, p in enumerate(prompts)}
-        bad = {cell_idx[c] * len(prompts) + prompt_idx[p] for c, p in changed if c in cell_idx and p in prompt_idx}
-        flag = np.isin(cell_c * len(prompts) + prompt_c, list(bad))
-    # Sums per (cell, row) with bincount over the dense key (a pandas group-by with named aggregations took
-    # half a second over 10⁶ records); the groups keep their order of first appearance.
-    keys, first = np.unique(key, return_index=True)
-    keys = keys[np.argsort(first, kind="stable")]
-    slot = np.full(int(key.max()) + 1, -1, dtype=np.int64)
-    slot[keys] = np.arange(len(keys))
-    at = slot[key]
-    acc = positions(df, k)
-    g = pd.DataFrame({c: np.bincount(at, weights=acc[:, i], minlength=len(keys)).astype(np.int64)
-                      for i, c in enumerate(cols)})  # fmt: skip
-    g["drafts"] = np.bincount(at, weights=df["num_drafts"].to_numpy(dtype=np.float64), minlength=len(keys)).astype(
-        np.int64
-    )
-    g["changed"] = np.bincount(at, weights=flag, minlength=len(keys)) > 0
-    distinct = np.unique(at * (len(prompts) + 1) + prompt_c) // (len(prompts) + 1)
-    g["prompts"] = np.bincount(distinct, minlength=len(keys))
-    g.insert(0, "row", [row_labels[r] if r < len(row_labels) else str(r) for r in keys % n_rows])
-    g.insert(0, "cell", [str(cells[c]) for c in keys // n_rows])
+    long = pd.concat(parts, ignore_index=True).fillna({c: 0 for c in cols})
+    prompts = np.asarray(list(dict.fromkeys(long["prompt"])), dtype=object)
+    row_of, labels, kind = _rows_for(run, prompts, max_rows)
+    code = pd.Index(prompts).get_indexer(long["prompt"])
+    long["row"] = [labels[r] for r in row_of[code]]
+    marks = changed_text(cells) if changed is None else changed
+    long["changed"] = [(c, p) in marks for c, p in zip(long["cell"], long["prompt"], strict=True)]
+    g = long.groupby(["cell", "row"], sort=False).agg(
+        drafts=("drafts", "sum"), prompts=("prompt", "nunique"), changed=("changed", "any"),
+        **{c: (c, "sum") for c in cols},
+    ).reset_index()  # fmt: skip
     d = g["drafts"].to_numpy(dtype=np.float64)
     for c in cols:
         g[c] = np.divide(g[c].to_numpy(dtype=np.float64), d, out=np.full(len(g), np.nan), where=d > 0)
-    cell_order = {c["cell"]: n for n, c in enumerate(run.manifest.get("cells", []))}
-    row_order = {r: n for n, r in enumerate(row_labels)}
-    g["_c"] = g["cell"].map(cell_order).fillna(len(cell_order))
-    g["_r"] = g["row"].map(row_order).fillna(len(row_order))
+    cell_order = {c.cell: n for n, c in enumerate(cells)}
+    row_order = {r: n for n, r in enumerate(labels)}
+    g["_c"] = g["cell"].map(cell_order)
+    g["_r"] = g["row"].map(row_order)
     g = g.sort_values(["_c", "_r"], kind="stable").drop(columns=["_c", "_r"]).reset_index(drop=True)
-    return Heatmap(g, kind)
-
-
-def changed_text(run: Run) -> set[tuple[str, str]]:
-    """(cell, prompt) pairs whose greedy output differs from the build's most common output for that prompt,
-    or differs between the cell's own repeats: the target verifies every token, so under greedy decoding the
-    text must be the same everywhere in a build."""
-    df = run.prompt_frame()
-    if not len(df):
-        return set()
-    build_c, _ = _codes(df["build"])
-    cell_c, cells = _codes(df["cell"])
-    prompt_c, prompts = _codes(df["prompt_id"])
-    sha_c, _ = _codes(df["output_sha256"])
-    # All integer work (10⁶ records: a group-by + merge took a second): (build, prompt) and (build, prompt,
-    # output) as dense codes in order of first appearance; the most common output per (build, prompt), ties
-    # to the output seen first; then the records whose output is not it.
-    bp, _ = pd.factorize(build_c * len(prompts) + prompt_c)
-    bps, _ = pd.factorize(bp * (int(sha_c.max()) + 1) + sha_c)
-    n = np.bincount(bps)
-    bp_of = bp[np.unique(bps, return_index=True)[1]]  # the (build, prompt) of every distinct output
-    order = np.lexsort((np.arange(len(n)), -n, bp_of))  # per (build, prompt): most common first, then first seen
-    best = np.full(int(bp.max()) + 1, -1, dtype=np.int64)
-    first_of_group = np.r_[True, bp_of[order][1:] != bp_of[order][:-1]]
-    best[bp_of[order][first_of_group]] = order[first_of_group]
-    differs = bps != best[bp]
-    pairs = np.unique(cell_c[differs] * len(prompts) + prompt_c[differs])
-    return {(str(cells[x // len(prompts)]), str(prompts[x % len(prompts)])) for x in pairs.tolist()}
+    return Heatmap(g[["cell", "row", "drafts", "prompts", "changed", *cols]], kind)
 
 
 def fingerprint(run: Run, cells: list[CellResult]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from mtpbench.baseline import load_baseline
 from mtpbench.cli import app
 from mtpbench.compare import analyze, compare
 from mtpbench.errors import UserError
+from mtpbench.evidence import collect
 from mtpbench.htmlreport import Figures
 from mtpbench.results import load_run
 
@@ -183,7 +184,7 @@ def _grid_reference(hm: views.Heatmap, k: int) -> tuple[np.ndarray, np.ndarray]:
 def test_heatmap_grid_is_the_frame(tmp_path: Path, max_rows: int) -> None:
     shutil.copytree(STORED, tmp_path / "run")
     run = load_run(tmp_path / "run")
-    hm = views.heatmap(run, 3, max_rows=max_rows, changed={("current/eager/fault", "class")})
+    hm = views.heatmap(run, collect(run), 3, max_rows=max_rows, changed={("current/eager/fault", "class")})
     g = hm.grid(3)
     want_grid, want_changed = _grid_reference(hm, 3)
     np.testing.assert_array_equal(g.grid, want_grid)

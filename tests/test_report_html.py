@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 
 from mtpbench.cli import app
 from mtpbench.compare import analyze
+from mtpbench.evidence import changed_text, collect
 from mtpbench.results import load_run
-from mtpbench.views import changed_text, heatmap
+from mtpbench.views import heatmap
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"
@@ -105,36 +106,41 @@ def test_png_figures_are_written(rendered: tuple[Path, Path]) -> None:
 
 def test_heatmap_data_is_per_prompt_and_position(stored_run: Path) -> None:
     run = load_run(stored_run)
-    hm = heatmap(run, 3)
+    cells = collect(run)
+    hm = heatmap(run, cells, 3)
     rates = hm.frame
     assert hm.rows == "prompt"
-    # Pooled over repeats: per prompt, accepted at pos1 / drafts, recomputed from the raw records.
+    # Pooled over repeats, identical greedy repeats once (the evidence show and compare judge): per prompt,
+    # accepted at pos1 / drafts, recomputed from the raw records.
     for cell, prompt in (("current/eager/fault", "class"), ("current/eager/stock", "parsing")):
-        rows = [r for r in run.records if r["type"] == "prompt" and r["cell"] == cell and r["prompt_id"] == prompt]
-        want = sum(r["accepted_per_pos"][1] for r in rows) / sum(r["num_drafts"] for r in rows)
+        rows = {(r["num_drafts"], r["num_draft_tokens"], r["num_accepted_tokens"], tuple(r["accepted_per_pos"]),
+                 r["output_sha256"]) for r in run.records
+                if r["type"] == "prompt" and r["cell"] == cell and r["prompt_id"] == prompt}  # fmt: skip
+        want = sum(r[3][1] for r in rows) / sum(r[0] for r in rows)
         got = rates[(rates["cell"] == cell) & (rates["row"] == prompt)]["pos1"].item()
         assert got == pytest.approx(want)
     assert len(rates) == 2 * 5
     assert list(dict.fromkeys(rates["cell"])) == ["current/eager/stock", "current/eager/fault"]
     assert list(rates["row"][:5]) == run.manifest["prompts"]["ids"]  # the configured prompt order
-    assert changed_text(run) == set() and not rates["changed"].any()  # the fault leaves the text alone
+    assert changed_text(cells) == set() and not rates["changed"].any()  # the fault leaves the text alone
 
 
 def test_heatmap_bands_many_prompts(stored_run: Path) -> None:
     # A serving run has thousands of prompts: rows become bands of prompt length (here 5 prompts, 2 rows max).
     run = load_run(stored_run)
-    hm = heatmap(run, 3, max_rows=2)
+    cells = collect(run)
+    hm = heatmap(run, cells, 3, max_rows=2)
     assert hm.rows == "prompt tokens"
     assert len(hm.frame) == 2 * hm.frame["row"].nunique() and hm.frame["row"].nunique() <= 2
     per_cell = hm.frame.groupby("cell")[["drafts", "prompts"]].sum()
-    drafts = run.prompt_frame().groupby("cell")["num_drafts"].sum()
-    assert per_cell["drafts"].to_dict() == drafts.to_dict() and set(per_cell["prompts"]) == {5}
+    drafts = {c.cell: c.summary.counts.num_drafts for c in cells}  # the drafts `show` prints
+    assert per_cell["drafts"].to_dict() == drafts and set(per_cell["prompts"]) == {5}
 
 
 def test_changed_text_marks_the_cell_and_prompt(make_run) -> None:  # type: ignore[no-untyped-def]
     path = make_run({"b/eager/stock": [[90, 80, 70]], "b/compiled/stock": [[90, 80, 70]]},
                     text={"b/compiled/stock": ["other"]})  # fmt: skip
-    marks = changed_text(load_run(path))
+    marks = changed_text(collect(load_run(path)))
     assert ("b/compiled/stock", "class") in marks and not any(c == "b/eager/stock" for c, _ in marks)
 
 
@@ -185,15 +191,19 @@ def _changed_reference(rows: list[tuple[str, str, str, str | None]]) -> set[tupl
 
 
 def test_changed_text_equals_the_plain_rule_on_random_runs() -> None:
+    from types import SimpleNamespace
+
     import numpy as np
     import pandas as pd
 
-    class _Run:
-        def __init__(self, df: pd.DataFrame) -> None:
-            self.df = df
-
-        def prompt_frame(self) -> pd.DataFrame:
-            return self.df
+    def cells_of(df: pd.DataFrame) -> list[SimpleNamespace]:
+        """What changed_text reads of evidence.CellResult: build, cell, observations (codes), prompt_names."""
+        prompt, names = pd.factorize(df["prompt_id"], use_na_sentinel=False)
+        sha, _ = pd.factorize(df["output_sha256"], use_na_sentinel=False)
+        obs = pd.DataFrame({"cell": df["cell"], "prompt": prompt, "sha": sha})
+        return [SimpleNamespace(build=g["build"].iloc[0], cell=c, prompt_names=np.asarray(names, dtype=object),
+                                observations=obs[obs["cell"] == c][["prompt", "sha"]])
+                for c, g in df.groupby("cell", sort=False)]  # fmt: skip
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -203,7 +213,7 @@ def test_changed_text_equals_the_plain_rule_on_random_runs() -> None:
                 zip(builds, rng.choice(["eager", "graph"], n), rng.choice(["p1", "p2", "p3"], n),
                     rng.choice(["x", "y", "z", "-"], n), strict=True)]  # fmt: skip
         df = pd.DataFrame(rows, columns=["build", "cell", "prompt_id", "output_sha256"])
-        assert changed_text(_Run(df)) == _changed_reference(rows)  # type: ignore[arg-type]
+        assert changed_text(cells_of(df)) == _changed_reference(rows)  # type: ignore[arg-type]
 
 
 def test_the_readme_example_command_works(tmp_path: Path) -> None:
