@@ -606,6 +606,7 @@ def compare(
             run.run_id, name, [f"unchecked: {u}" for u in unchecked], unchecked,
         )  # fmt: skip
     late: list[Finding] = []  # the checks' findings, after analyze's own
+    resolved: dict[str, BaselineEntry] = {}  # cell -> the entry that judged it (acceptance and throughput alike)
 
     def judge(comp: Comparison) -> None:
         comp.baseline = name
@@ -622,6 +623,8 @@ def compare(
         emap.update(entry_map or {})
         for c in comp.cells:
             entry, _rule = resolve_entry(baseline, c, emap, name)
+            if entry is not None:
+                resolved[c.cell] = entry
             if entry is None:
                 comp.checks.extend(
                     PositionCheck(c.cell, i, c.summary.per_pos[i], None, None, None, Verdict.NO_BASELINE)
@@ -641,5 +644,5 @@ def compare(
 
     comp = analyze(run, gate, run_failed, measured=judge)
     comp.diagnoses.extend(late)
-    comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, baseline))
+    comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, resolved))
     return comp

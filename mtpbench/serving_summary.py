@@ -29,17 +29,16 @@ Computing never prints; the renderers below do no arithmetic.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from rich import box
 from rich.table import Table
-from scipy.special import ndtri
 
 from mtpbench.baseline import Baseline, BaselineEntry
 from mtpbench.errors import NotComparableError
+from mtpbench.evidence import collect
 from mtpbench.findings import Diagnosis, Finding
 from mtpbench.results import Run
 from mtpbench.schema import COUNTERS_ONLY
@@ -106,20 +105,6 @@ def _pcts(values: list[float]) -> Percentiles:
     return Percentiles(float(np.percentile(arr, 50)), float(np.percentile(arr, 99)))
 
 
-def clustered_ratio_ci(num: list[int], den: list[int], confidence: float = 0.95) -> Interval | None:
-    """Interval on sum(num)/sum(den) with the clusters (requests) as the independent units: the ratio
-    estimator's linearised variance n/(n-1) * sum((a_j - r d_j)^2) / D^2, normal quantile, clipped to [0,1]."""
-    n = len(den)
-    d_tot = sum(den)
-    if n < 2 or d_tot <= 0:
-        return None
-    r = sum(num) / d_tot
-    var = n / (n - 1) * sum((a - r * d) ** 2 for a, d in zip(num, den, strict=True)) / d_tot**2
-    z = float(ndtri(0.5 + confidence / 2))
-    half = z * math.sqrt(var)
-    return Interval(max(0.0, r - half), min(1.0, r + half))
-
-
 def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
     wl = workload_of(run)
     k = int(run.manifest["config"]["speculative"]["num_speculative_tokens"])
@@ -129,37 +114,34 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
         if c["cell"] not in meta:
             order.append(c["cell"])
             meta[c["cell"]] = {"build": c["build"], "mode": c["mode"], "variant": c["variant"]}
+    # Acceptance from the evidence stage (complete repeats, the same clustered interval as the offline table):
+    # the serving table, the checks and `baseline save` cannot disagree on what a cell accepted.
+    judged = {c.cell: c for c in collect(run, confidence)}
     out: list[ServingCell] = []
     for cell in order:
         mine = [r for r in run.records if r.get("cell") == cell]
         # Requests: per-request prompt records, or (counters-only) request records without counts.
         reqs = [r for r in mine if (r.get("type") == "prompt" and r.get("source") != "metrics_delta")
                 or r.get("type") == "request"]  # fmt: skip
-        counted = [r for r in mine if r.get("type") == "prompt" and r.get("source") != "metrics_delta"]
-        pooled = [r for r in mine if r.get("type") == "prompt" and r.get("source") == "metrics_delta"]
         starts = [r for r in mine if r.get("type") == "cell_start"]
-        counters_only = bool(pooled) or any(s.get("per_request_metrics") == COUNTERS_ONLY for s in starts)
+        ev = judged[cell]
+        pooled = any(r.get("type") == "prompt" and r.get("source") == "metrics_delta" for r in mine)
         # Fail closed: a cell with any counters-only repeat is shown (and judged) pooled, without intervals.
-        evidence = [*counted, *pooled] if counters_only else counted
-        failed = [r for r in run.records if r.get("cell") == cell and r.get("type") == "request_failed"]
-        loads = [r for r in run.records if r.get("cell") == cell and r.get("type") == "load"]
+        counters_only = ev.counters_only or pooled
+        failed = [r for r in mine if r.get("type") == "request_failed"]
+        loads = [r for r in mine if r.get("type") == "load"]
         repeats = {c["repeat"] for c in run.manifest["cells"] if c["cell"] == cell}
         total = int(wl.get("num_requests", 0)) * len(repeats)
         wall = sum(float(x.get("wall_s") or 0.0) for x in loads)
         gen = sum(int(r.get("num_generated_tokens") or 0) for r in reqs)
-        drafts = [int(r["num_drafts"]) for r in evidence]
-        d_tot = sum(drafts)
-        acc_tot = sum(int(r["num_accepted_tokens"]) for r in evidence)
-        dt_tot = sum(int(r["num_draft_tokens"]) for r in evidence)
-        per_pos: list[float | None] = []
-        per_pos_ci: list[Interval | None] = []
-        for i in range(k):
-            a = [int(r["accepted_per_pos"][i]) for r in evidence]
-            per_pos.append(sum(a) / d_tot if d_tot else None)
-            # One pooled count per cell-repeat is not a sample of requests: no interval.
-            per_pos_ci.append(None if counters_only else clustered_ratio_ci(a, drafts, confidence))
-        als = [] if counters_only else [
-            1 + int(r["num_accepted_tokens"]) / int(r["num_drafts"]) for r in counted if int(r["num_drafts"]) > 0]
+        s_ = ev.summary
+        per_pos = [s_.per_pos[i] if i < len(s_.per_pos) else None for i in range(k)]
+        # One pooled count per cell-repeat is not a sample of requests: no interval.
+        per_pos_ci = [None if counters_only or i >= len(s_.per_pos_ci) else s_.per_pos_ci[i] for i in range(k)]
+        obs = ev.observations
+        drafts = obs["num_drafts"].to_numpy(dtype=np.float64)
+        acc = obs["num_accepted_tokens"].to_numpy(dtype=np.float64)
+        als = [] if counters_only else (1 + acc[drafts > 0] / drafts[drafts > 0]).tolist()
         out.append(
             ServingCell(
                 cell=cell,
@@ -176,8 +158,8 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
                 e2e_s=_pcts([float(r["e2e_s"]) for r in reqs if r.get("e2e_s") is not None]),
                 pooled_per_pos=per_pos,
                 pooled_per_pos_ci=per_pos_ci,
-                pooled_mean=acc_tot / dt_tot if dt_tot else None,
-                pooled_al=1 + acc_tot / d_tot if d_tot else None,
+                pooled_mean=s_.mean,
+                pooled_al=s_.acceptance_length,
                 mean_request_al=sum(als) / len(als) if als else None,
                 metrics_delta=[x.get("metrics_delta") for x in loads],
                 per_request_sum=[x.get("per_request_sum") for x in loads],
@@ -300,14 +282,14 @@ def diagnoses(run: Run) -> list[Finding]:
     return out
 
 
-def throughput_diagnoses(run: Run, baseline: Baseline) -> list[Finding]:
+def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry]) -> list[Finding]:
     """req/s below the baseline entry's by more than the workload's tolerance (same NUM only)."""
     if not is_serving(run):
         return []
     wl = workload_of(run)
     out: list[Finding] = []
     for c in summarize_serving(run):
-        entry = _entry(baseline, c)
+        entry = entries.get(c.cell)  # the entry compare judged the cell's acceptance by (resolve_entry)
         if entry is None or entry.serving is None or entry.serving.req_per_s is None or c.req_per_s is None:
             continue
         if entry.serving.num_requests is not None and entry.serving.num_requests != wl.get("num_requests"):
@@ -338,10 +320,6 @@ def throughput_unchecked(run: Run, baseline: Baseline) -> list[str]:
         elif e.serving.num_requests is not None and e.serving.num_requests != wl.get("num_requests"):
             out.append(f"serving.req_per_s (baseline NUM={e.serving.num_requests}, run NUM={wl.get('num_requests')})")
     return sorted(set(out))
-
-
-def _entry(baseline: Baseline, c: ServingCell) -> BaselineEntry | None:
-    return baseline.entry_for(c.build, c.mode)
 
 
 # --- rendering (no arithmetic beyond units) ----------------------------------------------------------

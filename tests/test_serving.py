@@ -253,15 +253,19 @@ def test_serving_summary_figures(tmp_path: Path) -> None:
     assert c.counts_match == [True]
 
 
-def test_clustered_interval_matches_the_ratio_estimator_by_hand() -> None:
-    # r = 10/20; residuals a - r d = [1, -1, 0, 0]; var = 4/3 * 2 / 400; half-width 1.96 * sqrt(var).
-    ci = ss.clustered_ratio_ci([3, 1, 4, 2], [4, 4, 8, 4])
+def test_serving_interval_is_the_offline_tables_clustered_t_interval(tmp_path: Path) -> None:
+    # Issue 18: the serving table used a normal quantile where the offline table (stats.clustered_ratio) uses
+    # Student t on G-1 df, so one cell had two intervals. r = 10/20; residuals a - r d = [1, -1, 0, 0];
+    # var = 4/3 * 2 / 400; half-width t(0.975, 3) * sqrt(var) = 3.182446 * 0.081650.
+    reqs = [([3, 0, 0], 4), ([1, 0, 0], 4), ([4, 0, 0], 8), ([2, 0, 0], 4)]
+    run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": reqs}))
+    (c,) = ss.summarize_serving(run)
+    ci = c.pooled_per_pos_ci[0]
     assert ci is not None
-    half = 1.959963984540054 * (4 / 3 * 2 / 400) ** 0.5
+    half = 3.182446305284263 * (4 / 3 * 2 / 400) ** 0.5
     assert (ci.low, ci.high) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
-    # Requests with the same rate leave no between-request spread.
-    same = ss.clustered_ratio_ci([5, 10], [10, 20])
-    assert same is not None and same.low == pytest.approx(0.5) and same.high == pytest.approx(0.5)
+    (offline,) = analyze(run).cells
+    assert offline.summary.per_pos_ci[0] == ci
 
 
 def test_a_failed_request_fails_the_gate(tmp_path: Path) -> None:
@@ -396,3 +400,20 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
     if alive:  # leave nothing behind, even when failing
         os.killpg(server_pid, signal.SIGKILL)
     assert not alive
+
+
+def test_throughput_is_judged_by_the_entry_that_judged_acceptance(tmp_path: Path) -> None:
+    # Issue 18: the throughput check looked its entry up by build/mode alone while the acceptance checks follow
+    # the config's / --entry map, so one cell was judged against two entries. Mapped to an entry measured at
+    # 1.0 req/s, a 1.0 req/s cell has no throughput drop (the unmapped published entry says 1.99).
+    reqs = [([82, 60, 49], 100)] * 300
+    run = load_run(write_serving_run(tmp_path, {"b/NONE/stock": reqs}, wall_s=300 / 1.0))
+    published = load_baseline(PUBLISHED)
+    (e,) = [e for e in published.entries if e.serving is not None]  # build "*", mode "*": 1.99 req/s
+    assert e.serving is not None
+    slow = e.model_copy(update={"build": "slow", "mode": "NONE",
+                                "serving": e.serving.model_copy(update={"req_per_s": 1.0})})  # fmt: skip
+    base = published.model_copy(update={"entries": [*published.entries, slow]})
+    comp = compare(run, base, accept_unchecked=True, entry_map={"b/NONE/stock": "slow/NONE"})
+    assert {ch.entry for ch in comp.checks} == {"slow/NONE"}
+    assert not [d for d in comp.diagnoses if d.kind == "throughput-drop"], comp.diagnoses
