@@ -253,9 +253,10 @@ def baseline_from_cells(
     per_cell: list[tuple[str, str, dict[str, Any], int, dict[str, dict[str, Any]] | None]],
     source: str | None = None,
     variant: str | None = None,
+    serving: dict[tuple[str, str], dict[str, Any] | None] | None = None,
 ) -> Baseline:
     """per_cell: (build, mode, counts dict, repeats, per-prompt counts dicts or None) — variants are pooled
-    by the caller's choice."""
+    by the caller's choice; `serving`: per (build, mode) a serving entry's fields (save.baseline_of_run)."""
     fp = run_fingerprint(run)
     entries = []
     for build, mode, counts, repeats, prompts in per_cell:
@@ -263,9 +264,7 @@ def baseline_from_cells(
         if d <= 0:
             continue
         rates = [round(100.0 * a / d, 3) for a in counts["accepted_per_pos"]]
-        from mtpbench.serving_summary import baseline_fields  # serving runs: the load and what it achieved
-
-        serving = baseline_fields(run, build, mode, variant)
+        fields = (serving or {}).get((build, mode))
         entries.append(
             BaselineEntry(
                 build=build,
@@ -276,7 +275,7 @@ def baseline_from_cells(
                 counts=BaselineCounts(**counts),
                 prompts={p: BaselineCounts(**c) for p, c in prompts.items()} if prompts else None,
                 repeats=repeats,
-                serving=ServingBaselineEntry(**serving) if serving else None,
+                serving=ServingBaselineEntry(**fields) if fields else None,
             )
         )
     if not entries:

@@ -608,35 +608,15 @@ def baseline_save(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> int:
     """Write a baseline (per build/mode rates, pooled and per-prompt counts, provenance) from a complete run."""
-    from mtpbench import compare as cmp
-    from mtpbench.baseline import baseline_from_cells, write_baseline
+    from mtpbench.baseline import write_baseline
     from mtpbench.results import load_run
+    from mtpbench.save import baseline_of_run
 
     r = load_run(run_dir)
-    cells = [c for c in cmp.collect(r) if c.variant == variant]
-    if not cells:
-        raise UserError(f"{run_dir}: no cells of variant {variant!r}")
-    if any(not c.complete for c in cells):
-        raise UserError(f"{run_dir}: some cells did not finish; a baseline must come from a complete run")
-    per_cell = [(c.build, c.mode, _counts_dict(c.summary.counts), len(c.repeats), _prompt_counts(c)) for c in cells]
-    b = baseline_from_cells(r, name or out.stem, per_cell, variant=variant)
+    b = baseline_of_run(r, name or out.stem, variant)
     write_baseline(b, out, force)
     console.print(f"wrote {out} ({len(b.entries)} entries from run {r.run_id})", markup=False, highlight=False)
     return 0
-
-
-def _counts_dict(c: Any) -> dict[str, Any]:
-    return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
-            "num_accepted_tokens": c.num_accepted_tokens, "accepted_per_pos": list(c.accepted_per_pos)}  # fmt: skip
-
-
-def _prompt_counts(cell: Any) -> dict[str, dict[str, Any]]:
-    ev = cell.evidence
-    return {
-        pid: {"num_drafts": int(ev.drafts[i]), "num_draft_tokens": int(ev.draft_tokens[i]),
-              "num_accepted_tokens": int(ev.accepted[i]), "accepted_per_pos": [int(x) for x in ev.per_pos[i]]}
-        for i, pid in enumerate(ev.ids)
-    }  # fmt: skip
 
 
 # --- doctor / selftest -----------------------------------------------------------------------------------

@@ -31,11 +31,11 @@ def kinds(comp, severity: str = "fail") -> set[str]:
 
 
 def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
-    from mtpbench.cli import _counts_dict, _prompt_counts
+    from mtpbench.save import _counts, _per_prompt
 
     run = load_run(run_path)
-    per_cell = [(c.build, c.mode, _counts_dict(c.summary.counts), len(c.repeats),
-                 _prompt_counts(c) if with_prompts else None) for c in collect(run)]  # fmt: skip
+    per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats),
+                 _per_prompt(c) if with_prompts else None) for c in collect(run)]  # fmt: skip
     write_baseline(baseline_from_cells(run, "b", per_cell), out, force=True)
     return out
 

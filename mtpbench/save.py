@@ -1,0 +1,44 @@
+"""`mtpbench baseline save`: a complete run's evidence as a baseline.
+
+The counts are the evidence stage's (evidence.py: complete repeats, identical greedy repeats once), the same
+numbers `show` and `compare` print for the run; a serving run adds its load and what it achieved
+(serving_summary.baseline_fields). baseline.py only builds and writes the file: it reads no evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mtpbench.baseline import Baseline, baseline_from_cells
+from mtpbench.errors import UserError
+from mtpbench.evidence import CellResult, collect
+from mtpbench.results import Run
+from mtpbench.serving_summary import baseline_fields
+from mtpbench.stats import Counts
+
+
+def _counts(c: Counts) -> dict[str, Any]:
+    return {"num_drafts": int(c.num_drafts), "num_draft_tokens": int(c.num_draft_tokens),
+            "num_accepted_tokens": int(c.num_accepted_tokens),
+            "accepted_per_pos": [int(x) for x in c.accepted_per_pos]}  # fmt: skip
+
+
+def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
+    ev = cell.evidence
+    return {
+        pid: {"num_drafts": int(ev.drafts[i]), "num_draft_tokens": int(ev.draft_tokens[i]),
+              "num_accepted_tokens": int(ev.accepted[i]), "accepted_per_pos": [int(x) for x in ev.per_pos[i]]}
+        for i, pid in enumerate(ev.ids)
+    }  # fmt: skip
+
+
+def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
+    """The baseline of the run's cells of `variant`; refuses (UserError) a run with a cell that did not finish."""
+    cells = [c for c in collect(run) if c.variant == variant]
+    if not cells:
+        raise UserError(f"{run.path}: no cells of variant {variant!r}")
+    if any(not c.complete for c in cells):
+        raise UserError(f"{run.path}: some cells did not finish; a baseline must come from a complete run")
+    per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
+    serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant) for c in cells}
+    return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)
