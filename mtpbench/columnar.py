@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mtpbench.files import share_mode
+
 COPY = "records.parquet"
 # Bumped when the copy's layout changes: an older copy is then stale and rebuilt from the JSONL.
 COPY_VERSION = 3  # 2: dictionaries of any size (see write_copy); 3: the reader's warnings kept
@@ -134,8 +136,6 @@ def _write(pa: Any, pq: Any, run_dir: Path, src: Path, records: list[dict[str, A
         # prompt ids and output hashes of a large run then went PLAIN, and every read re-hashed 10⁶
         # strings (0.9 s of a 10⁶-record load; 0.15 s with the dictionary kept, and 42 → 16 MB on disk).
         pq.write_table(table, tmp, compression="zstd", dictionary_pagesize_limit=1 << 28)
-        from mtpbench.results import share_mode  # results imports this module
-
         share_mode(tmp)
         os.replace(tmp, run_dir / COPY)
     finally:
@@ -201,18 +201,3 @@ def positions(frame: pd.DataFrame, k: int) -> np.ndarray:
         v = list(vec)[:k]
         out[n, : len(v)] = v
     return out
-
-
-def refresh(run_dir: Path) -> Path | None:
-    """Make the copy fresh (called when a run ends); a records file the reader refuses gets no copy and is
-    reported by whoever loads the run next, with the reader's own message."""
-    from mtpbench.errors import UserError
-    from mtpbench.results import RECORDS, scan_records
-
-    if read_copy(run_dir) is not None:
-        return run_dir / COPY
-    try:
-        recs = scan_records(run_dir / RECORDS)
-    except UserError:
-        return None
-    return write_copy(run_dir, recs.records, recs.warnings)

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from mtpbench import __version__
 from mtpbench.config import GateSpec, path_kind
 from mtpbench.errors import DataWarning, StorageError, UserError
+from mtpbench.files import share_mode
 from mtpbench.schema import SCHEMA_VERSION, schema_problem
 
 __all__ = ["MANIFEST", "RECORDS", "SCHEMA_VERSION", "DataWarning", "Manifest", "Run", "load_run", "read_records"]
@@ -67,26 +68,6 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _umask() -> int:
-    """The process's umask, read without setting it (setting it to learn it races with threads that create
-    files meanwhile); where /proc does not say, the set-and-restore it would otherwise take."""
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def share_mode(path: str | Path) -> None:
-    """The mode open() would have given a file mkstemp made (0600): 0666 less the umask, so that a run's
-    other readers (a CI artifact collector, a team's shared runs folder) can read what mtpbench wrote."""
-    os.chmod(path, 0o666 & ~_umask())
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -513,3 +494,17 @@ def timing(manifest: dict[str, Any]) -> dict[str, float]:
     total = sum(float(c.get("wall_s") or 0.0) for c in cells)
     engine = sum(float(c.get("engine_start_s") or 0.0) for c in cells)
     return {"cells": float(len(cells)), "wall_s": total, "engine_start_s": engine, "other_s": max(total - engine, 0.0)}
+
+
+def refresh_copy(run_dir: Path) -> Path | None:
+    """Make the columnar copy fresh (called when a run ends); a records file the reader refuses gets no copy
+    and is reported by whoever loads the run next, with the reader's own message."""
+    from mtpbench import columnar
+
+    if columnar.read_copy(run_dir) is not None:
+        return run_dir / columnar.COPY
+    try:
+        recs = scan_records(run_dir / RECORDS)
+    except UserError:
+        return None
+    return columnar.write_copy(run_dir, recs.records, recs.warnings)

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import mtpbench
-from mtpbench import columnar
 from mtpbench.baseline import model_identity
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
@@ -33,7 +32,7 @@ from mtpbench.errors import ExitCode, UserError
 from mtpbench.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
 from mtpbench.history import refresh_point
 from mtpbench.patches import PATCHES_ENV
-from mtpbench.results import MANIFEST, RECORDS, new_manifest, new_run_dir, now_iso, write_json_atomic
+from mtpbench.results import MANIFEST, RECORDS, new_manifest, new_run_dir, now_iso, refresh_copy, write_json_atomic
 from mtpbench.weights import cache_dir
 
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -532,7 +531,7 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
-        columnar.refresh(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
+        refresh_copy(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
         refresh_point(run_dir)  # and the few-kB summary `history` reads per run
         return RunOutcome(run_dir, manifest, failed)
     finally:
@@ -609,7 +608,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         failed_all = [f"{c['cell']} r{c['repeat']}" for c in manifest["cells"] if c.get("status") != "ok"]
         manifest.update(status="failed" if failed_all else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
-        columnar.refresh(run_dir)
+        refresh_copy(run_dir)
         refresh_point(run_dir)
         return RunOutcome(run_dir, manifest, failed_all or failed)
     finally:

@@ -13,7 +13,7 @@ import pytest
 
 from mtpbench import columnar, compare, results
 from mtpbench.errors import DataWarning
-from mtpbench.results import load_run
+from mtpbench.results import load_run, refresh_copy
 
 CELLS = {"b/eager/stock": [[97.0, 93.5, 92.3], [97.0, 93.5, 92.3]], "b/compiled/stock": [[60.0, 50.0, 40.0]]}
 
@@ -125,9 +125,9 @@ def test_a_damaged_copy_is_ignored(make_run: Callable[..., Path]) -> None:
 
 def test_refresh_at_run_end(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
-    assert columnar.refresh(path) == path / columnar.COPY and columnar.read_copy(path) is not None
+    assert refresh_copy(path) == path / columnar.COPY and columnar.read_copy(path) is not None
     (path / results.RECORDS).write_text("not json\n")
-    assert columnar.refresh(path) is None  # the loader reports it, with the reader's message
+    assert refresh_copy(path) is None  # the loader reports it, with the reader's message
 
 
 @pytest.mark.parametrize("field", ["other_records", "warnings"])

@@ -19,7 +19,7 @@ import pytest
 from mtpbench import results, worker
 from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.errors import DataWarning, ExitCode, StorageError, UserError
-from mtpbench.results import MANIFEST, RECORDS, load_run, new_run_dir, scan_records, write_json_atomic
+from mtpbench.results import MANIFEST, RECORDS, load_run, new_run_dir, refresh_copy, scan_records, write_json_atomic
 from mtpbench.schema import SCHEMA_VERSION
 
 GOOD_RATES = [98.2, 96.3, 89.9]
@@ -285,7 +285,7 @@ def test_files_written_through_a_temp_file_get_the_mode_open_would_give(tmp_path
     old = os.umask(0o027)
     try:
         write_json_atomic(tmp_path / "m.json", {"a": 1})
-        assert columnar.refresh(run) is not None
+        assert refresh_copy(run) is not None
         history.refresh_point(run)
     finally:
         os.umask(old)
