@@ -78,7 +78,7 @@ def annotations(comp: Comparison) -> list[str]:
         kind, sev = d.name, _value(d.severity)
         if kind == "regression":
             continue  # already one annotation per position above
-        pos = d.numbers.get("pos") if isinstance(d.numbers, dict) else None
+        pos = getattr(d.payload, "pos", None)  # the one position a divergence / instability names
         where = d.cell + (f" pos{pos}" if pos is not None else "")
         cause = cause_text(d)
         text = f"{where}: {finding_message(d)}" + (f" (likely cause: {cause})" if cause else "")

@@ -35,15 +35,25 @@ from mtpbench.findings import (
     FAIL,
     INFO,
     KIND_EXIT,
-    PRODUCER_WORDED,
     WARN,
     Cause,
-    Diagnosis,
+    Divergence,
+    Downgraded,
+    ExcludedRepeat,
     Finding,
+    Instability,
     Kind,
+    NoBaseline,
+    PatchNotApplied,
+    PositionChecks,
+    RunFailed,
     Severity,
+    SpeculationOff,
+    TextChanged,
+    Unchecked,
     Verdict,
 )
+from mtpbench.fixes.status import Unapplied, is_fix, unapplied
 from mtpbench.results import Run
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.stats import (
@@ -61,8 +71,8 @@ from mtpbench.stats import (
 )
 
 __all__ = [
-    "FAIL", "INFO", "KIND_EXIT", "PRODUCER_WORDED", "WARN", "Cause", "CellResult", "Comparison", "Diagnosis",
-    "Finding", "Kind", "PositionCheck", "RepeatResult", "Severity", "Verdict", "analyze", "collect", "compare",
+    "FAIL", "INFO", "KIND_EXIT", "WARN", "Cause", "CellResult", "Comparison", "Finding", "Kind", "PositionCheck",
+    "RepeatResult", "Severity", "Verdict", "analyze", "collect", "compare",
 ]  # fmt: skip
 
 
@@ -146,13 +156,8 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
     spreads = rates.max(axis=0) - rates.min(axis=0)
     pos = int(np.argmax(spreads))
     n_prompts = int(rows["prompt"].nunique())
-    numbers: dict[str, Any] = {
-        "pos": pos,
-        "spread": float(spreads[pos]),
-        "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)},
-        "prompts": n_prompts,
-        "repeats": len(reps),
-    }
+    common = {"pos": pos, "spread": float(spreads[pos]), "prompts": n_prompts, "repeats": len(reps),
+              "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)}}  # fmt: skip
     if greedy:
         # Deterministic decoding: repeats must agree exactly, prompt by prompt. No test needed.
         distinct = _dedupe(rows, [*SIG, *_pos_cols(k)]).groupby("prompt").size()
@@ -163,7 +168,8 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         differing = heapq.nsmallest(10, map(str, names))  # the first ten are shown; all are counted
         texts = rows[rows["prompt"].isin(codes)].groupby("prompt")["sha"].nunique()
         same_text = bool((texts == 1).all())
-        numbers.update(method="exact", prompts_differing=len(names), differing=differing, same_text=same_text)
+        payload = Instability(**common, method="exact", prompts_differing=len(names), differing=differing,
+                              same_text=same_text)  # fmt: skip
         fails = spreads[pos] > gate.instability_pts / 100
     else:
         piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *_pos_cols(k)], aggfunc="sum")
@@ -175,7 +181,7 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         if best is None:
             return None
         p_adj = min(1.0, best[0] * k)  # Bonferroni over the k positions
-        numbers.update(method="permutation", pvalue=p_adj, same_text=False)
+        payload = Instability(**common, method="permutation", pvalue=p_adj, same_text=False)
         if p_adj >= 1 - gate.confidence:
             return None
         fails = spreads[pos] > gate.instability_pts / 100
@@ -183,8 +189,8 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         Kind.INSTABILITY,
         Severity.FAIL if fails else Severity.WARN,
         cell.cell,
-        Cause.ORDER_DEPENDENT_STATE if numbers.get("same_text") else Cause.TARGET_NONDETERMINISM,
-        numbers,
+        Cause.ORDER_DEPENDENT_STATE if payload.same_text else Cause.TARGET_NONDETERMINISM,
+        payload,
     )
 
 
@@ -208,14 +214,14 @@ def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec)
     if abs(delta) <= gate.divergence_pts / 100:
         return None
     same_text = _same_outputs(cell, ref)
-    numbers = {
-        "check": "graph-divergence", "pos": i, "delta": delta, "ci": None, "prompts": 0, "method": COUNTERS_ONLY,
-        "reference": ref.cell, "reference_mode": ref.mode, "mode": cell.mode, "run_rate": rates[i][0],
-        "reference_rate": rates[i][1], "effective_cudagraph_mode": cell.effective.get("cudagraph_mode"),
-        "same_text": same_text, "tolerance_pts": gate.divergence_pts,
-    }  # fmt: skip
+    payload = Divergence(
+        pos=i, delta=delta, ci=None, prompts=0, method=COUNTERS_ONLY, reference=ref.cell, reference_mode=ref.mode,
+        mode=cell.mode, run_rate=rates[i][0], reference_rate=rates[i][1],
+        effective_cudagraph_mode=cell.effective.get("cudagraph_mode"), same_text=same_text,
+        tolerance_pts=gate.divergence_pts,
+    )  # fmt: skip
     cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
-    return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, numbers)
+    return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, payload)
 
 
 def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
@@ -241,25 +247,16 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | 
         return None
     i, est, n = chosen
     same_text = _same_outputs(cell, ref)
-    numbers = {
-        "check": "graph-divergence",
-        "pos": i,
-        "delta": est.value,
-        "ci": None if est.ci is None else [est.ci.low, est.ci.high],
-        "prompts": n,
-        "reference": ref.cell,
-        "reference_mode": ref.mode,
-        "mode": cell.mode,
-        "run_rate": cell.summary.per_pos[i],
-        "reference_rate": ref.summary.per_pos[i],
-        "effective_cudagraph_mode": cell.effective.get("cudagraph_mode"),
-        "same_text": same_text,
-        "tolerance_pts": gate.divergence_pts,
-    }
+    payload = Divergence(
+        pos=i, delta=est.value, ci=None if est.ci is None else [est.ci.low, est.ci.high], prompts=n,
+        reference=ref.cell, reference_mode=ref.mode, mode=cell.mode, run_rate=cell.summary.per_pos[i],
+        reference_rate=ref.summary.per_pos[i], effective_cudagraph_mode=cell.effective.get("cudagraph_mode"),
+        same_text=same_text, tolerance_pts=gate.divergence_pts,
+    )  # fmt: skip
     if worst is None:
-        return Finding(Kind.INCONCLUSIVE, Severity.FAIL, cell.cell, Cause.TOO_LITTLE_EVIDENCE, numbers)
+        return Finding(Kind.INCONCLUSIVE, Severity.FAIL, cell.cell, Cause.TOO_LITTLE_EVIDENCE, payload)
     cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
-    return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, numbers)
+    return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, payload)
 
 
 def _same_outputs(a: CellResult, b: CellResult) -> bool | None:
@@ -282,8 +279,20 @@ def _text_changes(cells: list[CellResult]) -> list[Finding]:
         changed = sorted({p for cell, p in pairs if build_of[cell] == build})
         if changed:
             out.append(Finding(Kind.TEXT_CHANGED, Severity.WARN, f"{build}/*", Cause.TARGET_NUMERICS,
-                               {"build": build, "prompts": changed}))  # fmt: skip
+                               TextChanged(build=build, prompts=changed)))  # fmt: skip
     return out
+
+
+def _unapplied(u: Unapplied) -> Finding:
+    # A refusal is the patch working as designed (the build is not the one it targets, or is fixed already):
+    # warn. A patch that raised is a broken measurement of the variant: fail the gate.
+    raised = u.status == "failed"
+    return Finding(
+        Kind.FIX_NOT_APPLIED if is_fix(u.patch) else Kind.PATCH_NOT_APPLIED,
+        Severity.FAIL if raised else Severity.WARN, u.cell, Cause.PATCH_RAISED if raised else Cause.PATCH_REFUSED,
+        PatchNotApplied(patch=u.patch, variant=u.variant, status=u.status, repeats=u.repeats, of=u.of,
+                        details=list(u.details)),
+    )  # fmt: skip
 
 
 def _cell_health(c: CellResult) -> list[Finding]:
@@ -293,9 +302,8 @@ def _cell_health(c: CellResult) -> list[Finding]:
         out.append(
             Finding(
                 Kind.RUN_FAILED, Severity.FAIL, c.cell, Cause.INCOMPLETE_REPEATS,
-                {"excluded": [{"repeat": r.repeat, "hash_seed": r.hash_seed, "status": r.status,
-                               "prompts": r.prompts, "expected": c.prompts_expected} for r in left_out],
-                 "used": len(c.used_repeats), "repeats": len(c.repeats)},
+                RunFailed(excluded=[ExcludedRepeat(r.repeat, r.hash_seed, r.status, r.prompts, c.prompts_expected)
+                                    for r in left_out], used=len(c.used_repeats), repeats=len(c.repeats)),
             )
         )  # fmt: skip
     off = [r for r in c.used_repeats if r.counts.num_drafts == 0]
@@ -303,16 +311,16 @@ def _cell_health(c: CellResult) -> list[Finding]:
         out.append(
             Finding(
                 Kind.SPECULATION_OFF, Severity.FAIL, c.cell, Cause.SPECULATION_DISABLED,
-                {"hash_seeds": [r.hash_seed for r in off], "repeats": len(c.used_repeats),
-                 "all": len(off) == len(c.used_repeats), "prompts": c.prompts_expected},
+                SpeculationOff(hash_seeds=[r.hash_seed for r in off], repeats=len(c.used_repeats),
+                               all=len(off) == len(c.used_repeats), prompts=c.prompts_expected),
             )
         )  # fmt: skip
     if c.graph_downgraded:
         out.append(
             Finding(
                 Kind.GRAPH_DOWNGRADED, Severity.WARN, c.cell, Cause.PLATFORM_DOWNGRADE,
-                {"requested": c.requested.get("cudagraph_mode"), "effective": c.effective.get("cudagraph_mode"),
-                 "device_type": c.effective.get("device_type")},
+                Downgraded(requested=c.requested.get("cudagraph_mode"), effective=c.effective.get("cudagraph_mode"),
+                           device_type=c.effective.get("device_type")),
             )
         )  # fmt: skip
     return out
@@ -336,12 +344,11 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     for c in cells:
         comp.diagnoses.extend(_cell_health(c))
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
-        comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, {"excluded": []}))
+        comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS,
+                                      RunFailed(excluded=[])))  # fmt: skip
     comp.diagnoses.extend(_serving_diagnoses(run))
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
-    from mtpbench.fixes.status import unapplied
-
-    comp.diagnoses.extend(Diagnosis(u.kind, u.severity, u.cell, u.message) for u in unapplied(run.cell_starts()))
+    comp.diagnoses.extend(_unapplied(u) for u in unapplied(run.cell_starts()))
     for c in cells:
         d = _instability(c, gate, greedy)
         if d:
@@ -541,22 +548,15 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec)
 def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) -> list[Finding]:
     out: list[Finding] = []
 
-    def numbers(xs: list[PositionCheck]) -> dict[str, Any]:
-        return {
-            "positions": [x.pos for x in xs],
-            "run_rates": [x.run_rate for x in xs],
-            "base_rates": [x.base_rate for x in xs],
-            "deltas": [x.delta for x in xs],
-            "cis": [None if x.ci is None else [x.ci.low, x.ci.high] for x in xs],
-            "mdes": [x.mde for x in xs],
-            "prompts": max((x.prompts for x in xs), default=0),
-            "tolerance_pts": gate.tolerance_pts,
-            "confidence": gate.confidence,
-            "power": gate.power,
-            "entry": xs[0].entry if xs else "",
-            # Only when it changes what the numbers mean (keeps every other finding's JSON as it was).
-            **({"method": COUNTERS_ONLY} if any(x.method == COUNTERS_ONLY for x in xs) else {}),
-        }
+    def numbers(xs: list[PositionCheck], check: str | None = None) -> PositionChecks:
+        return PositionChecks(
+            check=check, positions=[x.pos for x in xs], run_rates=[x.run_rate for x in xs],
+            base_rates=[x.base_rate for x in xs], deltas=[x.delta for x in xs],
+            cis=[None if x.ci is None else [x.ci.low, x.ci.high] for x in xs], mdes=[x.mde for x in xs],
+            prompts=max((x.prompts for x in xs), default=0), tolerance_pts=gate.tolerance_pts,
+            confidence=gate.confidence, power=gate.power, entry=xs[0].entry if xs else "",
+            method=COUNTERS_ONLY if any(x.method == COUNTERS_ONLY for x in xs) else None,
+        )  # fmt: skip
 
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
     if by[Verdict.REGRESSION]:
@@ -564,7 +564,7 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
                            numbers(by[Verdict.REGRESSION])))  # fmt: skip
     if by[Verdict.INCONCLUSIVE]:
         out.append(Finding(Kind.INCONCLUSIVE, Severity.FAIL, c.cell, Cause.TOO_LITTLE_EVIDENCE,
-                           {"check": "baseline", **numbers(by[Verdict.INCONCLUSIVE])}))  # fmt: skip
+                           numbers(by[Verdict.INCONCLUSIVE], "baseline")))  # fmt: skip
     if by[Verdict.IMPROVEMENT]:
         sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
         out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))
@@ -618,7 +618,7 @@ def compare(
             identity = [u for u in comp.unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
             by = None if not identity else "config" if named else "flag"
             late.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
-                                {"fields": comp.unchecked, "identity": identity, "accepted_by": by}))  # fmt: skip
+                                Unchecked(fields=comp.unchecked, identity=identity, accepted_by=by)))  # fmt: skip
         emap = dict(run.manifest["config"].get("baseline_entry") or {})
         emap.update(entry_map or {})
         for c in comp.cells:
@@ -630,11 +630,10 @@ def compare(
                     PositionCheck(c.cell, i, c.summary.per_pos[i], None, None, None, Verdict.NO_BASELINE)
                     for i in range(c.evidence.k)
                 )
-                late.append(
-                    Finding(Kind.NO_BASELINE, Severity.WARN if allow_unmatched else Severity.FAIL, c.cell,
-                            Cause.NO_BASELINE_ENTRY, {"build": c.build, "mode": c.mode, "baseline": name,
-                                                      "entries": [f"{e.build}/{e.mode}" for e in baseline.entries]})
-                )  # fmt: skip
+                entries = [f"{e.build}/{e.mode}" for e in baseline.entries]
+                sev = Severity.WARN if allow_unmatched else Severity.FAIL
+                late.append(Finding(Kind.NO_BASELINE, sev, c.cell, Cause.NO_BASELINE_ENTRY,
+                                    NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries)))
                 continue
             checks = [_position_check(c, i, entry, comp.gate) for i in range(len(entry.rates_pct))]
             comp.checks.extend(checks)

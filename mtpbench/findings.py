@@ -1,10 +1,12 @@
-"""What a judgement found, as data: the kinds, severities, causes and verdicts, and the exit code each
-failing kind demands (errors.combine_exit_codes picks among them). Rendering words them (report.py);
-nothing here prints or builds a sentence, except what a producer outside the judge handed over (Diagnosis).
+"""What a judgement found, as data: kinds, severities, causes and verdicts as enums, one typed payload per
+kind of finding (the numbers behind it), and the exit code each failing kind demands (errors.combine_exit_codes
+picks among them). The judge fills the payloads; the renderers (report.py) read them and hold every word.
+A payload's `as_dict()` is the `numbers` object of the JSON document (its keys are the JSON format).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -18,7 +20,7 @@ class Severity(str, Enum):
     INFO = "info"
 
 
-FAIL, WARN, INFO = Severity.FAIL, Severity.WARN, Severity.INFO  # the names before 0.2
+FAIL, WARN, INFO = Severity.FAIL, Severity.WARN, Severity.INFO
 
 
 class Verdict(str, Enum):
@@ -45,11 +47,13 @@ class Kind(str, Enum):
     TEXT_CHANGED = "text-changed"
     GRAPH_DOWNGRADED = "graph-mode-downgraded"
     UNCHECKED = "unchecked-baseline"
-    # The serving workload's (mtpbench/serving_summary.py): worded by their producer, numbers["message"].
+    # The serving workload's (mtpbench/serving_summary.py).
     FAILED_REQUESTS = "failed-requests"
     COUNT_MISMATCH = "count-mismatch"
     THROUGHPUT_DROP = "throughput-drop"
-    EXTERNAL = "external"  # any other producer's; numbers["kind"] holds its own name
+    # A variant's patch that did not apply (mtpbench/fixes/status.py): a shipped fix, or a fault / probe.
+    FIX_NOT_APPLIED = "fix-not-applied"
+    PATCH_NOT_APPLIED = "patch-not-applied"
 
 
 class Cause(str, Enum):
@@ -69,7 +73,11 @@ class Cause(str, Enum):
     PLATFORM_DOWNGRADE = "platform-downgrade"
     UNVERIFIED_IDENTITY = "unverified-identity"
     NO_PER_REQUEST_COUNTS = "no-per-request-counts"  # a counters-only serving cell: one pooled count
-    EXTERNAL = "external"  # numbers["cause_text"] holds the producer's sentence
+    REQUESTS_FAILED = "requests-failed"
+    COUNTERS_DISAGREE = "counters-disagree"
+    SLOWER_SERVING = "slower-serving"
+    PATCH_REFUSED = "patch-refused"  # the build is not the one the patch targets, or behaves as fixed already
+    PATCH_RAISED = "patch-raised"
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -85,10 +93,184 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.RUN_FAILED: ExitCode.RUN_FAILED,
     Kind.FAILED_REQUESTS: ExitCode.REGRESSION,  # any failed request under load fails the gate
     Kind.THROUGHPUT_DROP: ExitCode.REGRESSION,  # only fails under workload.fail_on_throughput_drop
-    Kind.EXTERNAL: ExitCode.REGRESSION,
+    Kind.FIX_NOT_APPLIED: ExitCode.REGRESSION,  # fails only when the patch raised (a broken measurement)
+    Kind.PATCH_NOT_APPLIED: ExitCode.REGRESSION,
 }
-# Kinds whose sentence their producer wrote (Diagnosis below); report.py words all the others.
-PRODUCER_WORDED = {Kind.FAILED_REQUESTS, Kind.COUNT_MISMATCH, Kind.THROUGHPUT_DROP, Kind.EXTERNAL}
+
+
+# --- payloads ------------------------------------------------------------------------------------------------
+
+# A field left out of the JSON `numbers` when None: the keys a kind's numbers had before the payloads were
+# typed, so documents CI already parses keep their shape.
+def omit() -> Any:
+    return field(default=None, metadata={"omit_none": True})
+
+
+def _plain(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return v.as_dict() if isinstance(v, Payload) else dataclasses.asdict(v)
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+class Payload:
+    """Base of the typed numbers; subclasses are frozen keyword-only dataclasses."""
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if v is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = _plain(v)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class PositionChecks(Payload):
+    """Regression, inconclusive (against the baseline), underpowered, improvement: the cell's positions with
+    that verdict. Rates and deltas are fractions; `cis` the intervals on the deltas; `mdes` the smallest drops
+    the checks could detect."""
+
+    check: str | None = omit()  # "baseline" for an inconclusive check (a divergence one is a Divergence)
+    positions: list[int]
+    run_rates: list[float | None]
+    base_rates: list[float | None]
+    deltas: list[float | None]
+    cis: list[list[float] | None]
+    mdes: list[float | None]
+    prompts: int
+    tolerance_pts: float
+    confidence: float
+    power: float
+    entry: str
+    method: str | None = omit()  # "counters-only" when the point estimate decided
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence(Payload):
+    """A graph (or compiled) mode against the eager reference of the same build and variant."""
+
+    check: str = "graph-divergence"
+    pos: int
+    delta: float | None
+    ci: list[float] | None
+    prompts: int
+    method: str | None = omit()
+    reference: str
+    reference_mode: str
+    mode: str
+    run_rate: float | None
+    reference_rate: float | None
+    effective_cudagraph_mode: str | None
+    same_text: bool | None  # None: no prompt in common, the texts were not compared
+    tolerance_pts: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Instability(Payload):
+    """Repeats in fresh processes that disagree: exactly (greedy) or beyond sampling noise (permutation)."""
+
+    pos: int
+    spread: float
+    per_seed: dict[str, float]
+    prompts: int
+    repeats: int
+    method: str  # "exact" | "permutation"
+    prompts_differing: int | None = omit()
+    differing: list[str] | None = omit()  # the first ten, sorted
+    pvalue: float | None = omit()
+    same_text: bool
+
+
+@dataclass(frozen=True)
+class ExcludedRepeat:
+    repeat: int
+    hash_seed: int | None
+    status: str
+    prompts: int
+    expected: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFailed(Payload):
+    excluded: list[ExcludedRepeat]
+    used: int | None = omit()
+    repeats: int | None = omit()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeculationOff(Payload):
+    hash_seeds: list[int | None]
+    repeats: int
+    all: bool
+    prompts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Downgraded(Payload):
+    requested: str | None
+    effective: str | None
+    device_type: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextChanged(Payload):
+    build: str
+    prompts: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoBaseline(Payload):
+    build: str
+    mode: str
+    baseline: str
+    entries: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unchecked(Payload):
+    fields: list[str]
+    identity: list[str]
+    accepted_by: str | None  # "config" | "flag" | None (nothing of the identity was unchecked)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedRequests(Payload):
+    ok: int
+    total: int
+    failed: int
+    not_finished: int
+    server_died: bool
+    first_error: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountMismatch(Payload):
+    repeat: int
+    metrics_delta: Any
+    per_request_sum: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputDrop(Payload):
+    req_per_s: float
+    baseline_req_per_s: float
+    drop: float  # fraction of the baseline's req/s
+    tolerance_pct: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchNotApplied(Payload):
+    patch: str
+    variant: str
+    status: str  # the worst outcome seen: "failed" over "not-applicable"
+    repeats: int  # repeats it did not apply in
+    of: int
+    details: list[str]
 
 
 @dataclass
@@ -97,31 +279,19 @@ class Finding:
     severity: Severity
     cell: str
     cause: Cause = Cause.NONE
-    numbers: dict[str, Any] = field(default_factory=dict)
+    payload: Payload | None = None
 
     @property
     def name(self) -> str:
-        """The kind's name; a serving finding keeps its own (failed-requests, throughput-drop, …)."""
-        return str(self.numbers.get("kind", "")) if self.kind == Kind.EXTERNAL else self.kind.value
+        return self.kind.value
 
     @property
-    def message(self) -> str:
-        """The sentence of a finding worded by its producer; report.finding_message words every finding."""
-        return str(self.numbers.get("message", ""))
+    def numbers(self) -> dict[str, Any]:
+        """The payload as plain data (the JSON document's `numbers`)."""
+        return {} if self.payload is None else self.payload.as_dict()
 
     @property
     def exit_code(self) -> ExitCode:
         if self.severity != Severity.FAIL:
             return ExitCode.OK
         return KIND_EXIT.get(self.kind, ExitCode.OK)
-
-
-# Findings worded by the module that makes them (the serving workload: mtpbench/serving_summary.py);
-# a failing one is a regression of the gate (exit 1), e.g. failed requests under load.
-def Diagnosis(  # the constructor name other modules used before 0.2
-    kind: str, severity: str, cell: str, message: str = "", cause: str = "", numbers: dict[str, Any] | None = None
-) -> Finding:
-    """A finding whose producer wrote its own sentence (kept in numbers["message"] / ["cause_text"])."""
-    known = {k.value: k for k in Kind}
-    return Finding(known.get(kind, Kind.EXTERNAL), Severity(severity), cell, Cause.EXTERNAL,
-                   {**(numbers or {}), "kind": kind, "message": message, "cause_text": cause})  # fmt: skip

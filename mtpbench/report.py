@@ -22,19 +22,26 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpbench import __version__
-from mtpbench.compare import (
-    PRODUCER_WORDED,
-    Cause,
-    CellResult,
-    Comparison,
-    Finding,
-    Kind,
-    PositionCheck,
-    Severity,
-    Verdict,
-)
+from mtpbench.compare import Cause, CellResult, Comparison, Finding, Kind, PositionCheck, Severity, Verdict
 from mtpbench.errors import ExitCode, NotComparableError
-from mtpbench.serving_summary import COUNTERS_ONLY, COUNTERS_ONLY_METHOD
+from mtpbench.findings import (
+    CountMismatch,
+    Divergence,
+    Downgraded,
+    FailedRequests,
+    Instability,
+    NoBaseline,
+    PatchNotApplied,
+    PositionChecks,
+    RunFailed,
+    SpeculationOff,
+    TextChanged,
+    ThroughputDrop,
+    Unchecked,
+)
+from mtpbench.fixes.status import is_fix
+from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.stats import Interval
 
 # Version of the JSON document `--json` writes. History: 1 (mtpbench 0.1) cells/checks/diagnoses with
@@ -82,6 +89,14 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.PLATFORM_DOWNGRADE: "the platform has no such graph mode and vLLM ran NONE instead",
     Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "
     "this model, drafter and prompt set",
+    Cause.REQUESTS_FAILED: "the server failed requests under load: any failed request fails the gate",
+    Cause.COUNTERS_DISAGREE: "something else used the server during the load, or a build whose per-request "
+    "metrics count differently from its Prometheus counters",
+    Cause.SLOWER_SERVING: "slower serving; hardware and load differ between machines, so this fails only with "
+    "workload.fail_on_throughput_drop",
+    Cause.PATCH_REFUSED: "the patch refused this build (it lacks the code the patch targets, or already behaves "
+    "as fixed): the variant ran unpatched",
+    Cause.PATCH_RAISED: "the patch raised while applying: the variant's measurement is broken",
 }
 
 
@@ -223,18 +238,18 @@ def _seeds(per_seed: dict[str, float]) -> str:
     return ", ".join(f"PYTHONHASHSEED={s}: {100 * r:.1f} %" for s, r in per_seed.items())
 
 
-def _positions(n: dict[str, Any], with_ci: bool = True) -> str:
+def _positions(n: PositionChecks, with_ci: bool = True) -> str:
     parts = []
-    for j, pos in enumerate(n["positions"]):
-        s = f"pos{pos} {pct(n['run_rates'][j])} % vs baseline {pct(n['base_rates'][j])} % ({pts(n['deltas'][j])} pts"
+    for j, pos in enumerate(n.positions):
+        s = f"pos{pos} {pct(n.run_rates[j])} % vs baseline {pct(n.base_rates[j])} % ({pts(n.deltas[j])} pts"
         if with_ci:
-            s += f", {100 * n['confidence']:g} % CI {_ci_list(n['cis'][j])}"
+            s += f", {100 * n.confidence:g} % CI {_ci_list(n.cis[j])}"
         parts.append(s + ")")
     return "; ".join(parts)
 
 
-def _mdes(n: dict[str, Any]) -> str:
-    return ", ".join(f"pos{p} {'n/a' if m is None else f'{100 * m:.1f}'}" for p, m in zip(n["positions"], n["mdes"],
+def _mdes(n: PositionChecks) -> str:
+    return ", ".join(f"pos{p} {'n/a' if m is None else f'{100 * m:.1f}'}" for p, m in zip(n.positions, n.mdes,
                                                                                         strict=True))  # fmt: skip
 
 
@@ -244,124 +259,145 @@ COUNTERS_ONLY_TEXT = (
 )
 
 
-def _msg_regression(n: dict[str, Any]) -> str:
-    if n.get("method") == COUNTERS_ONLY:
-        return (f"{_positions(n, with_ci=False)}; tolerance {n['tolerance_pts']:g} pts, entry {n['entry']}; "
+def _msg_regression(n: PositionChecks) -> str:
+    if n.method == COUNTERS_ONLY:
+        return (f"{_positions(n, with_ci=False)}; tolerance {n.tolerance_pts:g} pts, entry {n.entry}; "
                 f"{COUNTERS_ONLY_TEXT}")  # fmt: skip
-    return f"{_positions(n)}; tolerance {n['tolerance_pts']:g} pts, {n['prompts']} prompts, entry {n['entry']}"
+    return f"{_positions(n)}; tolerance {n.tolerance_pts:g} pts, {n.prompts} prompts, entry {n.entry}"
 
 
-def _msg_inconclusive(n: dict[str, Any]) -> str:
-    if n.get("check") == "graph-divergence":
+def _msg_inconclusive(n: PositionChecks | Divergence) -> str:
+    if isinstance(n, Divergence):
         return (
-            f"{n['mode']} differs from {n['reference_mode']} by {pts(n['delta'])} pts at pos{n['pos']}, beyond the "
-            f"{n['tolerance_pts']:g}-pt divergence tolerance, but the data cannot support it (CI "
-            f"{_ci_list(n['ci'])}, {n['prompts']} prompts)"
+            f"{n.mode} differs from {n.reference_mode} by {pts(n.delta)} pts at pos{n.pos}, beyond the "
+            f"{n.tolerance_pts:g}-pt divergence tolerance, but the data cannot support it (CI "
+            f"{_ci_list(n.ci)}, {n.prompts} prompts)"
         )
     return (
-        f"{_positions(n)}: beyond the {n['tolerance_pts']:g}-pt tolerance but not supported by the data "
-        f"({n['prompts']} prompts; smallest detectable drop {_mdes(n)} pts)"
+        f"{_positions(n)}: beyond the {n.tolerance_pts:g}-pt tolerance but not supported by the data "
+        f"({n.prompts} prompts; smallest detectable drop {_mdes(n)} pts)"
     )
 
 
-def _msg_underpowered(n: dict[str, Any]) -> str:
-    if n.get("method") == COUNTERS_ONLY:
-        return (f"{_positions(n, with_ci=False)}: within the {n['tolerance_pts']:g}-pt tolerance, but the power to "
+def _msg_underpowered(n: PositionChecks) -> str:
+    if n.method == COUNTERS_ONLY:
+        return (f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
                 f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")  # fmt: skip
     return (
-        f"could not have detected a drop as large as the {n['tolerance_pts']:g}-pt tolerance: smallest detectable "
-        f"drop at {100 * n['confidence']:g} % confidence and {100 * n['power']:g} % power: "
-        f"{_mdes(n)} pts ({n['prompts']} prompts)"
+        f"could not have detected a drop as large as the {n.tolerance_pts:g}-pt tolerance: smallest detectable "
+        f"drop at {100 * n.confidence:g} % confidence and {100 * n.power:g} % power: "
+        f"{_mdes(n)} pts ({n.prompts} prompts)"
     )
 
 
-def _msg_improvement(n: dict[str, Any]) -> str:
-    return f"{_positions(n, with_ci=False)}: better than the baseline beyond the {n['tolerance_pts']:g}-pt tolerance"
+def _msg_improvement(n: PositionChecks) -> str:
+    return f"{_positions(n, with_ci=False)}: better than the baseline beyond the {n.tolerance_pts:g}-pt tolerance"
 
 
-def _msg_speculation_off(n: dict[str, Any]) -> str:
-    seeds = ", ".join(f"PYTHONHASHSEED={s}" for s in n["hash_seeds"])
-    where = f"every complete repeat ({seeds})" if n["all"] else f"repeats {seeds} of {n['repeats']}"
+def _msg_speculation_off(n: SpeculationOff) -> str:
+    seeds = ", ".join(f"PYTHONHASHSEED={s}" for s in n.hash_seeds)
+    where = f"every complete repeat ({seeds})" if n.all else f"repeats {seeds} of {n.repeats}"
     return f"zero drafts recorded in {where}: speculative decoding did not run"
 
 
-def _msg_no_baseline(n: dict[str, Any]) -> str:
+def _msg_no_baseline(n: NoBaseline) -> str:
     return (
-        f"baseline {n['baseline']} has no entry for {n['build']}/{n['mode']} (entries: {', '.join(n['entries'])}); "
+        f"baseline {n.baseline} has no entry for {n.build}/{n.mode} (entries: {', '.join(n.entries)}); "
         "name one with `baseline_entry:` in the config, add a `mode: \"*\"` entry for the build, or pass "
         "--allow-unmatched"
     )
 
 
-def _msg_run_failed(n: dict[str, Any]) -> str:
-    if not n["excluded"]:
+def _msg_run_failed(n: RunFailed) -> str:
+    if not n.excluded:
         return "the run did not finish"
-    parts = [f"r{e['repeat']} (PYTHONHASHSEED={e['hash_seed']}) {e['status']}, {e['prompts']}/{e['expected']} prompts"
-             for e in n["excluded"]]  # fmt: skip
+    parts = [f"r{e.repeat} (PYTHONHASHSEED={e.hash_seed}) {e.status}, {e.prompts}/{e.expected} prompts"
+             for e in n.excluded]  # fmt: skip
     return (
-        f"{len(n['excluded'])} of {n['repeats']} repeats left out of every verdict: {'; '.join(parts)}; "
-        f"verdicts use the {n['used']} complete one(s)"
+        f"{len(n.excluded)} of {n.repeats} repeats left out of every verdict: {'; '.join(parts)}; "
+        f"verdicts use the {n.used} complete one(s)"
     )
 
 
-def _msg_instability(n: dict[str, Any]) -> str:
+def _msg_instability(n: Instability) -> str:
     head = (
-        f"greedy repeats disagree on {n['prompts_differing']} of {n['prompts']} prompts (exact comparison of counts "
+        f"greedy repeats disagree on {n.prompts_differing} of {n.prompts} prompts (exact comparison of counts "
         "and output per prompt)"
-        if n["method"] == "exact"
-        else f"repeats differ beyond prompt-level sampling noise (permutation test over {n['prompts']} prompts, "
-        f"p={n['pvalue']:.2g})"
+        if n.method == "exact"
+        else f"repeats differ beyond prompt-level sampling noise (permutation test over {n.prompts} prompts, "
+        f"p={n.pvalue:.2g})"
     )
     text = ""
-    if n["method"] == "exact":
+    if n.method == "exact":
         text = (
             "; generated text identical across repeats, so the drafter's inputs, not the target, vary"
-            if n["same_text"]
+            if n.same_text
             else "; generated text also differs across repeats"
         )
-    return f"{head}; pos{n['pos']}: {_seeds(n['per_seed'])} (spread {100 * n['spread']:.1f} pts){text}"
+    return f"{head}; pos{n.pos}: {_seeds(n.per_seed)} (spread {100 * n.spread:.1f} pts){text}"
 
 
-def _msg_divergence(n: dict[str, Any]) -> str:
-    graphs = n["effective_cudagraph_mode"] not in (None, "NONE")
+def _msg_divergence(n: Divergence) -> str:
+    graphs = n.effective_cudagraph_mode not in (None, "NONE")
     what = "graph mode" if graphs else "compiled mode"
-    note = "" if graphs else f" (effective cudagraph_mode {n['effective_cudagraph_mode']}: no graphs ran)"
+    note = "" if graphs else f" (effective cudagraph_mode {n.effective_cudagraph_mode}: no graphs ran)"
     text = (
         "the generated text was not compared (no prompt in common)"
-        if n["same_text"] is None
+        if n.same_text is None
         else "identical generated text: the target is unaffected, the draft path differs"
-        if n["same_text"]
+        if n.same_text
         else "generated text differs too: the target's numerics changed in this mode"
     )
     evidence = (
-        f"{pts(n['delta'])} pts, beyond the {n['tolerance_pts']:g}-pt divergence tolerance; {COUNTERS_ONLY_TEXT}"
-        if n.get("method") == COUNTERS_ONLY
-        else f"{pts(n['delta'])} pts, CI {_ci_list(n['ci'])}, {n['prompts']} prompts"
+        f"{pts(n.delta)} pts, beyond the {n.tolerance_pts:g}-pt divergence tolerance; {COUNTERS_ONLY_TEXT}"
+        if n.method == COUNTERS_ONLY
+        else f"{pts(n.delta)} pts, CI {_ci_list(n.ci)}, {n.prompts} prompts"
     )
     return (
-        f"{what} {n['mode']} differs from {n['reference_mode']} at the same build and variant: pos{n['pos']} "
-        f"{pct(n['run_rate'])} % vs {pct(n['reference_rate'])} % ({evidence}){note}; {text}"
+        f"{what} {n.mode} differs from {n.reference_mode} at the same build and variant: pos{n.pos} "
+        f"{pct(n.run_rate)} % vs {pct(n.reference_rate)} % ({evidence}){note}; {text}"
     )
 
 
-def _msg_text_changed(n: dict[str, Any]) -> str:
-    return f"greedy output differs across cells/repeats of build {n['build']} for prompts {', '.join(n['prompts'])}"
+def _msg_text_changed(n: TextChanged) -> str:
+    return f"greedy output differs across cells/repeats of build {n.build} for prompts {', '.join(n.prompts)}"
 
 
-def _msg_downgraded(n: dict[str, Any]) -> str:
-    return (
-        f"requested cudagraph_mode {n['requested']} ran as {n['effective']} on {n['device_type'] or 'this platform'}"
-    )
+def _msg_downgraded(n: Downgraded) -> str:
+    return f"requested cudagraph_mode {n.requested} ran as {n.effective} on {n.device_type or 'this platform'}"
 
 
-def _msg_unchecked(n: dict[str, Any]) -> str:
-    if not n.get("accepted_by"):
-        return f"the baseline does not record {', '.join(n['fields'])}: not checked"
-    why = "the run's config names it as its baseline" if n["accepted_by"] == "config" else "--accept-unchecked"
-    return f"the baseline cannot check {', '.join(n['fields'])}; used because {why}"
+def _msg_unchecked(n: Unchecked) -> str:
+    if not n.accepted_by:
+        return f"the baseline does not record {', '.join(n.fields)}: not checked"
+    why = "the run's config names it as its baseline" if n.accepted_by == "config" else "--accept-unchecked"
+    return f"the baseline cannot check {', '.join(n.fields)}; used because {why}"
 
 
-MESSAGES: dict[Kind, Callable[[dict[str, Any]], str]] = {
+def _msg_failed_requests(n: FailedRequests) -> str:
+    died = ", server died during the load" if n.server_died else ""
+    first = f": {n.first_error}" if n.first_error else ""
+    return f"{n.ok}/{n.total} requests ok ({n.failed} failed, {n.not_finished} not finished{died}){first}"
+
+
+def _msg_count_mismatch(n: CountMismatch) -> str:
+    return (f"repeat {n.repeat}: /metrics spec-decode deltas {n.metrics_delta} differ from the sum of the "
+            f"per-request counts {n.per_request_sum}; the per-request counts are what the verdicts use")  # fmt: skip
+
+
+def _msg_throughput_drop(n: ThroughputDrop) -> str:
+    return (f"{n.req_per_s:.2f} req/s vs baseline {n.baseline_req_per_s:.2f} req/s (-{100 * n.drop:.1f} %, "
+            f"tolerance {n.tolerance_pct:g} %)")  # fmt: skip
+
+
+def _msg_not_applied(n: PatchNotApplied) -> str:
+    what = "fix not applied" if is_fix(n.patch) else "patch not applied"
+    why = "; ".join(d.removeprefix("fix not applied: ") for d in n.details)
+    return (f"{n.patch}: {what} in {n.repeats} of {n.of} repeats ({n.status}: {why}); this cell measured the "
+            "build without it, whatever its variant's name says")  # fmt: skip
+
+
+MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.REGRESSION: _msg_regression,
     Kind.INCONCLUSIVE: _msg_inconclusive,
     Kind.UNDERPOWERED: _msg_underpowered,
@@ -374,9 +410,12 @@ MESSAGES: dict[Kind, Callable[[dict[str, Any]], str]] = {
     Kind.TEXT_CHANGED: _msg_text_changed,
     Kind.GRAPH_DOWNGRADED: _msg_downgraded,
     Kind.UNCHECKED: _msg_unchecked,
+    Kind.FAILED_REQUESTS: _msg_failed_requests,
+    Kind.COUNT_MISMATCH: _msg_count_mismatch,
+    Kind.THROUGHPUT_DROP: _msg_throughput_drop,
+    Kind.FIX_NOT_APPLIED: _msg_not_applied,
+    Kind.PATCH_NOT_APPLIED: _msg_not_applied,
 }
-for _k in PRODUCER_WORDED:
-    MESSAGES[_k] = lambda n: str(n.get("message", ""))
 
 
 def check_message(x: PositionCheck) -> str:
@@ -390,11 +429,11 @@ def check_message(x: PositionCheck) -> str:
 
 
 def finding_message(f: Finding) -> str:
-    return MESSAGES[f.kind](f.numbers)
+    return MESSAGES[f.kind](f.payload)
 
 
 def cause_text(f: Finding) -> str:
-    return str(f.numbers.get("cause_text", "")) if f.cause == Cause.EXTERNAL else CAUSE_TEXT.get(f.cause, "")
+    return CAUSE_TEXT.get(f.cause, "")
 
 
 def finding_line(f: Finding) -> str:
@@ -571,7 +610,7 @@ def comparison_junit(comp: Comparison) -> str:
                         ET.SubElement(el, "system-out").text = finding_line(d)
     for i, d in enumerate(comp.diagnoses):
         by_checks = d.kind in (Kind.REGRESSION, Kind.IMPROVEMENT) or (
-            d.kind == Kind.INCONCLUSIVE and d.numbers.get("check") == "baseline"
+            d.kind == Kind.INCONCLUSIVE and isinstance(d.payload, PositionChecks)
         )
         if i in covered or by_checks:
             continue  # already a testcase: its cell × signature, or its cell × position checks

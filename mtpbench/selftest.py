@@ -20,6 +20,7 @@ from mtpbench.baseline import load_baseline
 from mtpbench.compare import Comparison, Kind, Severity, compare
 from mtpbench.config import ExperimentConfig, load_config, load_prompts
 from mtpbench.errors import UserError
+from mtpbench.findings import Instability
 from mtpbench.results import ensure_out_dir, load_run
 
 # The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
@@ -82,9 +83,9 @@ def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
             seen = need in found
             ok &= seen
             how = ""
-            if seen and need == Kind.INSTABILITY and found[need].numbers.get("method") == "exact":
-                n = found[need].numbers
-                how = f" (exact: {n['prompts_differing']} of {n['prompts']} prompts differ between processes)"
+            n = found[need].payload if seen else None
+            if isinstance(n, Instability) and n.method == "exact":
+                how = f" (exact: {n.prompts_differing} of {n.prompts} prompts differ between processes)"
             lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as {need.value}{how}")
     stock_out = {(r.hash_seed, p): s for c in stock for r in c.repeats for p, s in r.outputs.items()}
     fault_out = {(r.hash_seed, p): s for c in fault for r in c.repeats for p, s in r.outputs.items()}

@@ -11,7 +11,7 @@ E2E percentiles, the `/metrics`-vs-per-request count check, and two acceptance d
   requests of 1 + accepted_r / drafts_r.
 
 Per-position intervals are clustered by request (ratio estimator, linearised variance): the drafts of one
-request are correlated, the requests are the independent units. Checks (as `findings.Diagnosis`):
+request are correlated, the requests are the independent units. Checks (typed findings, worded by report.py):
 failed or missing requests fail the gate; a `/metrics` delta that differs from the per-request sum is
 shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
 with `fail_on_throughput_drop`).
@@ -39,12 +39,19 @@ from rich.table import Table
 from mtpbench.baseline import Baseline, BaselineEntry
 from mtpbench.errors import NotComparableError
 from mtpbench.evidence import collect
-from mtpbench.findings import Diagnosis, Finding
+from mtpbench.findings import (
+    Cause,
+    CountMismatch,
+    FailedRequests,
+    Finding,
+    Kind,
+    Severity,
+    ThroughputDrop,
+)
 from mtpbench.results import Run
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.stats import Interval
 
-FAIL, WARN, INFO = "fail", "warn", "info"
 PER_REQUEST = "per-request"
 COUNTERS_ONLY_METHOD = "counters-only: pooled over the load, no per-request clustering"
 # The workload fields a baseline entry must share with the run for acceptance to be comparable.
@@ -260,25 +267,15 @@ def diagnoses(run: Run) -> list[Finding]:
         # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the
         # run-failed warning), not a gate finding; its recorded requests are still shown in the table.
         if c.cell not in incomplete and (c.requests_failed or missing > 0):
-            first = f": {c.errors[0]}" if c.errors else ""
-            out.append(Diagnosis(
-                "failed-requests", FAIL, c.cell,
-                f"{c.requests_ok}/{c.requests_total} requests ok ({c.requests_failed} failed, {max(missing, 0)} "
-                f"not finished{', server died during the load' if c.server_died else ''}){first}",
-                cause="the server failed requests under load: any failed request fails the gate",
-                numbers={"ok": c.requests_ok, "total": c.requests_total, "failed": c.requests_failed},
-            ))  # fmt: skip
+            out.append(Finding(Kind.FAILED_REQUESTS, Severity.FAIL, c.cell, Cause.REQUESTS_FAILED, FailedRequests(
+                ok=c.requests_ok, total=c.requests_total, failed=c.requests_failed, not_finished=max(missing, 0),
+                server_died=c.server_died, first_error=c.errors[0] if c.errors else None,
+            )))  # fmt: skip
         for rep, (match, delta, summed) in enumerate(zip(c.counts_match, c.metrics_delta, c.per_request_sum,
                                                           strict=True)):  # fmt: skip
             if match is False:
-                out.append(Diagnosis(
-                    "count-mismatch", WARN, c.cell,
-                    f"repeat {rep}: /metrics spec-decode deltas {delta} differ from the sum of the per-request "
-                    f"counts {summed}; the per-request counts are what the verdicts use",
-                    cause="something else used the server during the load, or a build whose per-request "
-                          "metrics count differently from its Prometheus counters",
-                    numbers={"metrics_delta": delta, "per_request_sum": summed},
-                ))  # fmt: skip
+                out.append(Finding(Kind.COUNT_MISMATCH, Severity.WARN, c.cell, Cause.COUNTERS_DISAGREE,
+                                   CountMismatch(repeat=rep, metrics_delta=delta, per_request_sum=summed)))
     return out
 
 
@@ -297,15 +294,10 @@ def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry]) -> list[Fi
         drop = 1 - c.req_per_s / entry.serving.req_per_s
         tol = float(wl.get("throughput_tolerance_pct", 20.0))
         if drop * 100 > tol:
-            sev = FAIL if wl.get("fail_on_throughput_drop") else WARN
-            out.append(Diagnosis(
-                "throughput-drop", sev, c.cell,
-                f"{c.req_per_s:.2f} req/s vs baseline {entry.serving.req_per_s:.2f} req/s "
-                f"(-{100 * drop:.1f} %, tolerance {tol:g} %)",
-                cause="slower serving; hardware and load differ between machines, so this fails only with "
-                      "workload.fail_on_throughput_drop",
-                numbers={"req_per_s": c.req_per_s, "baseline_req_per_s": entry.serving.req_per_s, "drop": drop},
-            ))  # fmt: skip
+            sev = Severity.FAIL if wl.get("fail_on_throughput_drop") else Severity.WARN
+            out.append(Finding(Kind.THROUGHPUT_DROP, sev, c.cell, Cause.SLOWER_SERVING, ThroughputDrop(
+                req_per_s=c.req_per_s, baseline_req_per_s=entry.serving.req_per_s, drop=drop, tolerance_pct=tol,
+            )))  # fmt: skip
     return out
 
 

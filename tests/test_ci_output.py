@@ -19,6 +19,7 @@ from mtpbench import ci, report
 from mtpbench.baseline import load_baseline
 from mtpbench.cli import app
 from mtpbench.compare import analyze, compare
+from mtpbench.report import finding_message
 from mtpbench.results import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +116,7 @@ def test_log_output_never_truncates(make_run: Callable[..., Path]) -> None:
     assert LONG in out.stdout  # the whole cell name on one line
     comp = analyze(load_run(run))
     for x in comp.diagnoses:
-        assert x.message in out.stdout  # every diagnosis whole
+        assert finding_message(x) in out.stdout  # every diagnosis whole
     assert "regression" in out.stdout and "FAIL: " in out.stdout and "(exit 1)" in out.stdout
     assert "[95% CI]" in out.stdout  # wide enough for the intervals
 

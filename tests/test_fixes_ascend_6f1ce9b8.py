@@ -36,6 +36,7 @@ from mtpbench.fixes.ascend_gemma4 import install
 from mtpbench.fixes.layer_source import LayerResolvedSource
 from mtpbench.fixes.status import FIX_NOT_APPLIED, headline, preflight, unapplied
 from mtpbench.patches import PatchNotApplicable, apply_one
+from mtpbench.report import finding_message
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = "ascend-gemma4-layer-params"
@@ -386,10 +387,10 @@ def test_verdict_diagnoses_fix_not_applied(make_run: Callable[..., Path]) -> Non
     from mtpbench.results import load_run
 
     comp = analyze(load_run(_run_with_unapplied_fix(make_run)))
-    # A producer-worded finding: its own name and sentence travel in the Finding (compare.Diagnosis).
+    # A typed finding (findings.PatchNotApplied), worded by report.finding_message.
     (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
     assert d.cell == "b/FULL_DECODE_ONLY/fixed" and d.severity == "warn"
-    assert "fix not applied" in d.message
+    assert "fix not applied" in finding_message(d)
     assert int(comp.exit_code) == 0  # a refusal warns; a patch that raised would fail the gate
 
 
@@ -511,5 +512,5 @@ def test_a_fix_that_raised_fails_the_gate(make_run: Callable[..., Path]) -> None
     failed = {"name": PATCH, "status": "failed", "detail": "RuntimeError: boom"}
     comp = analyze(load_run(_run_with_unapplied_fix(make_run, failed)))
     (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
-    assert d.severity == "fail" and "RuntimeError: boom" in d.message
+    assert d.severity == "fail" and "RuntimeError: boom" in finding_message(d)
     assert int(comp.exit_code) == 1

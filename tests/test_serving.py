@@ -16,6 +16,7 @@ from mtpbench.baseline import load_baseline
 from mtpbench.compare import FAIL, WARN, analyze, compare
 from mtpbench.config import ExperimentConfig, load_config
 from mtpbench.errors import ExitCode, NotComparableError, UserError
+from mtpbench.report import finding_message
 from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -272,14 +273,14 @@ def test_a_failed_request_fails_the_gate(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, failed=1))
     comp = analyze(run)
     (d,) = [d for d in comp.diagnoses if d.kind == "failed-requests"]
-    assert d.severity == FAIL and "3/4 requests ok" in d.message and "HTTP 500" in d.message
+    assert d.severity == FAIL and "3/4 requests ok" in finding_message(d) and "HTTP 500" in finding_message(d)
     assert comp.exit_code != ExitCode.OK
 
 
 def test_missing_requests_fail_the_gate(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, total=300))
     (d,) = [d for d in analyze(run).diagnoses if d.kind == "failed-requests"]
-    assert "4/300 requests ok" in d.message and "296 not finished" in d.message
+    assert "4/300 requests ok" in finding_message(d) and "296 not finished" in finding_message(d)
 
 
 def test_metrics_vs_per_request_mismatch_is_shown(tmp_path: Path) -> None:
@@ -327,7 +328,7 @@ def test_throughput_drop_is_reported_not_failed(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"b/NONE/stock": reqs}, wall_s=300 / 1.0))  # 1.0 vs 1.99 req/s
     comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
     (d,) = [d for d in comp.diagnoses if d.kind == "throughput-drop"]
-    assert d.severity == WARN and "1.00 req/s vs baseline 1.99 req/s" in d.message
+    assert d.severity == WARN and "1.00 req/s vs baseline 1.99 req/s" in finding_message(d)
     assert comp.exit_code == ExitCode.OK
 
 
