@@ -54,7 +54,7 @@ from mtpbench.findings import (
     Verdict,
 )
 from mtpbench.fixes.status import Unapplied, is_fix, unapplied
-from mtpbench.results import Run
+from mtpbench.results import ManifestConfig, Run
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.stats import (
     Estimate,
@@ -118,13 +118,13 @@ class Comparison:
 # --- diagnoses without a baseline -------------------------------------------------------------------
 
 
-def _reference_mode(cfg: dict[str, Any], cells: list[CellResult]) -> str | None:
-    if cfg.get("reference_mode"):
-        return str(cfg["reference_mode"])
+def _reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:
+    if cfg.reference_mode:
+        return cfg.reference_mode
     for c in cells:
         if c.requested.get("enforce_eager") or c.requested.get("cudagraph_mode") == "NONE":
             return c.mode
-    for name, spec in cfg.get("modes", {}).items():
+    for name, spec in cfg.modes.items():
         if spec.get("enforce_eager") or spec.get("cudagraph_mode") == "NONE":
             return str(name)
     return None
@@ -302,7 +302,7 @@ def _cell_health(c: CellResult) -> list[Finding]:
         out.append(
             Finding(
                 Kind.RUN_FAILED, Severity.FAIL, c.cell, Cause.INCOMPLETE_REPEATS,
-                RunFailed(excluded=[ExcludedRepeat(r.repeat, r.hash_seed, r.status, r.prompts, c.prompts_expected)
+                RunFailed(excluded=[ExcludedRepeat(r.repeat, r.hash_seed, r.status.value, r.prompts, c.prompts_expected)
                                     for r in left_out], used=len(c.used_repeats), repeats=len(c.repeats)),
             )
         )  # fmt: skip
@@ -334,10 +334,10 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     """The run's cells and their diagnoses. `measured(comp)` is called once the cells are known and before
     any diagnosis is made: it may read the cells (and the checks, under compare), nothing else. The report
     draws its figures in another process meanwhile; the diagnoses take as long again as collecting."""
-    cfg = run.manifest["config"]
-    gate = gate or GateSpec.model_validate(cfg.get("gate", {}))
+    cfg = run.typed.config
+    gate = gate or cfg.gate
     cells = collect(run, gate.confidence)
-    greedy = float(cfg.get("sampling", {}).get("temperature", 0.0)) == 0.0
+    greedy = cfg.sampling.temperature == 0.0
     comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy)
     if measured is not None:
         measured(comp)
@@ -425,7 +425,7 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
 def config_names_baseline(run: Run, baseline: Baseline, baseline_path: str | Path | None) -> bool:
     """Did the run's own config name this baseline? (Then it vouches for what the baseline cannot.) The
     same path, the same file name (another checkout), or a file named after the baseline."""
-    named = run.manifest["config"].get("baseline")
+    named = run.typed.config.baseline
     if not named:
         return False
     a = Path(str(named))
@@ -619,7 +619,7 @@ def compare(
             by = None if not identity else "config" if named else "flag"
             late.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
                                 Unchecked(fields=comp.unchecked, identity=identity, accepted_by=by)))  # fmt: skip
-        emap = dict(run.manifest["config"].get("baseline_entry") or {})
+        emap = dict(run.typed.config.baseline_entry)
         emap.update(entry_map or {})
         for c in comp.cells:
             entry, _rule = resolve_entry(baseline, c, emap, name)

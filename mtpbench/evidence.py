@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.results import Run
-from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.results import ManifestCell, Run
+from mtpbench.schema import COUNTERS_ONLY, CellStatus
 from mtpbench.stats import Counts, PromptCounts, Summary, summarize
 
 
@@ -30,7 +30,7 @@ from mtpbench.stats import Counts, PromptCounts, Summary, summarize
 class RepeatResult:
     repeat: int
     hash_seed: int | None
-    status: str
+    status: CellStatus
     prompts: int  # distinct prompts recorded
     complete: bool  # status ok and every prompt recorded: only complete repeats are evidence
     counts: Counts
@@ -200,9 +200,9 @@ def _counts_row(row: pd.Series, k: int) -> Counts:
 
 
 def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
-    cfg = run.manifest["config"]
-    k = int(cfg["speculative"]["num_speculative_tokens"])
-    expected = len(run.manifest["prompts"].get("ids", []) or [])
+    manifest = run.typed
+    k = manifest.k
+    expected = len(manifest.prompts.ids)
     fr = _frame(run, k)
     df = fr.df
     code_of = {str(c): i for i, c in enumerate(fr.cells)}
@@ -211,28 +211,28 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     rep_counts = per_rep[cols].sum()
     rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
     starts = {(r.get("cell"), r.get("repeat")): r for r in run.cell_starts()}
-    by_cell: dict[str, list[dict[str, Any]]] = {}
-    for c in run.manifest["cells"]:
-        by_cell.setdefault(c["cell"], []).append(c)
+    by_cell: dict[str, list[ManifestCell]] = {}
+    for c in manifest.cells:
+        by_cell.setdefault(c.cell, []).append(c)
     stride = int(df["repeat"].max()) + 2 if len(df) else 1
     complete_keys: list[int] = []
     repeats: dict[str, list[RepeatResult]] = {}
     for cell, entries in by_cell.items():
         reps: list[RepeatResult] = []
         code = code_of.get(cell, -1)
-        for e in sorted(entries, key=lambda e: int(e.get("repeat", 0))):
-            rep = int(e.get("repeat", 0))
+        for e in sorted(entries, key=lambda e: e.repeat):
+            rep = e.repeat
             key = (code, rep)
             n = int(rep_prompts.get(key, 0))
-            status = str(e.get("status", "pending"))
+            status = e.status
             # A counters-only serving repeat records one pooled prompt record: that is all of it.
             want = 1 if _counters_only(starts.get((cell, rep), {})) else expected
-            done = status == "ok" and n >= want and n > 0
+            done = status == CellStatus.OK and n >= want and n > 0
             if key in rep_counts.index:
                 counts = _counts_row(rep_counts.loc[key], k)
             else:
                 counts = Counts(accepted_per_pos=(0,) * k)
-            reps.append(RepeatResult(rep, e.get("hash_seed"), status, n, done, counts))
+            reps.append(RepeatResult(rep, e.hash_seed, status, n, done, counts))
             if done and code >= 0:
                 complete_keys.append(code * stride + rep)
         repeats[cell] = reps
@@ -245,7 +245,7 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     out: list[CellResult] = []
     for cell, entries in by_cell.items():
         e0 = entries[0]
-        pooled = any(_counters_only(starts.get((cell, int(e.get("repeat", 0))), {})) for e in entries)
+        pooled = any(_counters_only(starts.get((cell, e.repeat), {})) for e in entries)
         obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
         ev = _evidence(obs, k, fr.prompts)
         reps = repeats[cell]
@@ -254,13 +254,13 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
         code = code_of.get(cell, -1)
         # The runner's clock around each cell-repeat's worker: a batched repeat's prompt records each carry the
         # time from the batch's start, so their sum counted the batch once per prompt (383.7 s for a 68 s cell).
-        walls_run = [float(e["wall_s"]) for e in entries if isinstance(e.get("wall_s"), int | float)]
+        walls_run = [e.wall_s for e in entries if e.wall_s is not None]
         out.append(
             CellResult(
                 cell=cell,
-                build=e0["build"],
-                mode=e0["mode"],
-                variant=e0["variant"],
+                build=e0.build,
+                mode=e0.mode,
+                variant=e0.variant,
                 summary=summarize(ev, confidence, [r.counts for r in reps if r.complete]),
                 repeats=reps,
                 evidence=ev,

@@ -102,8 +102,7 @@ KIND_EXIT: dict[Kind, ExitCode] = {
 
 # A field left out of the JSON `numbers` when None: the keys a kind's numbers had before the payloads were
 # typed, so documents CI already parses keep their shape.
-def omit() -> Any:
-    return field(default=None, metadata={"omit_none": True})
+OMIT_NONE = {"omit_none": True}
 
 
 def _plain(v: Any) -> Any:
@@ -135,7 +134,8 @@ class PositionChecks(Payload):
     that verdict. Rates and deltas are fractions; `cis` the intervals on the deltas; `mdes` the smallest drops
     the checks could detect."""
 
-    check: str | None = omit()  # "baseline" for an inconclusive check (a divergence one is a Divergence)
+    # "baseline" for an inconclusive check against the baseline (an inconclusive divergence is a Divergence)
+    check: str | None = field(default=None, metadata=OMIT_NONE)
     positions: list[int]
     run_rates: list[float | None]
     base_rates: list[float | None]
@@ -147,7 +147,7 @@ class PositionChecks(Payload):
     confidence: float
     power: float
     entry: str
-    method: str | None = omit()  # "counters-only" when the point estimate decided
+    method: str | None = field(default=None, metadata=OMIT_NONE)  # "counters-only" when the point estimate decided
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +159,7 @@ class Divergence(Payload):
     delta: float | None
     ci: list[float] | None
     prompts: int
-    method: str | None = omit()
+    method: str | None = field(default=None, metadata=OMIT_NONE)
     reference: str
     reference_mode: str
     mode: str
@@ -180,9 +180,9 @@ class Instability(Payload):
     prompts: int
     repeats: int
     method: str  # "exact" | "permutation"
-    prompts_differing: int | None = omit()
-    differing: list[str] | None = omit()  # the first ten, sorted
-    pvalue: float | None = omit()
+    prompts_differing: int | None = field(default=None, metadata=OMIT_NONE)
+    differing: list[str] | None = field(default=None, metadata=OMIT_NONE)  # the first ten, sorted
+    pvalue: float | None = field(default=None, metadata=OMIT_NONE)
     same_text: bool
 
 
@@ -198,8 +198,8 @@ class ExcludedRepeat:
 @dataclass(frozen=True, kw_only=True)
 class RunFailed(Payload):
     excluded: list[ExcludedRepeat]
-    used: int | None = omit()
-    repeats: int | None = omit()
+    used: int | None = field(default=None, metadata=OMIT_NONE)
+    repeats: int | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True, kw_only=True)

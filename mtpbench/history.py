@@ -333,7 +333,7 @@ def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
         pass  # no cache, or a damaged one: the run is the truth
     run = load_run(path)
     fp, pt = run_fingerprint(run), point(run)
-    gate = dict(run.manifest["config"].get("gate") or {})
+    gate = dict(run.manifest["config"].get("gate") or {})  # as written: the cache keeps the config's own keys
     try:
         write_json_atomic(cache, {**_point_to_json(pt, fp, gate), "stamp": stamp})
     except (OSError, UserError):

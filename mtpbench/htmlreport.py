@@ -87,7 +87,7 @@ class Figures:
         title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
         self._submit("acceptance", (views.cell_views(comp), title))
         self.changed = changed_text(comp.cells)
-        k = int(run.manifest["config"]["speculative"]["num_speculative_tokens"])
+        k = run.typed.k
         hm = views.heatmap(run, comp.cells, k, changed=self.changed)
         what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
         self._submit("heatmap", (hm.grid(k), f"acceptance per {what} and position (pooled over repeats)"))

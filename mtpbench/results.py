@@ -41,7 +41,7 @@ from mtpbench import __version__
 from mtpbench.config import GateSpec, path_kind
 from mtpbench.errors import DataWarning, StorageError, UserError
 from mtpbench.files import share_mode
-from mtpbench.schema import SCHEMA_VERSION, schema_problem
+from mtpbench.schema import SCHEMA_VERSION, CellStatus, schema_problem
 
 __all__ = ["MANIFEST", "RECORDS", "SCHEMA_VERSION", "DataWarning", "Manifest", "Run", "load_run", "read_records"]
 
@@ -163,7 +163,7 @@ class ManifestCell(_OnDisk):
     repeat: RepeatIndex
     hash_seed: HashSeed | None = None
     attempt: Attempt | None = None
-    status: str = Field("pending", min_length=1)
+    status: CellStatus = CellStatus.PENDING
     error: str | None = None
     log: str | None = None
     wall_s: Seconds | None = None
@@ -177,12 +177,25 @@ class ManifestSpeculative(_OnDisk):
 
 class ManifestSampling(_OnDisk):
     temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    max_tokens: StrictInt | None = None
 
 
 class ManifestConfig(_OnDisk):
+    """The resolved config the run was made with (config.py's ExperimentConfig, as the runner wrote it)."""
+
+    name: str | None = None
     speculative: ManifestSpeculative
     sampling: ManifestSampling = Field(default_factory=ManifestSampling)
     gate: GateSpec = Field(default_factory=GateSpec)
+    baseline: str | None = None  # the baseline the config names (compare accepts it without --accept-unchecked)
+    baseline_entry: dict[str, str] = Field(default_factory=dict)  # cell or build/mode -> build/mode of an entry
+    reference_mode: str | None = None
+    modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    workload: dict[str, Any] | None = None  # None: the offline probe
+
+    @property
+    def workload_kind(self) -> str:
+        return str((self.workload or {}).get("kind") or "offline")
 
 
 class ManifestPrompts(_OnDisk):
@@ -405,6 +418,13 @@ class Run:
     @property
     def run_id(self) -> str:
         return str(self.manifest["run_id"])
+
+    @property
+    def typed(self) -> Manifest:
+        """The manifest as its typed model (validated once by load_run; here for a Run made by hand)."""
+        if self.meta is None:
+            self.meta = Manifest.model_validate(self.manifest)
+        return self.meta
 
     def prompt_frame(self) -> pd.DataFrame:
         if self.frame is not None:

@@ -13,6 +13,7 @@ Format history
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Any
 
 from mtpbench import __version__
@@ -22,6 +23,17 @@ BASELINE_SCHEMA = 1  # baselines/*.yaml
 # A serving cell-repeat whose build returned no per-request spec-decode counts: its acceptance is one pooled
 # count of the server's /metrics deltas (mtpbench/serving.py writes it, the evidence stage reads it).
 COUNTERS_ONLY = "counters-only"
+
+
+class CellStatus(str, Enum):
+    """Where a cell-repeat stands, in the manifest (the runner writes it, every reader compares with it)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    OK = "ok"  # the worker exited 0 (evidence.py also wants every prompt recorded before it counts it)
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
 
 
 def schema_problem(value: Any, supported: int, what: str) -> str | None:

@@ -49,7 +49,7 @@ from mtpbench.findings import (
     ThroughputDrop,
 )
 from mtpbench.results import Run
-from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.schema import COUNTERS_ONLY, CellStatus
 from mtpbench.stats import Interval
 
 PER_REQUEST = "per-request"
@@ -59,7 +59,7 @@ MUST_MATCH = ("concurrency", "max_tokens", "request_rate")
 
 
 def workload_of(run: Run) -> dict[str, Any]:
-    return dict(run.manifest.get("config", {}).get("workload") or {"kind": "offline"})
+    return dict(run.typed.config.workload or {"kind": "offline"})
 
 
 def is_serving(run: Run) -> bool:
@@ -114,13 +114,13 @@ def _pcts(values: list[float]) -> Percentiles:
 
 def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
     wl = workload_of(run)
-    k = int(run.manifest["config"]["speculative"]["num_speculative_tokens"])
+    k = run.typed.k
     order: list[str] = []
     meta: dict[str, dict[str, str]] = {}
-    for c in run.manifest.get("cells", []):
-        if c["cell"] not in meta:
-            order.append(c["cell"])
-            meta[c["cell"]] = {"build": c["build"], "mode": c["mode"], "variant": c["variant"]}
+    for c in run.typed.cells:
+        if c.cell not in meta:
+            order.append(c.cell)
+            meta[c.cell] = {"build": c.build, "mode": c.mode, "variant": c.variant}
     # Acceptance from the evidence stage (complete repeats, the same clustered interval as the offline table):
     # the serving table, the checks and `baseline save` cannot disagree on what a cell accepted.
     judged = {c.cell: c for c in collect(run, confidence)}
@@ -137,7 +137,7 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
         counters_only = ev.counters_only or pooled
         failed = [r for r in mine if r.get("type") == "request_failed"]
         loads = [r for r in mine if r.get("type") == "load"]
-        repeats = {c["repeat"] for c in run.manifest["cells"] if c["cell"] == cell}
+        repeats = {c.repeat for c in run.typed.cells if c.cell == cell}
         total = int(wl.get("num_requests", 0)) * len(repeats)
         wall = sum(float(x.get("wall_s") or 0.0) for x in loads)
         gen = sum(int(r.get("num_generated_tokens") or 0) for r in reqs)
@@ -220,8 +220,7 @@ def select_baseline(run: Run, baseline: Baseline) -> tuple[Baseline, list[str]]:
 
 
 def _max_tokens(run: Run) -> int | None:
-    mt = run.manifest["config"].get("sampling", {}).get("max_tokens")
-    return int(mt) if mt is not None else None
+    return run.typed.config.sampling.max_tokens
 
 
 def baseline_fields(run: Run, build: str, mode: str, variant: str | None = None) -> dict[str, Any] | None:
@@ -261,7 +260,7 @@ def diagnoses(run: Run) -> list[Finding]:
     if not is_serving(run):
         return []
     out: list[Finding] = []
-    incomplete = {c["cell"] for c in run.manifest.get("cells", []) if c.get("status") != "ok"}
+    incomplete = {c.cell for c in run.typed.cells if c.status != CellStatus.OK}
     for c in summarize_serving(run):
         missing = c.requests_total - c.requests_ok - c.requests_failed
         # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the

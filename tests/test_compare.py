@@ -374,8 +374,9 @@ def test_collect_is_vectorised(tmp_path: Path) -> None:
         def prompt_frame(self) -> pd.DataFrame:
             return frame
 
-    manifest = {"run_id": "big", "config": {"speculative": {"num_speculative_tokens": 3}, "sampling": {}, "gate": {}},
-                "prompts": {"ids": [f"p{i}" for i in range(per)]},
+    manifest = {"schema": 1, "run_id": "big",
+                "config": {"speculative": {"method": "mtp", "num_speculative_tokens": 3}, "sampling": {}, "gate": {}},
+                "prompts": {"sha256": "ab" * 32, "ids": [f"p{i}" for i in range(per)]},
                 "cells": [{"cell": f"b/m/v{i}", "build": "b", "mode": "m", "variant": f"v{i}", "repeat": r,
                            "hash_seed": r, "status": "ok"} for i in range(cells) for r in range(reps)]}  # fmt: skip
     t0 = time.perf_counter()
