@@ -3,7 +3,7 @@ by build/mode, with provenance and the fingerprint that decides what they can be
 
 A published baseline (figures from a report, no counts) leaves unknown fingerprint fields null: they are
 then listed as "not checked", and such a baseline is used only when the run's config names it or the user
-says so (compare.py). A baseline saved from a run carries the run's counts, pooled and (since 0.2) per
+says so (compare.py). A baseline saved from a run carries the run's counts, pooled and per
 prompt, so the comparison is prompt-paired instead of treating the baseline as exact. Saved counts are
 the evidence: identical repeats of a prompt count once (older saves pooled every repeat).
 

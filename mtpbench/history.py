@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mtpbench.baseline import run_fingerprint
+from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.errors import UserError
 from mtpbench.evidence import collect
 from mtpbench.results import MANIFEST, RECORDS, Run, load_run, write_json_atomic
@@ -33,7 +34,6 @@ from mtpbench.stats import Interval, PromptCounts, diff_interval
 
 MAX_UNITS = 256  # per run and cell: prompts beyond this are pooled into hash buckets
 PERMUTATIONS = 999
-DEFAULT_TOLERANCE_PTS = 5.0
 
 
 @dataclass

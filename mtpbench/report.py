@@ -44,8 +44,8 @@ from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.stats import Interval
 
-# Version of the JSON document `--json` writes. History: 1 (mtpbench 0.1) cells/checks/diagnoses with
-# free-text messages; 2 (0.2) adds schema, verdict, findings (kind/severity/cause/numbers/message), MDE.
+# Version of the JSON document `--json` writes. History: 1: cells/checks/diagnoses with free-text messages;
+# 2: adds schema, verdict, findings (kind/severity/cause/numbers/message), MDE.
 REPORT_SCHEMA = 2
 
 STYLE = {Severity.FAIL: "bold red", Severity.WARN: "yellow", Severity.INFO: "cyan"}
