@@ -28,7 +28,8 @@ from mtpbench.files import share_mode
 
 COPY = "records.parquet"
 # Bumped when the copy's layout changes: an older copy is then stale and rebuilt from the JSONL.
-COPY_VERSION = 3  # 2: dictionaries of any size (see write_copy); 3: the reader's warnings kept
+COPY_VERSION = 4  # 2: dictionaries of any size (see write_copy); 3: the reader's warnings kept;
+# 4: written only from records the reader checked for duplicates and other runs' records
 _META_KEY = b"mtpbench.columnar"
 
 # Scalar prompt fields kept as columns (anything else of a prompt record goes to `extra_json`).

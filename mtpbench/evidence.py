@@ -166,7 +166,8 @@ def _frame(run: Run, k: int) -> _Frame:
     elif n:
         ints[:, 4 + len(COUNT_COLS) :] = _per_pos_matrix(col("accepted_per_pos"), k)
     out = pd.DataFrame(ints, columns=names, copy=False)
-    # A prompt recorded twice in one repeat (a retried write) counts once: the last record wins.
+    # The reader refuses a prompt recorded twice in one attempt; across attempts the manifest's current one
+    # was kept (results.current_attempts). A frame made by hand keeps one record per prompt: the last.
     out = _dedupe(out, ["cell", "repeat", "prompt"], keep="last")
     return _Frame(out, cells, prompts, shas)
 

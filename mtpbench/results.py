@@ -215,7 +215,7 @@ class Manifest(_OnDisk):
     tool_version: str | None = None
     config: ManifestConfig
     prompts: ManifestPrompts
-    cells: list[ManifestCell]
+    cells: list[ManifestCell] = Field(min_length=1)  # a run of no cells measured nothing: never a pass
 
     @field_validator("run_id")
     @classmethod
@@ -361,9 +361,12 @@ def _check_record(where: str, rec: Any, k: int | None) -> dict[str, Any]:
     return rec
 
 
-def scan_records(path: Path, k: int | None = None) -> Records:
+def scan_records(path: Path, k: int | None = None, run_id: str | None = None) -> Records:
     """Every record of a records.jsonl, validated; a last line cut off by a crash (and any line a `torn`
-    record marks as such) is skipped with a warning, anything else unreadable is a UserError."""
+    record marks as such) is skipped with a warning, anything else unreadable is a UserError. So is a
+    record of another run (`run_id`, when given) and a prompt recorded twice in one attempt of a repeat:
+    the worker appends each prompt once, so a second copy means the file was concatenated or copied into,
+    and counting it (or keeping one copy silently) would judge evidence nobody can vouch for."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -373,6 +376,7 @@ def scan_records(path: Path, k: int | None = None) -> Records:
     except OSError as exc:
         raise UserError(f"{path}: cannot read records: {exc.strerror or exc}") from None
     out = Records([])
+    seen: dict[tuple[Any, ...], int] = {}
     lines = raw.split(b"\n")
     parsed = [_parse_line(line) if line.strip() else None for line in lines]
     for n, (line, rec) in enumerate(zip(lines, parsed, strict=True), start=1):
@@ -387,8 +391,21 @@ def scan_records(path: Path, k: int | None = None) -> Records:
                 continue
             raise UserError(f"{where}: corrupt JSON (not a record)")
         checked = _check_record(where, rec, k)
-        if checked["type"] != TORN:
-            out.records.append(checked)
+        if checked["type"] == TORN:
+            continue
+        if run_id is not None and checked.get("run_id") not in (None, run_id):
+            raise UserError(f"{where}: a record of run {checked['run_id']!r} in run {run_id!r}: records of two "
+                            "runs cannot be judged as one")  # fmt: skip
+        if checked["type"] == "prompt":
+            key = (checked.get("cell"), checked.get("repeat"), checked.get("attempt", 1), checked.get("prompt_id"))
+            if key in seen:
+                raise UserError(
+                    f"{where}: prompt {key[3]!r} of {key[0]} repeat {key[1]} (attempt {key[2]}) is recorded again "
+                    f"(first at line {seen[key]}): each prompt is appended once, so the file was concatenated "
+                    "or copied into"
+                )
+            seen[key] = n
+        out.records.append(checked)
     return out
 
 
@@ -411,7 +428,8 @@ class Run:
     @property
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
-            recs = scan_records(self.path / RECORDS, self.meta.k if self.meta else None)
+            recs = scan_records(self.path / RECORDS, self.meta.k if self.meta else None,
+                                self.meta.run_id if self.meta else None)  # fmt: skip
             self._records = current_attempts(recs.records, self.manifest["cells"])
         return self._records
 
@@ -480,7 +498,7 @@ def load_run(path: str | Path) -> Run:
         cells = manifest["cells"]
         return Run(p, manifest, None, meta, said, frame=current_attempts_frame(frame, cells),
                    meta_records=current_attempts(meta_records, cells))  # fmt: skip
-    recs = scan_records(p / RECORDS, meta.k)
+    recs = scan_records(p / RECORDS, meta.k, meta.run_id)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)
     # All attempts go into the copy; which attempt is current is the manifest's to say, at every load.
@@ -524,7 +542,7 @@ def refresh_copy(run_dir: Path) -> Path | None:
     if columnar.read_copy(run_dir) is not None:
         return run_dir / columnar.COPY
     try:
-        recs = scan_records(run_dir / RECORDS)
+        recs = scan_records(run_dir / RECORDS, run_id=read_manifest(run_dir / MANIFEST)[1].run_id)
     except UserError:
         return None
     return columnar.write_copy(run_dir, recs.records, recs.warnings)

@@ -39,6 +39,11 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
         raise UserError(f"{run.path}: no cells of variant {variant!r}")
     if any(not c.complete for c in cells):
         raise UserError(f"{run.path}: some cells did not finish; a baseline must come from a complete run")
+    off = [c.cell for c in cells if c.summary.counts.num_drafts <= 0]
+    if off:
+        # A baseline that records "no speculation" would call every build that lost its drafter a pass.
+        raise UserError(f"{run.path}: {', '.join(off)} recorded zero drafts: speculative decoding did not run, "
+                        "so there is no acceptance to keep as a baseline")  # fmt: skip
     per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant) for c in cells}
     return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)

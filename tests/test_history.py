@@ -32,12 +32,12 @@ def _series(root: Path, rates: list[list[float]], versions: list[str] | None = N
         m["created"] = f"2026-11-{n + 1:02d}T00:00:00+00:00"
         m["run_id"] = f"202611{n + 1:02d}T000000Z-nightly"
         (path / MANIFEST).write_text(json.dumps(m))
-        if versions:
-            lines = [json.loads(x) for x in (path / RECORDS).read_text().splitlines()]
-            for rec in lines:
-                if rec["type"] == "cell_start":
-                    rec["env"] = {"versions": {"vllm": versions[n]}, "git_sha": {"vllm": f"{versions[n]}-sha"}}
-            (path / RECORDS).write_text("".join(json.dumps(x) + "\n" for x in lines))
+        lines = [json.loads(x) for x in (path / RECORDS).read_text().splitlines()]
+        for rec in lines:
+            rec["run_id"] = m["run_id"]  # a run's records carry its id (the reader refuses another run's)
+            if versions and rec["type"] == "cell_start":
+                rec["env"] = {"versions": {"vllm": versions[n]}, "git_sha": {"vllm": f"{versions[n]}-sha"}}
+        (path / RECORDS).write_text("".join(json.dumps(x) + "\n" for x in lines))
         out.append(path)
     return out
 
@@ -139,7 +139,9 @@ def test_per_run_cache_is_used_when_fresh_and_rebuilt_when_the_run_changes(tmp_p
     for cell, (d, a) in direct.units.items():
         assert (cached.units[cell][0] == d).all() and (cached.units[cell][1] == a).all()
     # A cache that no longer matches the run's files is never believed: rewrite the last run as a drop.
-    _series(tmp_path / "new", [bad])[0].joinpath(RECORDS).replace(paths[2] / RECORDS)
+    lines = [json.loads(x) for x in _series(tmp_path / "new", [bad])[0].joinpath(RECORDS).read_text().splitlines()]
+    run_id = json.loads((paths[2] / MANIFEST).read_text())["run_id"]
+    (paths[2] / RECORDS).write_text("".join(json.dumps({**x, "run_id": run_id}) + "\n" for x in lines))
     g = build_history(paths).groups[0]
     assert g.change_points and g.first is not None and g.first.index == 2
     # A damaged cache is ignored (the run is the truth) and rewritten.

@@ -18,7 +18,7 @@ OVERSIZED = {
     "serving": 806,
     "runner": 700,
     "report": 664,
-    "results": 530,
+    "results": 548,
     "config": 486,
     "worker": 480,
     "fixtures.train": 657,
