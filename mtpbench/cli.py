@@ -37,10 +37,12 @@ if "numpy" not in sys.modules and "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
     finally:
         del os.environ["NUMPY_MADVISE_HUGEPAGE"]
 
-import click
 import typer
 
-try:  # typer vendors click as typer._click (0.2x); older typer raised click's own exceptions
+# typer >= 0.26 vendors click as typer._click and no longer installs click; an older typer depends on click
+# and raises click's own exceptions. Either way the exceptions come from what typer brings: mtpbench does not
+# import click itself (a core-only install has no click).
+try:
     from typer._click import exceptions as _clickx
 except ImportError:  # pragma: no cover
     from click import exceptions as _clickx  # type: ignore[no-redef]
@@ -56,6 +58,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command and group inherits it
     help="Acceptance-rate regression bench and CI gate for speculative decoding on vLLM / vllm-ascend.",
 )
 baseline_app = typer.Typer(no_args_is_help=True, help="Make baselines from runs.")
@@ -102,7 +105,7 @@ def _guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             code = int(fn(*args, **kwargs) or 0)
-        except (typer.Exit, click.exceptions.Exit, click.ClickException, click.Abort):
+        except (typer.Exit, typer.Abort, _clickx.ClickException):
             raise
         except UserError as exc:
             _say(f"mtpbench: error: {exc}")
@@ -113,6 +116,8 @@ def _guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
             _say("mtpbench: interrupted" + (f"; finished cell-repeats are kept in {where}" if where else ""))
             code = int(getattr(exc, "exit_code", 130))
         except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
+            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+                raise  # stdout closed (`show --json | head`): main()'s quiet exit 3, for every command alike
             first = (str(exc).splitlines() or [""])[0][:300]
             _say(f"mtpbench: internal error: {type(exc).__name__}: {first} ({_crash_log(exc)})")
             code = int(ExitCode.RUN_FAILED)
@@ -507,12 +512,15 @@ def show(
     from mtpbench import compare as cmp
     from mtpbench.results import load_run
 
+    _check_options(None, None, as_json, markdown)
     r = load_run(run_dir)
     return _emit(cmp.analyze(r), as_json, markdown, None, r)
 
 
-def _check_options(tolerance: float | None, junit: Path | None) -> None:
+def _check_options(tolerance: float | None, junit: Path | None, as_json: bool = False, markdown: bool = False) -> None:
     """Options that would only fail after the work is done (or pass silently, as NaN would) fail first."""
+    if as_json and markdown:
+        raise UserError("--json and --markdown: give one of them (both would go to stdout)")
     if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
         raise UserError(f"--tolerance: expected a finite number of points >= 0, got {tolerance}")
     if junit is not None:
@@ -520,8 +528,15 @@ def _check_options(tolerance: float | None, junit: Path | None) -> None:
 
         if path_kind(junit, "--junit") == "dir":
             raise UserError(f"--junit {junit}: is a folder, not a file")
-        if path_kind(junit.parent, "--junit") != "dir":
-            raise UserError(f"--junit {junit}: no such folder {junit.parent}")
+        _make_parent(junit, "--junit")
+
+
+def _make_parent(path: Path, what: str) -> None:
+    """Every output file's folder is made if missing (as report, history and run make theirs)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot create the folder {path.parent}: {exc.strerror or exc}") from None
 
 
 # How a run is judged: the same options for `compare` (the gate) and `report` (which shows its verdict).
@@ -582,7 +597,7 @@ def compare_cmd(
     from mtpbench.errors import NotComparableError
     from mtpbench.results import load_run
 
-    _check_options(tolerance, junit)
+    _check_options(tolerance, junit, as_json, markdown)
     r = load_run(run_dir)
     try:
         comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered)
@@ -614,6 +629,7 @@ def baseline_save(
 
     r = load_run(run_dir)
     b = baseline_of_run(r, name or out.stem, variant)
+    _make_parent(out, "--out")
     write_baseline(b, out, force)
     console.print(f"wrote {out} ({len(b.entries)} entries from run {r.run_id})", markup=False, highlight=False)
     return 0
@@ -699,6 +715,11 @@ def _check_report_paths(html: Path | None, png: Path | None) -> None:
         raise UserError(f"--png {png}: is a file, not a folder")
 
 
+# The report exits 0 once written: its judging options change the verdict it shows, not its exit code.
+_H_UNMATCHED_VERDICT = "A cell with no baseline entry warns instead of making the verdict not comparable."
+_H_UNDERPOWERED_VERDICT = "A cell that could not detect a tolerance-sized drop makes the verdict inconclusive."
+
+
 @app.command("report")
 @_guarded
 def report_cmd(
@@ -707,12 +728,13 @@ def report_cmd(
     html: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report here.")] = None,
     png: Annotated[Path | None, typer.Option("--png", help="Also write the figures as PNG files into DIR.")] = None,
     tolerance: ToleranceOpt = None,
-    allow_unmatched: AllowUnmatchedOpt = False,
+    allow_unmatched: Annotated[bool, typer.Option("--allow-unmatched", help=_H_UNMATCHED_VERDICT)] = False,
     accept_unchecked: AcceptUncheckedOpt = False,
-    fail_underpowered: FailUnderpoweredOpt = False,
+    fail_underpowered: Annotated[bool, typer.Option("--fail-underpowered", help=_H_UNDERPOWERED_VERDICT)] = False,
 ) -> None:
-    """An HTML report (verdict, figures, fingerprint) that opens offline; exit 0 once written (the gate is
-    `compare`: give the report the options the gate was given, and it shows the gate's verdict)."""
+    """An HTML report (verdict, figures, fingerprint) that opens offline. Exits 0 once written, whatever the
+    verdict it shows (the gate is `compare`: give the report the options the gate was given, and it shows
+    the gate's verdict); 2 on bad input, 4 when the baseline cannot judge the run."""
     from mtpbench import plots
     from mtpbench.painter import Painter
 
@@ -807,8 +829,9 @@ def main() -> None:
         _say("mtpbench: aborted")
         code = int(ExitCode.RUN_FAILED)
     except SystemExit as exc:
-        # typer turns a broken pipe outside a command (`mtpbench --help | head`) into sys.exit(1): not a
-        # regression. Anything else that exits keeps its code.
+        # The one handler of a closed stdout (`mtpbench show --json | head`), in a command or outside one
+        # (`--help | head`): typer and rich turn the broken pipe into a silent sys.exit(1), which is not a
+        # regression but output that could not be written: exit 3. Anything else that exits keeps its code.
         ctx = exc.__context__
         if exc.code == 1 and isinstance(ctx, OSError) and ctx.errno == errno.EPIPE:
             code = int(ExitCode.RUN_FAILED)

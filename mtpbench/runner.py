@@ -585,6 +585,8 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         setup = _setup(cfg, cells, opts)
         plans = plan(cfg, prompts, cells, str(manifest["run_id"]), str((run_dir / RECORDS).resolve()))
         todo = [i for i, c in enumerate(manifest["cells"]) if c.get("status", "pending") in RERUN]
+        if not todo:  # nothing left to run: the manifest (its status, finished time, resumes) stays as it was
+            return RunOutcome(run_dir, manifest)
         for i in todo:
             c = manifest["cells"][i]
             # A repeat that never started has no records to supersede: it keeps its attempt number.

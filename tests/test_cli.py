@@ -272,8 +272,9 @@ def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
 
 
 def test_unwritable_junit_is_one_line(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")  # a missing folder is made; a file in its place cannot be
     res = invoke("compare", make_run({"ascend/NONE/stock": [GOOD]}), "--baseline", PUBLISHED,
-                 "--junit", tmp_path / "no-such-dir" / "gate.xml")  # fmt: skip
+                 "--junit", tmp_path / "a-file" / "gate.xml")  # fmt: skip
     assert res.exit_code == 2 and "--junit" in one_error_line(res)
 
 
