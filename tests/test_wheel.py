@@ -2,10 +2,14 @@
 baselines and the tiny model pair are found from the installed package, outside the source tree.
 
 The wheel is built from a copy of the source tree's files (what a fresh clone has) with the build tools
-already in this environment. It is installed without dependencies into a fresh virtual environment that
-sees this environment's site-packages through a .pth file (so vllm, torch and pydantic are not installed
-again) but not its editable mtpbench: a .pth line adds a folder to the path without running that folder's
-own .pth files, so only the wheel's mtpbench can be imported.
+already in this environment, and installed twice:
+- `core`: into a fresh virtual environment with its declared dependencies only, resolved by pip from the
+  package index it is configured with (no vllm, no extras, nothing of this environment): what
+  `pip install .` gives a user, so a package the core imports but does not declare fails here (click did).
+- `with_engine` (the engine test only): without dependencies, into a fresh environment that sees this
+  one's site-packages through a .pth file (so vllm and torch are not installed again) but not its editable
+  mtpbench: a .pth line adds a folder to the path without running that folder's own .pth files, so only
+  the wheel's mtpbench can be imported.
 """
 
 from __future__ import annotations
@@ -50,11 +54,29 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return whl
 
 
-@pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300,
+                   env=_clean_env())  # fmt: skip
+    return venv
+
+
+@pytest.fixture(scope="module")
+def core(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh environment with the wheel and its declared dependencies, nothing else (pip from outside)."""
+    venv = _venv(tmp_path_factory)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", str(wheel)],
+        capture_output=True, text=True, timeout=900, env=_clean_env(),
+    )  # fmt: skip
+    assert res.returncode == 0, f"pip could not install the wheel's dependencies:\n{res.stderr[-3000:]}"
+    return venv
+
+
+@pytest.fixture(scope="module")
+def with_engine(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    venv = _venv(tmp_path_factory)
     env = _clean_env()
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300, env=env)
     py = venv / "bin" / "python"
     purelib = Path(
         subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
@@ -103,9 +125,21 @@ def test_wheel_contains_the_package_the_shipped_folders_and_the_tiny_pair(wheel:
     assert "mtpbench = mtpbench.plugin:register" in entry_points  # the vLLM general plugin
 
 
-def test_installed_wheel_doctor_and_dry_run_outside_the_source_tree(installed: Path, tmp_path: Path) -> None:
-    py = str(installed / "bin" / "python")
-    probe = _run(installed, py, "-c", """
+def test_core_only_install_has_no_engine_and_no_undeclared_package(core: Path, tmp_path: Path) -> None:
+    # The environment really holds the core alone, and the command line imports nothing undeclared.
+    probe = _run(core, str(core / "bin" / "python"), "-c", """
+import importlib.util, json, sys
+import mtpbench.cli
+print(json.dumps({"absent": [m for m in ("vllm", "torch", "matplotlib", "ray", "pytest")
+                             if importlib.util.find_spec(m) is None], "click": "click" in sys.modules}))
+""", cwd=tmp_path)  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == {"absent": ["vllm", "torch", "matplotlib", "ray", "pytest"], "click": False}
+
+
+def test_core_only_wheel_doctor_dry_run_and_show_outside_the_source_tree(core: Path, tmp_path: Path) -> None:
+    py = str(core / "bin" / "python")
+    probe = _run(core, py, "-c", """
 import json, mtpbench, mtpbench.selftest as s
 from mtpbench.config import load_config, load_prompts
 from mtpbench.baseline import load_baseline
@@ -122,7 +156,7 @@ print(json.dumps({"pkg": mtpbench.__file__, "model": cfg.model, "drafter": cfg.s
     assert probe.returncode == 0, probe.stderr
     got = json.loads(probe.stdout)
     pkg = Path(got["pkg"]).parent
-    assert pkg.is_relative_to(installed), got  # the wheel's mtpbench, not the source tree's
+    assert pkg.is_relative_to(core), got  # the wheel's mtpbench, not the source tree's
     for key in ("model", "drafter", "prompts", "baseline", "selftest"):
         assert Path(got[key]).exists() and Path(got[key]).is_relative_to(pkg), (key, got[key])
     assert Path(got["model"], "model.safetensors").is_file()
@@ -131,22 +165,33 @@ print(json.dumps({"pkg": mtpbench.__file__, "model": cfg.model, "drafter": cfg.s
     source = load_config(REPO / "configs" / "tiny-gemma4-mtp.yaml")  # the same prompt set as in the source tree
     assert got["sha"] == load_prompts(source.prompts).sha256() and got["k"] == 3
 
-    mtpbench = str(installed / "bin" / "mtpbench")
-    doctor = _run(installed, mtpbench, "doctor", "--no-engine", cwd=tmp_path)
-    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    assert "vllm import" in doctor.stdout and "Traceback" not in doctor.stderr
+    mtpbench = str(core / "bin" / "mtpbench")
+    # Without an engine in the environment, doctor says so (exit 3: this environment cannot run a cell)
+    # in its table, not in a traceback.
+    doctor = _run(core, mtpbench, "doctor", "--no-engine", cwd=tmp_path)
+    assert doctor.returncode == 3 and doctor.stderr == "", doctor.stdout + doctor.stderr
+    vllm_row = next(x for x in doctor.stdout.splitlines() if "vllm import" in x)
+    assert "fail" in vllm_row and "No module named 'vllm'" in vllm_row, doctor.stdout
 
-    dry = _run(installed, mtpbench, "run", "tiny-gemma4-mtp", "--dry-run", cwd=tmp_path)
-    assert dry.returncode == 0, dry.stdout + dry.stderr
-    assert dry.stdout.startswith("tiny-gemma4-mtp: ") and "dry run: nothing was started" in dry.stdout
+    for name in sorted(p.stem for p in (REPO / "configs").glob("*.yaml")):  # found by name, from the wheel
+        dry = _run(core, mtpbench, "run", name, "--dry-run", cwd=tmp_path)
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert f"{name}: " in dry.stdout and "dry run: nothing was started" in dry.stdout, dry.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # dry runs and doctor --no-engine write nothing
+
+    # Judging needs no engine: a stored run, shown from the core alone (pandas, pyarrow, scipy).
+    run = tmp_path.parent / f"{tmp_path.name}-run"
+    shutil.copytree(REPO / "tests/data/runs/nightly/20261203T082003Z-tiny-gemma4-mtp", run)
+    show = _run(core, mtpbench, "show", str(run), "--json", cwd=tmp_path)
+    assert show.returncode == 0 and show.stderr == "", show.stdout + show.stderr
+    assert json.loads(show.stdout)["exit_code"] == 0
 
 
 @pytest.mark.engine
-def test_installed_wheel_starts_an_engine_on_the_shipped_pair(installed: Path, tmp_path: Path) -> None:
+def test_installed_wheel_starts_an_engine_on_the_shipped_pair(with_engine: Path, tmp_path: Path) -> None:
     # `doctor` with its engine check: one eager engine on the packaged tiny pair, one prompt, 16 tokens,
     # started by a worker that imports mtpbench from the installed wheel.
-    res = _run(installed, str(installed / "bin" / "mtpbench"), "doctor", cwd=tmp_path, timeout=900)
+    res = _run(with_engine, str(with_engine / "bin" / "mtpbench"), "doctor", cwd=tmp_path, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "engine ok" in res.stdout
     (run,) = (p for p in Path(tempfile_root(res.stdout)).iterdir() if p.is_dir())
