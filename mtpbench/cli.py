@@ -817,6 +817,7 @@ def main() -> None:
     other error of mtpbench, and no click exception can exit 1 ("regression" to every CI)."""
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()  # what a command left buffered meets a closed pipe here, not at interpreter exit
     except _clickx.NoArgsIsHelpError:  # `mtpbench` or `mtpbench baseline` alone: the help, then exit 2
         with contextlib.suppress(SystemExit):
             app([*sys.argv[1:], "--help"])
@@ -837,6 +838,9 @@ def main() -> None:
             code = int(ExitCode.RUN_FAILED)
         else:
             raise
+    except BrokenPipeError:  # the flush above: the same closed stdout; the interpreter's own flush goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = int(ExitCode.RUN_FAILED)
     # At exit the interpreter's last garbage collections walk every object still alive (pandas, pyarrow,
     # a loaded run): 0.15-0.3 s of every command on a 2-core box, measured. Nothing is left that only a
     # collection would free or finish (files are closed, workers reaped; atexit and weakref finalizers run).

@@ -84,6 +84,7 @@ def test_report_help_says_what_report_returns() -> None:
 
 def _closed_stdout(args: list[str], cwd: Path) -> tuple[int, str]:
     env = {**os.environ, "MTPBENCH_LOG_DIR": str(cwd / "logs"), "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONUNBUFFERED", None)  # a user's shell: small output stays buffered until exit
     p = subprocess.Popen([sys.executable, "-m", "mtpbench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          cwd=cwd, env=env)  # fmt: skip
     assert p.stdout is not None and p.stderr is not None
@@ -94,8 +95,9 @@ def _closed_stdout(args: list[str], cwd: Path) -> tuple[int, str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["show", "--json"], ["show", "--markdown"], ["show"], ["compare", "--json"], ["compare"], ["show", "-h"]],
-    ids=["show-json", "show-markdown", "show", "compare-json", "compare", "help"],
+    [["show", "--json"], ["show", "--markdown"], ["show"], ["compare", "--json"], ["compare"], ["history", "--json"],
+     ["show", "-h"]],
+    ids=["show-json", "show-markdown", "show", "compare-json", "compare", "history-json", "help"],
 )
 def test_a_closed_stdout_is_the_same_quiet_exit_3_for_every_command(
     make_run: Callable[..., Path], tmp_path: Path, args: list[str]
