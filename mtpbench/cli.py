@@ -317,6 +317,8 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
     if dry_run:
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         _render_dry_run(cfg, prompts, plans)
+        if base is not None:
+            _render_config_sizing(cfg, cells, base, len(prompts.prompts))
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
         _render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0
@@ -422,6 +424,19 @@ def _render_preflight(checks: list[Any]) -> None:
 
     for pf in checks:
         console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
+
+
+def _render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -> None:
+    from mtpbench.baseline import load_baseline
+    from mtpbench.sizing import family_of_config, size_entry
+    from mtpbench.sizingreport import sizing_table
+
+    ref = cfg.reference_mode or next((m for m, s in cfg.modes.items()
+                                      if s.enforce_eager or s.cudagraph_mode == "NONE"), None)  # fmt: skip
+    family = family_of_config(cfg.speculative.num_speculative_tokens,
+                              [(c.build, c.mode, c.variant) for c in cells], ref)  # fmt: skip
+    sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family)) is not None]
+    console.print(sizing_table(sizes, cfg.gate, prompts))
 
 
 def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
@@ -718,6 +733,36 @@ def _check_report_paths(html: Path | None, png: Path | None) -> None:
 # The report exits 0 once written: its judging options change the verdict it shows, not its exit code.
 _H_UNMATCHED_VERDICT = "A cell with no baseline entry warns instead of making the verdict not comparable."
 _H_UNDERPOWERED_VERDICT = "A cell that could not detect a tolerance-sized drop makes the verdict inconclusive."
+
+
+@app.command("size")
+@_guarded
+def size(
+    baseline: Annotated[Path, typer.Argument(help="A baseline with per-prompt counts (baseline save keeps them).")],
+    pilot: Annotated[Path | None, typer.Option("--run", help="A pilot run: size from its paired spread.")] = None,
+    checks: Annotated[int, typer.Option(help="Checks the run makes (k per cell, k per graph cell).", min=1)] = 6,
+    tolerance: Annotated[float | None, typer.Option(help="δ, points (default: the gate's).", min=0)] = None,
+) -> int:
+    """How many prompts the gate needs to certify no drop of δ at each position (exit 0; 2 on bad input)."""
+    from mtpbench.baseline import load_baseline
+    from mtpbench.config import GateSpec
+    from mtpbench.sizing import size_entry, size_pilot
+    from mtpbench.sizingreport import sizing_table
+
+    b = load_baseline(baseline)
+    if pilot is not None:
+        from mtpbench.compare import compare
+        from mtpbench.results import load_run
+
+        run = load_run(pilot)
+        gate = run.typed.config.gate
+        gate = gate if tolerance is None else gate.model_copy(update={"tolerance_pts": tolerance})
+        comp = compare(run, b, gate, str(baseline), baseline_path=baseline, accept_unchecked=True)
+        console.print(sizing_table(size_pilot(comp), comp.gate, None))
+        return 0
+    gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
+    console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks)) is not None], gate))
+    return 0
 
 
 @app.command("report")

@@ -94,6 +94,7 @@ class PositionCheck:
     method: str = ""  # paired | pooled-baseline | exact-baseline | counters-only
     entry: str = ""  # build/mode of the baseline entry
     bound: float | None = None  # one-sided lower bound on delta at the check's share of the false-alarm rate
+    se: float | None = None  # of delta (the paired one when paired)
 
 
 @dataclass
@@ -578,7 +579,7 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec,
         # Only a check that could not certify δ is underpowered: a pass has certified it.
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
         prompts=n, method=method, entry=label,
-        bound=None if se is None else lower_bound(delta, se, df, alpha),
+        bound=None if se is None else lower_bound(delta, se, df, alpha), se=se,
     )  # fmt: skip
 
 

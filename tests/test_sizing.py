@@ -1,0 +1,53 @@
+"""Issue 19 item 3: sizing says how many prompts certify δ, from a baseline's per-prompt spread (an upper
+bound) or a pilot run's paired spread, in `mtpbench size` and `run --dry-run`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mtpbench.baseline import load_baseline
+from mtpbench.cli import app
+from mtpbench.config import GateSpec
+from mtpbench.sizing import family_of_config, prompts_for, size_entry
+from mtpbench.stats import detectable_drop
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
+
+
+def test_prompts_for_is_the_smallest_count_whose_detectable_drop_reaches_delta() -> None:
+    se, g, drop, alpha, power = 0.02, 40, 0.05, 0.01 / 6, 0.9
+    n = prompts_for(se, g, drop, alpha, power)
+    at = detectable_drop(se * math.sqrt(g / n), n - 1, alpha, power)
+    assert at is not None and at <= drop
+    # A few prompts fewer would not do (the search steps by at most n/8).
+    fewer = n - max(1, n // 8)
+    assert (detectable_drop(se * math.sqrt(g / fewer), fewer - 1, alpha, power) or 1.0) > drop
+    assert prompts_for(0.0, 40, drop, alpha, power) == 40  # no spread: what is there certifies
+
+
+def test_family_counts_baseline_and_divergence_checks() -> None:
+    cells = [("b", "eager", "stock"), ("b", "compiled", "stock"), ("b", "eager", "stock")]
+    assert family_of_config(3, cells, "eager") == 3 * (2 + 1)
+    assert family_of_config(3, cells, None) == 3 * 2
+
+
+def test_the_shipped_baseline_is_sized_per_position() -> None:
+    (s, _) = [size_entry(e, GateSpec(), 6) for e in load_baseline(TINY).entries]
+    assert s is not None and s.prompts == 40 and len(s.positions) == 3
+    # Later positions vary more between prompts: they need more prompts.
+    need = [p.prompts_needed for p in s.positions]
+    assert all(n is not None for n in need) and need[0] < need[1] < need[2]  # type: ignore[operator]
+
+
+def test_size_command_and_dry_run_show_the_sizing() -> None:
+    res = CliRunner().invoke(app, ["size", str(TINY)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "prompts needed" in res.stdout and "current/eager" in res.stdout and "upper bound" in res.stdout
+    dry = CliRunner().invoke(app, ["run", str(ROOT / "configs" / "tiny-gemma4-mtp.yaml"), "--dry-run"],
+                             env={"COLUMNS": "200"})  # fmt: skip
+    assert dry.exit_code == 0, dry.output
+    assert "sizing: to certify no drop ≥ 5 pts" in dry.stdout and "over 9 checks" in dry.stdout
