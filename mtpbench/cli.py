@@ -154,8 +154,9 @@ class _ProgressView:
     """Turns runner events into rich progress: overall cells and prompts, one line per active cell-repeat
     (several at once with --jobs), and one printed line per finished cell-repeat."""
 
-    def __init__(self, progress: Progress, total_cells: int, prompts: int) -> None:
+    def __init__(self, progress: Progress, total_cells: int, prompts: int, run_dir_file: Path | None = None) -> None:
         self.p = progress
+        self.run_dir_file = run_dir_file
         self.cells = progress.add_task("cells", total=total_cells)
         self.prompts = progress.add_task("prompts", total=total_cells * prompts)
         self.per_cell = prompts
@@ -167,6 +168,9 @@ class _ProgressView:
         idx = int(payload.get("seq", -1))
         label = f"{cell.cell_id} r{cell.repeat} (PYTHONHASHSEED={cell.hash_seed})" if cell is not None else ""
         if kind == "run_start":
+            if self.run_dir_file is not None:
+                self.run_dir_file.parent.mkdir(parents=True, exist_ok=True)
+                self.run_dir_file.write_text(f"{payload['path']}\n", encoding="utf-8")
             self.p.update(self.cells, total=payload.get("cells"))
             self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
         elif kind == "cell_start":
@@ -202,6 +206,7 @@ class _ProgressView:
 
 
 _H_CONFIG = "Experiment config (configs/*.yaml); omit with --resume."
+_H_RUNDIR = "Write the run folder's path to this file once it exists (CI: gate the run this job made)."
 _H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
 _H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
 _H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
@@ -227,14 +232,18 @@ def run(
     executor: Annotated[str | None, typer.Option(help="local or ray (default: the config's, local).")] = None,
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
     ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
+    run_dir_file: Annotated[Path | None, typer.Option(help=_H_RUNDIR)] = None,
 ) -> None:  # fmt: skip
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
     from mtpbench.runner import StopSignals
 
     # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
     with StopSignals() as stops:
+        if run_dir_file is not None:
+            # A CI step reads this file to gate the run it made: a stale one from an earlier job must not stay.
+            run_dir_file.unlink(missing_ok=True)
         code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
-                            jobs, devices, executor, address, ray_resource)  # fmt: skip
+                            jobs, devices, executor, address, ray_resource, run_dir_file)  # fmt: skip
     if stops.caught and code == 0:
         code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
     raise typer.Exit(code)
@@ -243,7 +252,7 @@ def run(
 def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
                  build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
                  dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
-                 address: str | None, ray_resource: str | None) -> int:  # fmt: skip
+                 address: str | None, ray_resource: str | None, run_dir_file: Path | None = None) -> int:  # fmt: skip
     from mtpbench.devices import parse_devices
     from mtpbench.runner import RunOptions
 
@@ -258,10 +267,10 @@ def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list
             if config is not None or repeats or mode or build or variant or dry_run:
                 raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
                                 "--build, --variant or --dry-run with it")  # fmt: skip
-            return _resume(resume, opts, baseline, no_compare)
+            return _resume(resume, opts, baseline, no_compare, run_dir_file)
         if config is None:
             raise UserError("give a CONFIG to run, or --resume RUN")
-        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts)
+        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts, run_dir_file)
     except UserError as exc:
         return _fail(exc).exit_code
 
@@ -298,7 +307,7 @@ def _interrupted(exc: Any) -> int:
 
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
          variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
-         opts: Any = None) -> int:  # fmt: skip
+         opts: Any = None, run_dir_file: Path | None = None) -> int:  # fmt: skip
     from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
     from mtpbench.results import ensure_out_dir
@@ -325,7 +334,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
     ensure_out_dir(out)
     with _progress() as progress:
         per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
-        view = _ProgressView(progress, len(cells), per_cell)
+        view = _ProgressView(progress, len(cells), per_cell, run_dir_file)
         try:
             outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
         except runner.RunInterrupted as exc:
@@ -335,7 +344,8 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
     return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
 
 
-def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool) -> int:
+def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
+            run_dir_file: Path | None = None) -> int:  # fmt: skip
     from mtpbench import runner
 
     manifest, cfg, prompts = runner.load_for_resume(run_dir)
@@ -349,7 +359,7 @@ def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool) -
     console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
     with _progress() as progress:
         per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
-        view = _ProgressView(progress, todo, per_cell)
+        view = _ProgressView(progress, todo, per_cell, run_dir_file)
         try:
             outcome = runner.resume(run_dir, view, opts)
         except runner.RunInterrupted as exc:
