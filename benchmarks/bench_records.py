@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mtpbench.cli  # noqa: E402,F401 - first: the CLI's numpy settings (huge pages off) hold for the stages too
-from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest  # noqa: E402
+from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest  # noqa: E402
 
 K = 3
 HISTORY_CACHE = "history-point.json"
@@ -230,13 +230,13 @@ def main() -> None:
         ("report --html (the same tiny run: the floor)",
          timed([*mb, "report", str(tiny), "--html", str(args.out / "tiny.html")])),
         ("history RUN RUN (the same tiny run, warm: the floor)", timed([*mb, "history", str(tiny), str(tiny)])),
-        ("python -c 'import mtpbench.compare, pyarrow' (import floor)",
-         timed([sys.executable, "-c", "import mtpbench.cli, mtpbench.compare, pyarrow.parquet"])),
+        ("python -c 'import mtpbench.judge.compare, pyarrow' (import floor)",
+         timed([sys.executable, "-c", "import mtpbench.cli, mtpbench.judge.compare, pyarrow.parquet"])),
     ]  # fmt: skip
     # In-process stages of one compare from the copy.
-    from mtpbench import compare as cmp
-    from mtpbench.baseline import load_baseline
-    from mtpbench.results import load_run
+    from mtpbench.judge import compare as cmp
+    from mtpbench.store.baseline import load_baseline
+    from mtpbench.store.results import load_run
 
     stages: list[tuple[str, tuple[float, float]]] = []
     t, c = time.perf_counter(), _self_cpu()

@@ -43,7 +43,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mtpbench.stats import wilson  # noqa: E402
+from mtpbench.judge.stats import wilson  # noqa: E402
 
 BASE_CONFIG = REPO / "configs" / "tiny-gemma4-mtp.yaml"
 PATCH = "cpu-synthetic-rejection"

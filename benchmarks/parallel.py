@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from mtpbench import runner  # noqa: E402
 from mtpbench.config import load_config, load_prompts  # noqa: E402
-from mtpbench.results import load_run  # noqa: E402
+from mtpbench.store.results import load_run  # noqa: E402
 
 
 def config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path:

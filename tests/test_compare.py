@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import PUBLISHED
 
-from mtpbench.baseline import baseline_from_cells, load_baseline, write_baseline
-from mtpbench.compare import Cause, Kind, Severity, Verdict, analyze, collect, compare
 from mtpbench.errors import ExitCode, NotComparableError, UserError
-from mtpbench.report import CAUSE_TEXT, finding_message
-from mtpbench.results import load_run
+from mtpbench.judge.compare import Cause, Kind, Severity, Verdict, analyze, collect, compare
+from mtpbench.render.report import CAUSE_TEXT, finding_message
+from mtpbench.store.baseline import baseline_from_cells, load_baseline, write_baseline
+from mtpbench.store.results import load_run
 
 BROKEN_A = [11.7, 3.0, 1.3]  # the seed's buggy FULL_DECODE_ONLY process with the "wrong" group first
 BROKEN_B = [77.8, 56.0, 38.4]
@@ -31,7 +31,7 @@ def kinds(comp, severity: str = "fail") -> set[str]:
 
 
 def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
-    from mtpbench.save import _counts, _per_prompt
+    from mtpbench.judge.save import _counts, _per_prompt
 
     run = load_run(run_path)
     per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats),
@@ -364,7 +364,7 @@ def test_collect_is_vectorised(tmp_path: Path) -> None:
     import numpy as np
     import pandas as pd
 
-    from mtpbench.results import Run
+    from mtpbench.store.results import Run
 
     n, cells, reps = 200_000, 4, 5
     per = n // (cells * reps)

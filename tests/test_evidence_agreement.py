@@ -1,5 +1,5 @@
 """Issue 18: every consumer of a run's evidence reports the same numbers, because they all read the one
-evidence stage (mtpbench/evidence.py). Fed the frozen runs (offline selftest, a stock/fault pair, counters-
+evidence stage (mtpbench/judge/evidence.py). Fed the frozen runs (offline selftest, a stock/fault pair, counters-
 only serving, nightlies), a per-request serving run, a resumed run and a batched run whose records are in
 another order than the config's prompts: `show`/`compare` (evidence.collect), `history` (history.point), the
 report's heat map (views.heatmap), the serving table (serving_summary) and `baseline save` (save) must give
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from test_serving import GOOD, write_serving_run
 
-from mtpbench import history, serving_summary
-from mtpbench.compare import Kind, analyze
-from mtpbench.evidence import CellResult, changed_text, collect
-from mtpbench.results import MANIFEST, RECORDS, Run, load_run
-from mtpbench.save import baseline_of_run
-from mtpbench.views import heatmap
+from mtpbench.judge import history, serving_summary
+from mtpbench.judge.compare import Kind, analyze
+from mtpbench.judge.evidence import CellResult, changed_text, collect
+from mtpbench.judge.save import baseline_of_run
+from mtpbench.judge.views import heatmap
+from mtpbench.store.results import MANIFEST, RECORDS, Run, load_run
 
 DATA = Path(__file__).resolve().parent / "data" / "runs"
 FROZEN = sorted(p.parent.name if p.parent.parent.name != "nightly" else f"nightly/{p.parent.name}"

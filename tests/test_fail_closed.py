@@ -12,7 +12,7 @@ from conftest import PUBLISHED
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.results import MANIFEST, RECORDS
+from mtpbench.store.results import MANIFEST, RECORDS
 
 GOOD = [98.2, 96.3, 89.9]
 

@@ -36,7 +36,7 @@ from mtpbench.fixes.ascend_gemma4 import install
 from mtpbench.fixes.layer_source import LayerResolvedSource
 from mtpbench.fixes.status import FIX_NOT_APPLIED, headline, preflight, unapplied
 from mtpbench.patches import PatchNotApplicable, apply_one
-from mtpbench.report import finding_message
+from mtpbench.render.report import finding_message
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = "ascend-gemma4-layer-params"
@@ -383,8 +383,8 @@ def _run_with_unapplied_fix(make_run: Callable[..., Path], outcome: dict[str, An
 
 
 def test_verdict_diagnoses_fix_not_applied(make_run: Callable[..., Path]) -> None:
-    from mtpbench.compare import analyze
-    from mtpbench.results import load_run
+    from mtpbench.judge.compare import analyze
+    from mtpbench.store.results import load_run
 
     comp = analyze(load_run(_run_with_unapplied_fix(make_run)))
     # A typed finding (findings.PatchNotApplied), worded by report.finding_message.
@@ -506,8 +506,8 @@ def test_preflight_skips_patches_without_a_check() -> None:
 
 
 def test_a_fix_that_raised_fails_the_gate(make_run: Callable[..., Path]) -> None:
-    from mtpbench.compare import analyze
-    from mtpbench.results import load_run
+    from mtpbench.judge.compare import analyze
+    from mtpbench.store.results import load_run
 
     failed = {"name": PATCH, "status": "failed", "detail": "RuntimeError: boom"}
     comp = analyze(load_run(_run_with_unapplied_fix(make_run, failed)))

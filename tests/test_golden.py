@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import PUBLISHED, write_run
 
-from mtpbench import __version__, report
-from mtpbench.baseline import load_baseline
-from mtpbench.compare import Comparison, compare
-from mtpbench.results import load_run
+from mtpbench import __version__
+from mtpbench.judge.compare import Comparison, compare
+from mtpbench.render import report
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import load_run
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"

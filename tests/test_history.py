@@ -14,8 +14,8 @@ from conftest import write_run
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.history import build_history, find_runs
-from mtpbench.results import MANIFEST, RECORDS
+from mtpbench.judge.history import build_history, find_runs
+from mtpbench.store.results import MANIFEST, RECORDS
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHTLY = ROOT / "tests" / "data" / "runs" / "nightly"
@@ -125,8 +125,8 @@ def test_cli_history_needs_runs(make_run: Callable[..., Path]) -> None:
 
 
 def test_per_run_cache_is_used_when_fresh_and_rebuilt_when_the_run_changes(tmp_path: Path) -> None:
-    from mtpbench.history import POINT_CACHE, point, run_point
-    from mtpbench.results import load_run
+    from mtpbench.judge.history import POINT_CACHE, point, run_point
+    from mtpbench.store.results import load_run
 
     good, bad = [95.0, 90.0, 85.0], [80.0, 70.0, 60.0]
     paths = _series(tmp_path, [good, good, good])
@@ -152,7 +152,7 @@ def test_per_run_cache_is_used_when_fresh_and_rebuilt_when_the_run_changes(tmp_p
 
 def test_history_reads_the_cache_not_the_records(tmp_path: Path) -> None:
     """The point of the cache: once written, a run's records are not read again (a year of nightly runs)."""
-    from mtpbench.history import POINT_CACHE
+    from mtpbench.judge.history import POINT_CACHE
 
     paths = _series(tmp_path, [[95.0, 90.0, 85.0]] * 2)
     build_history(paths)

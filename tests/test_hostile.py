@@ -25,8 +25,8 @@ from conftest import PUBLISHED, write_run
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.columnar import COPY
 from mtpbench.config import MAX_PROMPT_CHARS, MAX_YAML_BYTES
+from mtpbench.store.columnar import COPY
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = [98.2, 96.3, 89.9]

@@ -1,4 +1,4 @@
-"""The report's figures drawn in a second process (mtpbench/painter.py) while the run is analysed, and
+"""The report's figures drawn in a second process (mtpbench/render/painter.py) while the run is analysed, and
 compare's `measured` hook that hands them their data before the diagnoses.
 
 The painter is an optimisation: whatever it does not deliver (it could not start, exited, hung, answered
@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from mtpbench import painter, views
-from mtpbench.baseline import load_baseline
 from mtpbench.cli import app
-from mtpbench.compare import analyze, compare
 from mtpbench.errors import UserError
-from mtpbench.evidence import collect
-from mtpbench.htmlreport import Figures
-from mtpbench.results import load_run
+from mtpbench.judge import views
+from mtpbench.judge.compare import analyze, compare
+from mtpbench.judge.evidence import collect
+from mtpbench.render import painter
+from mtpbench.render.htmlreport import Figures
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"
@@ -77,7 +78,7 @@ def test_the_child_draws_what_the_parent_would(jobs: list[painter.Job], tmp_path
     ("command", "timeout"),
     [
         (["/nonexistent/python3"], 30.0),  # cannot start
-        (["", "-m", "mtpbench.painter"], 30.0),  # no sys.executable (an embedded interpreter)
+        (["", "-m", "mtpbench.render.painter"], 30.0),  # no sys.executable (an embedded interpreter)
         ([sys.executable, "-c", "pass"], 30.0),  # exits at once, answers nothing
         ([sys.executable, "-c", "import sys; sys.stdin.read(); sys.stdout.write('not a pickle')"], 30.0),
         ([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"], 30.0),  # dies
@@ -238,6 +239,6 @@ def test_report_outputs_that_cannot_be_written_are_named_before_the_load(
     def no_load(*_: object) -> None:
         raise AssertionError("the run was loaded before the output was checked")
 
-    monkeypatch.setattr("mtpbench.results.load_run", no_load)
+    monkeypatch.setattr("mtpbench.store.results.load_run", no_load)
     res = CliRunner().invoke(app, ["report", str(STORED), flag, str(target)])
     assert res.exit_code == 2 and flag in res.output and "Traceback" not in res.output

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpbench import runner
 from mtpbench.config import load_config, load_prompts
 from mtpbench.errors import UserError
+from mtpbench.run import runner
 
 REPO = Path(__file__).resolve().parent.parent
 

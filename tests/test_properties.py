@@ -15,10 +15,10 @@ from conftest import PUBLISHED, write_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtpbench.baseline import load_baseline
 from mtpbench.config import load_config, load_prompts
 from mtpbench.errors import UserError
-from mtpbench.results import MANIFEST, RECORDS, load_run, scan_records
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import MANIFEST, RECORDS, load_run, scan_records
 
 # derandomize: CI explores the same 120 examples every time (a gate must not flake); explore more locally
 # by dropping derandomize or raising max_examples, and pin what they find as a test of its own.

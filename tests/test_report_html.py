@@ -20,10 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.compare import analyze
-from mtpbench.evidence import changed_text, collect
-from mtpbench.results import load_run
-from mtpbench.views import heatmap
+from mtpbench.judge.compare import analyze
+from mtpbench.judge.evidence import changed_text, collect
+from mtpbench.judge.views import heatmap
+from mtpbench.store.results import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"
@@ -156,7 +156,7 @@ def test_report_without_matplotlib_says_how_to_install(stored_run: Path, tmp_pat
     def no_load(*_: object) -> None:
         raise AssertionError("the run was loaded before the missing matplotlib was named")
 
-    monkeypatch.setattr("mtpbench.results.load_run", no_load)  # said at once, not after a 10⁶-record load
+    monkeypatch.setattr("mtpbench.store.results.load_run", no_load)  # said at once, not after a 10⁶-record load
     code, out = _report(str(stored_run), "--html", str(tmp_path / "r.html"))
     assert code == 2
     assert "pip install 'mtpbench[plot]'" in out and "Traceback" not in out
@@ -166,7 +166,8 @@ def test_report_without_matplotlib_says_how_to_install(stored_run: Path, tmp_pat
 def test_core_imports_without_matplotlib() -> None:
     code = (
         "import sys; sys.modules['matplotlib'] = None\n"
-        "import mtpbench.cli, mtpbench.htmlreport, mtpbench.plots, mtpbench.history, mtpbench.ci\n"
+        "import mtpbench.cli, mtpbench.render.htmlreport, mtpbench.render.plots\n"
+        "import mtpbench.judge.history, mtpbench.render.ci\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})

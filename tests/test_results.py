@@ -16,11 +16,20 @@ from typing import Any
 
 import pytest
 
-from mtpbench import results, worker
 from mtpbench.config import DEFAULT_TOLERANCE_PTS
+from mtpbench.engine import worker
 from mtpbench.errors import DataWarning, ExitCode, StorageError, UserError
-from mtpbench.results import MANIFEST, RECORDS, load_run, new_run_dir, refresh_copy, scan_records, write_json_atomic
 from mtpbench.schema import SCHEMA_VERSION
+from mtpbench.store import results
+from mtpbench.store.results import (
+    MANIFEST,
+    RECORDS,
+    load_run,
+    new_run_dir,
+    refresh_copy,
+    scan_records,
+    write_json_atomic,
+)
 
 GOOD_RATES = [98.2, 96.3, 89.9]
 
@@ -246,7 +255,7 @@ def test_a_frozen_real_run_of_schema_1_keeps_loading() -> None:
 
 def test_ray_results_appended_after_a_torn_line_stay_readable(tmp_path: Path) -> None:
     # The Ray executor appends a worker's lines in one go; it shares the worker's lock and torn-line mark.
-    from mtpbench.executors import append_lines
+    from mtpbench.run.executors import append_lines
 
     path = tmp_path / RECORDS
     path.write_text(json.dumps(prompt_record(0)) + "\n" + json.dumps(prompt_record(1))[:30])
@@ -275,8 +284,9 @@ def test_files_written_through_a_temp_file_get_the_mode_open_would_give(tmp_path
     import shutil
     import stat
 
-    from mtpbench import columnar, history
-    from mtpbench.results import write_json_atomic
+    from mtpbench.judge import history
+    from mtpbench.store import columnar
+    from mtpbench.store.results import write_json_atomic
 
     run = tmp_path / "run"
     shutil.copytree(Path(__file__).parent / "data" / "runs" / "tiny-stock-fault", run)

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from mtpbench import runner
 from mtpbench.config import load_config, load_prompts
-from mtpbench.devices import DevicePool, binding_env, cpu_core_sets, devices_needed, parse_devices
 from mtpbench.errors import UserError
-from mtpbench.results import current_attempts, load_run, new_run_dir
+from mtpbench.run import runner
+from mtpbench.run.devices import DevicePool, binding_env, cpu_core_sets, devices_needed, parse_devices
+from mtpbench.store.results import current_attempts, load_run, new_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = REPO / "tests" / "fake_worker.py"
@@ -31,7 +31,7 @@ FAKE = REPO / "tests" / "fake_worker.py"
 def fake_config(tmp: Path, builds: dict[str, dict[str, Any]], prompts: int = 2, **extra: Any) -> Path:
     """A config whose builds run the fake worker; `builds` maps a build name to its FAKE behaviour."""
     py = tmp / "fakepy"
-    # The runner calls `<python> -m mtpbench.worker JOB`; device probing calls `<python> -c ...`.
+    # The runner calls `<python> -m mtpbench.engine.worker JOB`; device probing calls `<python> -c ...`.
     py.write_text(
         f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\nexec {sys.executable} {FAKE} "$@"\n'
     )
@@ -362,7 +362,7 @@ def test_dry_run_estimates_from_earlier_runs_of_the_config(tmp_path: Path) -> No
 
 
 def test_doctor_shows_the_device_pool_it_would_use() -> None:
-    from mtpbench.doctor import device_pool_text
+    from mtpbench.run.doctor import device_pool_text
 
     gpus = {"torch": {"count": 2, "device": "H100"}, "visible": {"CUDA_VISIBLE_DEVICES": None}}
     assert device_pool_text(gpus) == "2 device(s) 0,1 (detected by torch); --jobs binds each worker through " \

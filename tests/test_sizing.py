@@ -8,11 +8,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from mtpbench.baseline import load_baseline
 from mtpbench.cli import app
 from mtpbench.config import GateSpec
-from mtpbench.sizing import family_of_config, prompts_for, size_entry
-from mtpbench.stats import detectable_drop
+from mtpbench.judge.sizing import family_of_config, prompts_for, size_entry
+from mtpbench.judge.stats import detectable_drop
+from mtpbench.store.baseline import load_baseline
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "baselines" / "tiny-gemma4-mtp-cpu.yaml"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from mtpbench.stats import (
+from mtpbench.judge.stats import (
     Counts,
     PromptCounts,
     clustered_ratio,
@@ -163,7 +163,7 @@ def test_align_keeps_the_common_prompts_row_for_row_in_the_first_sides_order() -
                                               (40, 40, 0.99), (1347, 1347, 0.95), (3, 10_000, 0.95)])  # fmt: skip
 def test_wilson_and_t_quantiles_equal_scipy_stats(x: int, n: int, conf: float) -> None:
     """stats.py avoids importing scipy.stats (a second of every compare): its closed forms must agree."""
-    from mtpbench.stats import _t
+    from mtpbench.judge.stats import _t
 
     ci = sps.binomtest(x, n).proportion_ci(confidence_level=conf, method="wilson")
     w = wilson(x, n, conf)

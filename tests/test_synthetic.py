@@ -224,8 +224,8 @@ def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.engine
 def test_real_engine_recovers_the_configured_rates(synthetic_run: Path) -> None:
-    from mtpbench.compare import collect
-    from mtpbench.results import load_run
+    from mtpbench.judge.compare import collect
+    from mtpbench.store.results import load_run
 
     run = load_run(synthetic_run)
     (cell,) = collect(run, confidence=0.99)
@@ -241,7 +241,7 @@ def test_real_engine_recovers_the_configured_rates(synthetic_run: Path) -> None:
 def test_sequential_cell_counts_each_prompt_twice_and_records_its_vllm(synthetic_run: Path) -> None:
     """One-at-a-time prompts stay selectable: counter differences per prompt, and vLLM's per-request
     counts beside them agree exactly."""
-    from mtpbench.results import load_run
+    from mtpbench.store.results import load_run
 
     run = load_run(synthetic_run)
     (start,) = run.cell_starts()

@@ -142,8 +142,9 @@ def test_core_only_wheel_doctor_dry_run_and_show_outside_the_source_tree(core: P
     probe = _run(core, py, "-c", """
 import json, mtpbench, mtpbench.selftest as s
 from mtpbench.config import load_config, load_prompts
-from mtpbench.baseline import load_baseline
-from mtpbench import runner, shipped
+from mtpbench.store.baseline import load_baseline
+from mtpbench import shipped
+from mtpbench.run import runner
 cfg = load_config("tiny-gemma4-mtp")
 for name in shipped.shipped_names("configs"):  # every shipped config loads and plans from the wheel
     c = load_config(name)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.files import share_mode
+from mtpbench.store.files import share_mode
 
 COPY = "records.parquet"
 # Bumped when the copy's layout changes: an older copy is then stale and rebuilt from the JSONL.

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mtpbench.baseline import BaselineEntry
-from mtpbench.compare import Comparison
 from mtpbench.config import GateSpec
-from mtpbench.stats import clustered_ratio, detectable_drop
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.stats import clustered_ratio, detectable_drop
+from mtpbench.store.baseline import BaselineEntry
 
 MAX_PROMPTS = 1_000_000
 

@@ -17,8 +17,8 @@ from mtpbench.errors import UserError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from mtpbench.figdata import CellView, HeatmapGrid
-    from mtpbench.history import HistoryGroup
+    from mtpbench.judge.figdata import CellView, HeatmapGrid
+    from mtpbench.judge.history import HistoryGroup
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
 VERDICT_COLOR = {"regression": "#c62828", "improvement": "#1565c0", "pass": "#2e7d32"}

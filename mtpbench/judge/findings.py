@@ -47,7 +47,7 @@ class Kind(str, Enum):
     TEXT_CHANGED = "text-changed"
     GRAPH_DOWNGRADED = "graph-mode-downgraded"
     UNCHECKED = "unchecked-baseline"
-    # The serving workload's (mtpbench/serving_summary.py).
+    # The serving workload's (mtpbench/judge/serving_summary.py).
     FAILED_REQUESTS = "failed-requests"
     COUNT_MISMATCH = "count-mismatch"
     THROUGHPUT_DROP = "throughput-drop"

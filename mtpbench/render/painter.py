@@ -51,7 +51,7 @@ class Drawn:
 
 def draw(job: Job) -> Drawn:
     """Draw one job here (the child's work, and the parent's when the child did not deliver)."""
-    from mtpbench import plots
+    from mtpbench.render import plots
 
     plt = plots.require()
     make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure}[job.figure]
@@ -80,7 +80,7 @@ class Painter:
             return cls(None)
         # The child's numpy may skip huge-page advice like the CLI's (cli.py): it only holds small figures.
         env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}
-        argv = command or [sys.executable, "-m", "mtpbench.painter"]
+        argv = command or [sys.executable, "-m", "mtpbench.render.painter"]
         if not all(argv):  # an embedded interpreter may have no sys.executable
             return cls(None)
         try:
@@ -137,7 +137,8 @@ class Painter:
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The child: draw the jobs as they arrive; answer them all when the input ends."""
-    from mtpbench import figdata, plots  # noqa: F401 - figdata: the jobs' data classes unpickle from it
+    from mtpbench.judge import figdata  # noqa: F401 - the jobs' data classes unpickle from it
+    from mtpbench.render import plots
 
     plots.require()  # import matplotlib now, while the parent is still loading the run
     answers: list[Drawn] = []
@@ -155,7 +156,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    # Through the module, not this __main__: the answers must pickle as mtpbench.painter.Drawn for the parent.
-    from mtpbench import painter
+    # Through the module, not this __main__: the answers must pickle as mtpbench.render.painter.Drawn for the parent.
+    from mtpbench.render import painter
 
     painter.serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtpbench import __version__, views
-from mtpbench.compare import Comparison
+from mtpbench import __version__
 from mtpbench.errors import UserError
-from mtpbench.evidence import changed_text
-from mtpbench.painter import Drawn, Job, Painter
-from mtpbench.results import Run
+from mtpbench.judge import views
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.evidence import changed_text
+from mtpbench.render.painter import Drawn, Job, Painter
+from mtpbench.store.results import Run
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
@@ -64,7 +65,7 @@ def _cls(names: list[str]) -> str:
 
 
 def _verdict_text(comp: Comparison) -> str:
-    from mtpbench import report
+    from mtpbench.render import report
 
     return str(report.verdict_line(comp))
 
@@ -99,7 +100,7 @@ class Figures:
 def _diagnoses(comp: Comparison) -> str:
     if not comp.diagnoses:
         return "<p>No diagnoses: every check passed.</p>"
-    from mtpbench.report import cause_text, finding_message
+    from mtpbench.render.report import cause_text, finding_message
 
     items = []
     for d in comp.diagnoses:
@@ -148,7 +149,7 @@ def _checks_table(comp: Comparison) -> str:
     """The console's and Markdown's rows (report.check_rows: MDE, prompts, the underpowered tag), as HTML."""
     if not comp.checks:
         return "<p>No baseline given: only the signatures that need none were checked.</p>"
-    from mtpbench.report import check_rows
+    from mtpbench.render.report import check_rows
 
     cols, rows = check_rows(comp.checks)
     head = "".join(

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.results import ManifestCell, Run
+from mtpbench.judge.stats import Counts, PromptCounts, Summary, summarize
 from mtpbench.schema import COUNTERS_ONLY, CellStatus
-from mtpbench.stats import Counts, PromptCounts, Summary, summarize
+from mtpbench.store.results import ManifestCell, Run
 
 
 @dataclass
@@ -60,7 +60,7 @@ class CellResult:
     engine_start_s: float | None = None
     wall_s: float | None = None  # seconds the cell's worker processes ran, summed over its repeats
     # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
-    # per cell-repeat (mtpbench/serving.py), judged by _position_check's counters-only rule.
+    # per cell-repeat (mtpbench/engine/serving.py), judged by _position_check's counters-only rule.
     counters_only: bool = False
 
     @property

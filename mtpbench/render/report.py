@@ -22,9 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpbench import __version__
-from mtpbench.compare import Cause, CellResult, Comparison, Finding, Kind, PositionCheck, Severity, Verdict
 from mtpbench.errors import ExitCode, NotComparableError
-from mtpbench.findings import (
+from mtpbench.fixes.status import is_fix
+from mtpbench.judge.compare import Cause, CellResult, Comparison, Finding, Kind, PositionCheck, Severity, Verdict
+from mtpbench.judge.findings import (
     CountMismatch,
     Divergence,
     Downgraded,
@@ -39,10 +40,9 @@ from mtpbench.findings import (
     ThroughputDrop,
     Unchecked,
 )
-from mtpbench.fixes.status import is_fix
+from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
+from mtpbench.judge.stats import Interval
 from mtpbench.schema import COUNTERS_ONLY
-from mtpbench.serving_summary import COUNTERS_ONLY_METHOD
-from mtpbench.stats import Interval
 
 # Version of the JSON document `--json` writes. History: 1: cells/checks/diagnoses with free-text messages;
 # 2: adds schema, verdict, findings (kind/severity/cause/numbers/message), MDE.

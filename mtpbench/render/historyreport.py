@@ -18,7 +18,7 @@ from rich.text import Text
 
 from mtpbench import __version__
 from mtpbench.errors import UserError
-from mtpbench.history import History, HistoryGroup, RunPoint
+from mtpbench.judge.history import History, HistoryGroup, RunPoint
 
 
 def _pct(x: float | None) -> str:
@@ -158,7 +158,7 @@ def _html_page(h: History, svgs: list[str]) -> str:
 def write_outputs(h: History, html_path: Path | None, png_dir: Path | None) -> list[Path]:
     if html_path is None and png_dir is None:
         return []
-    from mtpbench import plots
+    from mtpbench.render import plots
 
     plt = plots.require()
     written: list[Path] = []

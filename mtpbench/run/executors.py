@@ -1,7 +1,7 @@
 """Where a cell-repeat's worker process runs: here (local) or on a Ray cluster node, and how it is watched.
 
 `supervise` is the one place a worker process is started and watched, on this machine or inside a Ray
-task on another: it starts `<build python> -m mtpbench.worker JOB.json` in its own process group, keeps
+task on another: it starts `<build python> -m mtpbench.engine.worker JOB.json` in its own process group, keeps
 its log, turns its event lines into callbacks, and kills the whole group (SIGTERM, then SIGKILL) when
 the start-up deadline (process start to engine ready: imports, weights, graph capture) or the
 generation deadline (engine ready to exit) passes, or when asked to stop. The stop request is a
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtpbench.engine.worker import EVENT_PREFIX
 from mtpbench.errors import UserError
-from mtpbench.worker import EVENT_PREFIX
 
 EventSink = Callable[[dict[str, Any]], None]
 PARENT_ENV = "MTPBENCH_PARENT_PID"
@@ -261,7 +261,7 @@ class RayExecutor:
         ray = self.ray
         n = max(len(spec.devices), 1)
         d = {**spec.__dict__, "env": dict(spec.env), "job": {**spec.job}}
-        from mtpbench.runner import SRC_ROOT
+        from mtpbench.run.runner import SRC_ROOT
 
         d["job"]["_driver_src_root"] = str(SRC_ROOT)
         # Ray assigns the devices on the node and sets the visibility variable itself.
@@ -315,7 +315,7 @@ class RayExecutor:
 
 def append_lines(path: str, text: str) -> None:
     """Append whole lines to records.jsonl the way the workers do (same lock, same torn-line mark)."""
-    from mtpbench.worker import append_lines as append
+    from mtpbench.engine.worker import append_lines as append
 
     append(path, text.encode())
 

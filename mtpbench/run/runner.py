@@ -2,7 +2,7 @@
 
 A cell is build × mode × variant; each of its repeats is one process with its own PYTHONHASHSEED (the
 knob that exposes set/dict-iteration-order bugs) and the engine in-process. The runner writes the job
-file, starts `python -m mtpbench.worker`, streams the worker's events to a callback (the CLI draws the
+file, starts `python -m mtpbench.engine.worker`, streams the worker's events to a callback (the CLI draws the
 progress bar from them; nothing here prints), keeps the engine's log per cell, enforces the timeout and
 records every cell's outcome in the manifest as it happens. A failed cell does not stop the others.
 """
@@ -25,14 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import mtpbench
-from mtpbench.baseline import model_identity
 from mtpbench.config import ExperimentConfig, PromptSet
-from mtpbench.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.errors import ExitCode, UserError
-from mtpbench.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
-from mtpbench.history import refresh_point
 from mtpbench.patches import PATCHES_ENV
-from mtpbench.results import MANIFEST, RECORDS, new_manifest, new_run_dir, now_iso, refresh_copy, write_json_atomic
+from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
+from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
+from mtpbench.store.baseline import model_identity
+from mtpbench.store.results import (
+    MANIFEST,
+    RECORDS,
+    new_manifest,
+    new_run_dir,
+    now_iso,
+    refresh_copy,
+    write_json_atomic,
+)
 from mtpbench.weights import cache_dir
 
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -64,7 +71,7 @@ class CellPlan:
     job: dict[str, Any]
 
     def command(self, job_path: str = "JOB.json") -> list[str]:
-        return [self.python, "-m", "mtpbench.worker", job_path]
+        return [self.python, "-m", "mtpbench.engine.worker", job_path]
 
 
 @dataclass
@@ -197,7 +204,7 @@ def plan(
             "records_path": records_path,
             # A build with its own interpreter must not import vLLM from this environment (the worker checks).
             "foreign_prefix": sys.prefix if build.python else None,
-            # offline | serving (mtpbench/serving.py); the worker dispatches on its kind.
+            # offline | serving (mtpbench/engine/serving.py); the worker dispatches on its kind.
             "workload": cfg.workload.model_dump(mode="json"),
         }
         plans.append(CellPlan(c, build.python or sys.executable, env, job))
@@ -532,7 +539,6 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         manifest.update(status="failed" if failed else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
         refresh_copy(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
-        refresh_point(run_dir)  # and the few-kB summary `history` reads per run
         return RunOutcome(run_dir, manifest, failed)
     finally:
         executor.close()
@@ -611,7 +617,6 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         manifest.update(status="failed" if failed_all else "complete", finished=now_iso())
         write_json_atomic(run_dir / MANIFEST, manifest)
         refresh_copy(run_dir)
-        refresh_point(run_dir)
         return RunOutcome(run_dir, manifest, failed_all or failed)
     finally:
         os.close(lock)

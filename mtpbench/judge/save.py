@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtpbench.baseline import Baseline, baseline_from_cells
 from mtpbench.errors import UserError
-from mtpbench.evidence import CellResult, collect
-from mtpbench.results import Run
-from mtpbench.serving_summary import baseline_fields
-from mtpbench.stats import Counts
+from mtpbench.judge.evidence import CellResult, collect
+from mtpbench.judge.serving_summary import baseline_fields
+from mtpbench.judge.stats import Counts
+from mtpbench.store.baseline import Baseline, baseline_from_cells
+from mtpbench.store.results import Run
 
 
 def _counts(c: Counts) -> dict[str, Any]:

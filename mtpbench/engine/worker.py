@@ -1,6 +1,6 @@
 """One cell-repeat in a fresh process of the build's interpreter: start vLLM, run the prompts, record.
 
-Runs as `<build python> -m mtpbench.worker JOB.json`. The build's interpreter may lack mtpbench's
+Runs as `<build python> -m mtpbench.engine.worker JOB.json`. The build's interpreter may lack mtpbench's
 dependencies, so this file imports only the standard library at module level and vllm lazily; the
 runner puts a folder holding only the mtpbench package in front of the user's PYTHONPATH. The job file
 says what to run and where to append records; one JSON line per prompt is appended (and flushed) as each
@@ -373,8 +373,8 @@ def run_job(job: dict[str, Any]) -> int:
     records = job["records_path"]
     k = int(job["speculative_config"]["num_speculative_tokens"])
     if (job.get("workload") or {}).get("kind") == "serving":
-        # Serving workload (mtpbench/serving.py): the build's own server owns the engine and the patches.
-        from mtpbench.serving import run_serving_job
+        # Serving workload (mtpbench/engine/serving.py): the build's own server owns the engine and the patches.
+        from mtpbench.engine.serving import run_serving_job
 
         return run_serving_job({**job, "schema": SCHEMA_VERSION}, emit, append_record, environment_fingerprint)
 
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     die_with_parent()
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m mtpbench.worker JOB.json\n")
+        sys.stderr.write("usage: python -m mtpbench.engine.worker JOB.json\n")
         return 2
     job = json.loads(Path(argv[0]).read_text())
     try:

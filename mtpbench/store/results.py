@@ -40,8 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from mtpbench import __version__
 from mtpbench.config import GateSpec, path_kind
 from mtpbench.errors import DataWarning, StorageError, UserError
-from mtpbench.files import share_mode
 from mtpbench.schema import SCHEMA_VERSION, CellStatus, schema_problem
+from mtpbench.store.files import share_mode
 
 __all__ = ["MANIFEST", "RECORDS", "SCHEMA_VERSION", "DataWarning", "Manifest", "Run", "load_run", "read_records"]
 
@@ -488,7 +488,7 @@ def load_run(path: str | Path) -> Run:
     if kind != "dir":
         raise UserError(f"{p}: not a run folder (a file)")
     manifest, meta = read_manifest(p / MANIFEST)
-    from mtpbench import columnar
+    from mtpbench.store import columnar
 
     cached = columnar.read_copy(p)
     if cached is not None:
@@ -537,7 +537,7 @@ def timing(manifest: dict[str, Any]) -> dict[str, float]:
 def refresh_copy(run_dir: Path) -> Path | None:
     """Make the columnar copy fresh (called when a run ends); a records file the reader refuses gets no copy
     and is reported by whoever loads the run next, with the reader's own message."""
-    from mtpbench import columnar
+    from mtpbench.store import columnar
 
     if columnar.read_copy(run_dir) is not None:
         return run_dir / columnar.COPY

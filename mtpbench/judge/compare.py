@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench import serving_summary
-from mtpbench.baseline import Baseline, BaselineEntry, run_fingerprint
 from mtpbench.config import GateSpec
 from mtpbench.errors import ExitCode, NotComparableError, UserError, combine_exit_codes
-from mtpbench.evidence import SIG, CellResult, RepeatResult, _dedupe, _pos_cols, changed_text, collect
-from mtpbench.findings import (
+from mtpbench.fixes.status import Unapplied, is_fix, unapplied
+from mtpbench.judge import serving_summary
+from mtpbench.judge.evidence import SIG, CellResult, RepeatResult, _dedupe, _pos_cols, changed_text, collect
+from mtpbench.judge.findings import (
     FAIL,
     INFO,
     KIND_EXIT,
@@ -53,10 +53,7 @@ from mtpbench.findings import (
     Unchecked,
     Verdict,
 )
-from mtpbench.fixes.status import Unapplied, is_fix, unapplied
-from mtpbench.results import ManifestConfig, Run
-from mtpbench.schema import COUNTERS_ONLY
-from mtpbench.stats import (
+from mtpbench.judge.stats import (
     Estimate,
     Interval,
     PromptCounts,
@@ -71,6 +68,9 @@ from mtpbench.stats import (
     welch_df,
     wilson,
 )
+from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.store.baseline import Baseline, BaselineEntry, run_fingerprint
+from mtpbench.store.results import ManifestConfig, Run
 
 __all__ = [
     "FAIL", "INFO", "KIND_EXIT", "WARN", "Cause", "CellResult", "Comparison", "Finding", "Kind", "PositionCheck",
@@ -399,7 +399,7 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
 
 
 def _serving_diagnoses(run: Run) -> list[Finding]:
-    # Serving workload (mtpbench/serving_summary.py): failed requests, /metrics vs per-request counts.
+    # Serving workload (mtpbench/judge/serving_summary.py): failed requests, /metrics vs per-request counts.
     return serving_summary.diagnoses(run)
 
 

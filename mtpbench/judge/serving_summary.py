@@ -16,7 +16,7 @@ failed or missing requests fail the gate; a `/metrics` delta that differs from t
 shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
 with `fail_on_throughput_drop`).
 
-A counters-only cell (a build without per-request counts, mtpbench/serving.py) has `request` records
+A counters-only cell (a build without per-request counts, mtpbench/engine/serving.py) has `request` records
 (latencies, tokens) and, per cell-repeat, one pooled `prompt` record of the `/metrics` deltas: its
 acceptance columns are that pooled count, with no interval and no per-request mean (there are no
 per-request counts to cluster or average), and the table names the method.
@@ -36,10 +36,9 @@ import numpy as np
 from rich import box
 from rich.table import Table
 
-from mtpbench.baseline import Baseline, BaselineEntry
 from mtpbench.errors import NotComparableError
-from mtpbench.evidence import collect
-from mtpbench.findings import (
+from mtpbench.judge.evidence import collect
+from mtpbench.judge.findings import (
     Cause,
     CountMismatch,
     FailedRequests,
@@ -48,9 +47,10 @@ from mtpbench.findings import (
     Severity,
     ThroughputDrop,
 )
-from mtpbench.results import Run
+from mtpbench.judge.stats import Interval
 from mtpbench.schema import COUNTERS_ONLY, CellStatus
-from mtpbench.stats import Interval
+from mtpbench.store.baseline import Baseline, BaselineEntry
+from mtpbench.store.results import Run
 
 PER_REQUEST = "per-request"
 COUNTERS_ONLY_METHOD = "counters-only: pooled over the load, no per-request clustering"

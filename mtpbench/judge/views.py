@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.compare import Comparison
-from mtpbench.evidence import CellResult, changed_text
-from mtpbench.figdata import CellView, HeatmapGrid
-from mtpbench.results import Run
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.evidence import CellResult, changed_text
+from mtpbench.judge.figdata import CellView, HeatmapGrid
+from mtpbench.store.results import Run
 
 
 def _value(x: Any) -> str:

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpbench.config import GateSpec
-from mtpbench.sizing import Sizing
+from mtpbench.judge.sizing import Sizing
 
 
 def _pts(x: float | None) -> str:

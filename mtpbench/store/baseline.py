@@ -29,8 +29,8 @@ from pydantic import Field, StrictInt, ValidationError, model_validator
 from mtpbench import __version__
 from mtpbench.config import Strict, format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
-from mtpbench.results import MAX_COUNT, Counts, Run, count_problem, now_iso
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
+from mtpbench.store.results import MAX_COUNT, Counts, Run, count_problem, now_iso
 from mtpbench.weights import weights_sha256
 
 __all__ = ["BASELINE_SCHEMA", "Baseline", "BaselineEntry", "load_baseline"]
@@ -47,7 +47,7 @@ class BaselineCounts(Strict):
 
 
 class ServingBaselineEntry(Strict):
-    """A serving entry's load and what it achieved (mtpbench/serving_summary.py reads it). Fields a
+    """A serving entry's load and what it achieved (mtpbench/judge/serving_summary.py reads it). Fields a
     published figure does not give stay null; `not_checked` names what a run cannot be checked against."""
 
     concurrency: int = Field(gt=0)

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from mtpbench.baseline import run_fingerprint
 from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.errors import UserError
-from mtpbench.evidence import collect
-from mtpbench.results import MANIFEST, RECORDS, Run, load_run, write_json_atomic
-from mtpbench.stats import Interval, PromptCounts, diff_interval
+from mtpbench.judge.evidence import collect
+from mtpbench.judge.stats import Interval, PromptCounts, diff_interval
+from mtpbench.store.baseline import run_fingerprint
+from mtpbench.store.results import MANIFEST, RECORDS, Run, load_run, write_json_atomic
 
 MAX_UNITS = 256  # per run and cell: prompts beyond this are pooled into hash buckets
 PERMUTATIONS = 999
