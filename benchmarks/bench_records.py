@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mtpbench.cli  # noqa: E402,F401 - first: the CLI's numpy settings (huge pages off) hold for the stages too
-from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest  # noqa: E402
+from mtpbench.schema import SCHEMA_VERSION  # noqa: E402
+from mtpbench.store.manifest import MANIFEST, new_manifest  # noqa: E402
+from mtpbench.store.records import RECORDS  # noqa: E402
 
 K = 3
 HISTORY_CACHE = "history-point.json"

@@ -22,7 +22,8 @@ from mtpbench.judge.compare import Comparison, Kind, Severity, compare
 from mtpbench.judge.findings import Instability
 from mtpbench.run import runner
 from mtpbench.store.baseline import load_baseline
-from mtpbench.store.results import ensure_out_dir, load_run
+from mtpbench.store.manifest import ensure_out_dir
+from mtpbench.store.results import load_run
 
 # The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
 DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"

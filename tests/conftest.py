@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, new_manifest
+from mtpbench.schema import SCHEMA_VERSION
+from mtpbench.store.manifest import MANIFEST, new_manifest
+from mtpbench.store.records import RECORDS
 
 K = 3
 PUBLISHED = Path(__file__).resolve().parent.parent / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"

@@ -13,13 +13,14 @@ import pytest
 
 from mtpbench.errors import DataWarning
 from mtpbench.judge import compare
-from mtpbench.store import columnar, results
-from mtpbench.store.results import load_run, refresh_copy
+from mtpbench.store import columnar
+from mtpbench.store.records import RECORDS, read_records
+from mtpbench.store.results import Run, load_run, refresh_copy
 
 CELLS = {"b/eager/stock": [[97.0, 93.5, 92.3], [97.0, 93.5, 92.3]], "b/compiled/stock": [[60.0, 50.0, 40.0]]}
 
 
-def _cells(run: results.Run) -> list[tuple[str, int, tuple[int, ...]]]:
+def _cells(run: Run) -> list[tuple[str, int, tuple[int, ...]]]:
     return [(c.cell, c.summary.counts.num_drafts, c.summary.counts.accepted_per_pos) for c in compare.collect(run)]
 
 
@@ -33,7 +34,7 @@ def test_load_writes_the_copy_and_reads_it_next_time(make_run: Callable[..., Pat
     def no_jsonl(p: Path) -> list[dict]:
         raise AssertionError("the JSONL was parsed although the copy is fresh")
 
-    monkeypatch.setattr(results, "read_records", no_jsonl)
+    monkeypatch.setattr("mtpbench.store.records.read_records", no_jsonl)
     second = load_run(path)
     assert second.frame is not None and second.meta_records is not None
     assert _cells(second) == want  # the same verdict inputs from either path
@@ -42,7 +43,7 @@ def test_load_writes_the_copy_and_reads_it_next_time(make_run: Callable[..., Pat
 
 def test_copy_keeps_every_prompt_field(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
-    records = results.read_records(path / results.RECORDS)
+    records = read_records(path / RECORDS)
     columnar.write_copy(path, records)
     frame, other, said = columnar.read_copy(path)  # type: ignore[misc]
     assert said == []
@@ -55,10 +56,10 @@ def test_copy_keeps_every_prompt_field(make_run: Callable[..., Path]) -> None:
 def test_appended_records_make_the_copy_stale(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
     load_run(path)
-    lines = (path / results.RECORDS).read_text().splitlines()
+    lines = (path / RECORDS).read_text().splitlines()
     extra = json.loads(next(line for line in lines if '"prompt"' in line))
     extra.update(repeat=1, hash_seed=1, cell="b/compiled/stock", build="b", mode="compiled")
-    with (path / results.RECORDS).open("a") as f:
+    with (path / RECORDS).open("a") as f:
         f.write(json.dumps(extra) + "\n")
     assert columnar.read_copy(path) is None  # size changed: stale
     run = load_run(path)
@@ -69,7 +70,7 @@ def test_appended_records_make_the_copy_stale(make_run: Callable[..., Path]) -> 
 def test_a_corrupt_jsonl_is_reported_even_with_a_copy(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
     load_run(path)
-    with (path / results.RECORDS).open("a") as f:
+    with (path / RECORDS).open("a") as f:
         f.write('{"type": "prompt", "cell": ')  # a write cut off by a crash
     # The JSONL changed, so the copy is stale: the authoritative reader runs, reports the torn last line
     # and skips it (issue 11), instead of the copy silently answering.
@@ -87,7 +88,7 @@ def test_a_corrupt_jsonl_is_reported_even_with_a_copy(make_run: Callable[..., Pa
 def test_same_size_edit_is_caught_by_mtime(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
     load_run(path)
-    rec = path / results.RECORDS
+    rec = path / RECORDS
     st = rec.stat()
     os.utime(rec, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert columnar.read_copy(path) is None
@@ -118,16 +119,16 @@ def test_a_damaged_copy_is_ignored(make_run: Callable[..., Path]) -> None:
     load_run(path)
     data = (path / columnar.COPY).read_bytes()
     (path / columnar.COPY).write_bytes(data[: len(data) // 2])
-    st = (path / results.RECORDS).stat()
+    st = (path / RECORDS).stat()
     assert columnar.read_copy(path) is None
-    assert (path / results.RECORDS).stat() == st
+    assert (path / RECORDS).stat() == st
     assert _cells(load_run(path))
 
 
 def test_refresh_at_run_end(make_run: Callable[..., Path]) -> None:
     path = make_run(CELLS)
     assert refresh_copy(path) == path / columnar.COPY and columnar.read_copy(path) is not None
-    (path / results.RECORDS).write_text("not json\n")
+    (path / RECORDS).write_text("not json\n")
     assert refresh_copy(path) is None  # the loader reports it, with the reader's message
 
 
@@ -140,9 +141,9 @@ def test_a_copy_with_foreign_metadata_is_not_believed(make_run: Callable[..., Pa
     table = pq.read_table(path / columnar.COPY)
     meta = json.loads(table.schema.metadata[b"mtpbench.columnar"])
     meta[field] = 7
-    src = (path / results.RECORDS).stat()
+    src = (path / RECORDS).stat()
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"mtpbench.columnar": json.dumps(meta)}),
                    path / columnar.COPY)  # fmt: skip
-    os.utime(path / results.RECORDS, ns=(src.st_atime_ns, src.st_mtime_ns))
+    os.utime(path / RECORDS, ns=(src.st_atime_ns, src.st_mtime_ns))
     assert columnar.read_copy(path) is None
     assert len(load_run(path).prompt_frame()) > 0  # the JSONL answers instead

@@ -21,7 +21,9 @@ from mtpbench.judge.compare import Kind, analyze
 from mtpbench.judge.evidence import CellResult, changed_text, collect
 from mtpbench.judge.save import baseline_of_run
 from mtpbench.judge.views import heatmap
-from mtpbench.store.results import MANIFEST, RECORDS, Run, load_run
+from mtpbench.store.manifest import MANIFEST
+from mtpbench.store.records import RECORDS
+from mtpbench.store.results import Run, load_run
 
 DATA = Path(__file__).resolve().parent / "data" / "runs"
 FROZEN = sorted(p.parent.name if p.parent.parent.name != "nightly" else f"nightly/{p.parent.name}"

@@ -12,7 +12,8 @@ from conftest import PUBLISHED
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.store.results import MANIFEST, RECORDS
+from mtpbench.store.manifest import MANIFEST
+from mtpbench.store.records import RECORDS
 
 GOOD = [98.2, 96.3, 89.9]
 

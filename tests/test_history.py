@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from mtpbench.cli import app
 from mtpbench.judge.history import build_history, find_runs
-from mtpbench.store.results import MANIFEST, RECORDS
+from mtpbench.store.manifest import MANIFEST
+from mtpbench.store.records import RECORDS
 
 ROOT = Path(__file__).resolve().parent.parent
 NIGHTLY = ROOT / "tests" / "data" / "runs" / "nightly"

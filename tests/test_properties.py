@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from mtpbench.config import load_config, load_prompts
 from mtpbench.errors import UserError
 from mtpbench.store.baseline import load_baseline
-from mtpbench.store.results import MANIFEST, RECORDS, load_run, scan_records
+from mtpbench.store.manifest import MANIFEST
+from mtpbench.store.records import RECORDS, scan_records
+from mtpbench.store.results import load_run
 
 # derandomize: CI explores the same 120 examples every time (a gate must not flake); explore more locally
 # by dropping derandomize or raising max_examples, and pin what they find as a test of its own.

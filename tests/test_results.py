@@ -20,16 +20,10 @@ from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.engine import worker
 from mtpbench.errors import DataWarning, ExitCode, StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION
-from mtpbench.store import results
-from mtpbench.store.results import (
-    MANIFEST,
-    RECORDS,
-    load_run,
-    new_run_dir,
-    refresh_copy,
-    scan_records,
-    write_json_atomic,
-)
+from mtpbench.store import manifest as manifest_module
+from mtpbench.store.manifest import MANIFEST, new_run_dir, write_json_atomic
+from mtpbench.store.records import RECORDS, scan_records
+from mtpbench.store.results import load_run, refresh_copy
 
 GOOD_RATES = [98.2, 96.3, 89.9]
 
@@ -161,14 +155,14 @@ def test_concurrent_appenders_keep_every_line_whole(tmp_path: Path) -> None:
 def test_runs_started_at_once_never_share_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Regression: exists-then-mkdir let two runs in one second race for one folder (one crashed or both
     # appended to the same records). mkdir is the claim now.
-    fixed = results.datetime(2026, 12, 3, tzinfo=results.timezone.utc)
+    fixed = manifest_module.datetime(2026, 12, 3, tzinfo=manifest_module.timezone.utc)
 
-    class Frozen(results.datetime):
+    class Frozen(manifest_module.datetime):
         @classmethod
         def now(cls, tz: Any = None) -> Any:
             return fixed
 
-    monkeypatch.setattr(results, "datetime", Frozen)
+    monkeypatch.setattr(manifest_module, "datetime", Frozen)
     barrier = threading.Barrier(12)
     made: list[Path] = []
     errors: list[BaseException] = []
@@ -208,7 +202,7 @@ def test_manifest_write_on_a_full_disk_is_exit_3_and_keeps_the_old_file(
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(results.os, "fsync", full)
+    monkeypatch.setattr(manifest_module.os, "fsync", full)
     with pytest.raises(StorageError, match=r"manifest\.json: cannot write: No space left on device") as exc:
         write_json_atomic(path, {"v": 2})
     assert exc.value.exit_code == ExitCode.RUN_FAILED
@@ -286,7 +280,7 @@ def test_files_written_through_a_temp_file_get_the_mode_open_would_give(tmp_path
 
     from mtpbench.judge import history
     from mtpbench.store import columnar
-    from mtpbench.store.results import write_json_atomic
+    from mtpbench.store.manifest import write_json_atomic
 
     run = tmp_path / "run"
     shutil.copytree(Path(__file__).parent / "data" / "runs" / "tiny-stock-fault", run)

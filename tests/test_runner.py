@@ -22,7 +22,8 @@ from mtpbench.config import load_config, load_prompts
 from mtpbench.errors import UserError
 from mtpbench.run import runner
 from mtpbench.run.devices import DevicePool, binding_env, cpu_core_sets, devices_needed, parse_devices
-from mtpbench.store.results import current_attempts, load_run, new_run_dir
+from mtpbench.store.manifest import new_run_dir
+from mtpbench.store.results import current_attempts, load_run
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = REPO / "tests" / "fake_worker.py"

@@ -16,8 +16,11 @@ from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
 from mtpbench.render.report import finding_message
+from mtpbench.schema import SCHEMA_VERSION
 from mtpbench.store.baseline import load_baseline
-from mtpbench.store.results import MANIFEST, RECORDS, SCHEMA_VERSION, load_run, new_manifest
+from mtpbench.store.manifest import MANIFEST, new_manifest
+from mtpbench.store.records import RECORDS
+from mtpbench.store.results import load_run
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

@@ -34,7 +34,8 @@ from mtpbench.judge.findings import (
 )
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
 from mtpbench.schema import COUNTERS_ONLY
-from mtpbench.store.results import ManifestConfig, Run
+from mtpbench.store.manifest import ManifestConfig
+from mtpbench.store.results import Run
 
 
 def _reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:

@@ -23,7 +23,8 @@ import pandas as pd
 
 from mtpbench.judge.stats import Counts, PromptCounts, Summary, summarize
 from mtpbench.schema import COUNTERS_ONLY, CellStatus
-from mtpbench.store.results import ManifestCell, Run
+from mtpbench.store.manifest import ManifestCell
+from mtpbench.store.results import Run
 
 
 @dataclass

@@ -30,7 +30,9 @@ from mtpbench.errors import UserError
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.stats import Interval, PromptCounts, diff_interval
 from mtpbench.store.baseline import run_fingerprint
-from mtpbench.store.results import MANIFEST, RECORDS, Run, load_run, write_json_atomic
+from mtpbench.store.manifest import MANIFEST, write_json_atomic
+from mtpbench.store.records import RECORDS
+from mtpbench.store.results import Run, load_run
 
 MAX_UNITS = 256  # per run and cell: prompts beyond this are pooled into hash buckets
 PERMUTATIONS = 999

@@ -8,7 +8,7 @@ prompt, so the comparison is prompt-paired instead of treating the baseline as e
 the evidence: identical repeats of a prompt count once (older saves pooled every repeat).
 
 Loading validates what a gate will trust: rates are finite percentages that do not grow with the
-position, counts are possible (the same rules as a run's records: `results.count_problem`), every entry
+position, counts are possible (the same rules as a run's records: `records.count_problem`), every entry
 has k positions and its rates agree with its counts. Any problem is a UserError naming the file and key.
 
 Format history (`schema.BASELINE_SCHEMA`): schema 1 (mtpbench 0.1) is the only one; another schema is
@@ -30,7 +30,9 @@ from mtpbench import __version__
 from mtpbench.config import Strict, format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
-from mtpbench.store.results import MAX_COUNT, Counts, Run, count_problem, now_iso
+from mtpbench.store.manifest import now_iso
+from mtpbench.store.records import MAX_COUNT, Counts, count_problem
+from mtpbench.store.results import Run
 from mtpbench.weights import weights_sha256
 
 __all__ = ["BASELINE_SCHEMA", "Baseline", "BaselineEntry", "load_baseline"]

@@ -7,7 +7,7 @@ vectorised) and the few non-prompt records (cell_start / cell_end) as JSON in th
 
 The copy is written when a run ends and whenever a run is loaded without a fresh one; it is fresh only
 while records.jsonl has the size and modification time it was made from, so an appended, edited or
-truncated JSONL is re-read (and re-validated) by the authoritative reader in results.py. Without pyarrow
+truncated JSONL is re-read (and re-validated) by the authoritative reader in records.py. Without pyarrow
 every function here returns None and mtpbench reads the JSONL as before. Nothing here prints.
 """
 
