@@ -1,7 +1,8 @@
 """Experiment configs (`configs/*.yaml`): pydantic models with unknown keys rejected, and their loading.
 
 One experiment is a target model, a speculative config, sampling, a prompt set and the matrix axes
-(builds × modes × variants × repeats). Relative paths are resolved against the config file's folder, so
+(builds × modes × variants × repeats); the models of its parts (speculative, sampling, build, mode, gate,
+workload) are specs.py's. Relative paths are resolved against the config file's folder, so
 a config works from any working directory; a bare name (`tiny-gemma4-mtp`) that is not a file names a
 shipped config (`mtpbench.shipped`). A validation error becomes one `UserError` line naming the file, the
 key path and what was expected.
@@ -15,197 +16,34 @@ are strict (`repeats: true` or `k: 2.5` is an error, not a coercion); NaN and in
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-import math
 import stat
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from mtpbench import shipped
 from mtpbench.errors import UserError
 from mtpbench.patches import REGISTRY
+from mtpbench.specs import (
+    BuildSpec,
+    GateSpec,
+    ModeSpec,
+    OfflineWorkload,
+    PathStr,
+    SamplingSpec,
+    SpeculativeSpec,
+    Strict,
+    Workload,
+)
 
 # Limits on untrusted input. A prompt of a million characters is ~250k tokens, beyond any context an
 # acceptance probe needs; a YAML document expanding (through aliases) to more nodes than this is an attack.
 MAX_YAML_BYTES = 8 * 1024 * 1024
 MAX_YAML_NODES = 200_000
 MAX_PROMPT_CHARS = 1_000_000
-
-def _no_nul(v: str) -> str:
-    if "\0" in v:
-        raise ValueError("a path or name cannot contain a NUL byte")
-    return v
-
-
-# A path, model id or interpreter: any string a filesystem (and execve) can take.
-PathStr = Annotated[str, AfterValidator(_no_nul)]
-
-# vLLM's CUDAGraphMode names (vllm/config/compilation.py); vllm-ascend uses the same enum.
-CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class SpeculativeSpec(Strict):
-    method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
-    model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
-    num_speculative_tokens: StrictInt = Field(gt=0, le=16)
-    extra: dict[str, Any] = Field(default_factory=dict, description="passthrough keys of speculative_config")
-
-    @model_validator(mode="after")
-    def _synthetic_rates(self) -> SpeculativeSpec:
-        # vLLM's synthetic rejection sampler: per-position unconditional acceptance rates, fractions that
-        # cannot grow with the position (acceptance is a prefix).
-        rates = self.extra.get("synthetic_acceptance_rates")
-        if rates is None:
-            return self
-        where = "extra.synthetic_acceptance_rates"
-        numbers = isinstance(rates, list) and all(isinstance(r, int | float) and not isinstance(r, bool) for r in rates)
-        if not numbers:
-            raise ValueError(f"{where}: expected a list of numbers")
-        if not all(math.isfinite(r) and 0.0 <= r <= 1.0 for r in rates):
-            raise ValueError(f"{where}: rates are fractions in [0, 1], got {rates}")
-        if any(b > a for a, b in itertools.pairwise(rates)):
-            raise ValueError(f"{where}: rates must not grow with the position, got {rates}")
-        if len(rates) != self.num_speculative_tokens:
-            raise ValueError(f"{where}: {len(rates)} rates for k={self.num_speculative_tokens}")
-        return self
-
-    def to_vllm(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
-        if self.model is not None:
-            out["model"] = self.model
-        return {**out, **self.extra}
-
-
-class SamplingSpec(Strict):
-    temperature: float = Field(0.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: StrictInt = Field(-1, ge=-1, le=1 << 31)
-    max_tokens: StrictInt = Field(128, gt=0, le=1 << 24)
-    seed: StrictInt | None = Field(None, ge=-(1 << 63), lt=1 << 63)
-    ignore_eos: StrictBool = False
-
-
-class BuildSpec(Strict):
-    python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
-    env: dict[str, str] = Field(default_factory=dict)
-    device_env: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="variable that binds a worker to its devices (default: by platform, CUDA_VISIBLE_DEVICES, "
-        "ASCEND_RT_VISIBLE_DEVICES or VLLM_CPU_OMP_THREADS_BIND)",
-    )
-
-    @field_validator("env")
-    @classmethod
-    def _valid_environment(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"{key!r}: not a valid environment variable (empty, '=' or NUL byte)")
-        return v
-
-
-class ModeSpec(Strict):
-    cudagraph_mode: str | None = None
-    enforce_eager: StrictBool | None = None
-    compilation_config: dict[str, Any] = Field(default_factory=dict)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("cudagraph_mode")
-    @classmethod
-    def _known_mode(cls, v: str | None) -> str | None:
-        if v is not None and v.upper() not in CUDAGRAPH_MODES:
-            raise ValueError(f"expected one of {', '.join(CUDAGRAPH_MODES)}")
-        return v.upper() if v is not None else None
-
-
-# The drop that matters (δ), per position in absolute points: what the seed's 94.8 % -> 57.4 % collapse
-# dwarfs and what vllm-ascend's per-position floors (0.95 x golden, ~4.5-5 points at 90-98 %) allow. It is
-# not the decision threshold (compare._position_check): a pass certifies that a drop of δ is excluded, a
-# regression needs a drop that is significant and beyond a threshold set from δ, the false-alarm rate and
-# the power, so that a δ drop fails with the stated power (benchmarks/gate-power-report.md measures both).
-DEFAULT_TOLERANCE_PTS = 5.0
-
-
-class GateSpec(Strict):
-    tolerance_pts: float = Field(
-        DEFAULT_TOLERANCE_PTS, ge=0.0,
-        description="the drop that matters (δ) per position, absolute points: a pass certifies none this large",
-    )
-    false_alarm: float = Field(
-        0.01, gt=0.0, lt=0.5,
-        description="chance that a harmless run fails, over all of its checks (split evenly among them)",
-    )
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="of the intervals shown (not of the verdicts)")
-    power: float = Field(0.9, gt=0.5, lt=1.0, description="chance that a drop of δ fails the gate")
-    instability_pts: float = Field(2.0, ge=0.0, description="allowed spread across greedy repeats, points")
-    divergence_pts: float = Field(5.0, ge=0.0, description="allowed graph-vs-eager gap, points")
-    fail_on_improvement: StrictBool = False
-    fail_on_underpowered: StrictBool = Field(
-        False, description="a cell that could not detect a drop as large as the tolerance fails (exit 5)"
-    )
-
-
-class OfflineWorkload(Strict):
-    """The prompts one at a time through vllm.LLM in the worker (the default)."""
-
-    kind: Literal["offline"] = "offline"
-
-
-class ServingWorkload(Strict):
-    """vLLM's OpenAI-compatible server per cell-repeat and a fixed-concurrency streaming load
-    (mtpbench/engine/serving.py). The prompts are the config's `prompts`, sent round-robin."""
-
-    kind: Literal["serving"]
-    concurrency: StrictInt = Field(16, gt=0, le=1024, description="requests in flight at once")
-    num_requests: StrictInt = Field(300, gt=0, le=100_000)
-    request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
-    max_tokens: StrictInt | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
-    warmup_requests: StrictInt = Field(0, ge=0, le=10_000, description="sent first, not counted")
-    request_timeout_s: float = Field(300.0, gt=0, le=86_400)
-    startup_timeout_s: float = Field(900.0, gt=0, le=86_400, description="deadline for the server's /health")
-    server_args: list[str] = Field(default_factory=list, description="extra api_server CLI arguments")
-    # vLLM returns per-request spec-decode counts only since PR #48915 (after 0.28.0); the seed's build
-    # (v0.26.0rc1) refuses the flag. auto: ask, and without them fall back to the /metrics deltas around the
-    # load (counters-only: one pooled count per cell-repeat); on: require them; off: never ask.
-    per_request_metrics: Literal["auto", "on", "off"] = Field(
-        "auto", description="per-request spec-decode counts: auto (fall back to /metrics counters) | on | off"
-    )
-    throughput_tolerance_pct: float = Field(
-        20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
-    )
-    fail_on_throughput_drop: StrictBool = False
-
-    @field_validator("server_args")
-    @classmethod
-    def _loopback_only(cls, v: list[str]) -> list[str]:
-        # mtpbench owns where the server listens (loopback, a free port) and what it serves.
-        owned = ("--host", "--port", "--model", "--speculative-config", "--uds")
-        bad = [a for a in v if a.split("=", 1)[0] in owned]
-        if bad:
-            flag = bad[0].split("=", 1)[0]
-            raise ValueError(f"{flag} is set by mtpbench (loopback, a free port, the config's model)")
-        return v
-
-
-Workload = Annotated[OfflineWorkload | ServingWorkload, Field(discriminator="kind")]
 
 
 class ExperimentConfig(Strict):

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.engine import worker
 from mtpbench.errors import DataWarning, ExitCode, StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION
+from mtpbench.specs import DEFAULT_TOLERANCE_PTS
 from mtpbench.store import manifest as manifest_module
 from mtpbench.store.manifest import MANIFEST, new_run_dir, write_json_atomic
 from mtpbench.store.records import RECORDS, scan_records

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpbench.config import ExperimentConfig, GateSpec, load_config
+from mtpbench.config import ExperimentConfig, load_config
 from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
 from mtpbench.render.report import cause_text, check_rows, finding_message
 from mtpbench.schema import SCHEMA_VERSION
+from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import MANIFEST, new_manifest
 from mtpbench.store.records import RECORDS

@@ -9,9 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.config import GateSpec
 from mtpbench.judge.sizing import family_of_config, prompts_for, size_entry
 from mtpbench.judge.stats import detectable_drop
+from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import load_baseline
 
 ROOT = Path(__file__).resolve().parent.parent

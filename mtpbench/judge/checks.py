@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from mtpbench.config import GateSpec
 from mtpbench.errors import NotComparableError, UserError
 from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.findings import Cause, Finding, Kind, PositionChecks, Severity, Verdict
@@ -33,6 +32,7 @@ from mtpbench.judge.stats import (
     wilson,
 )
 from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry, run_fingerprint
 from mtpbench.store.results import Run
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtpbench.config import GateSpec
 from mtpbench.errors import ExitCode, NotComparableError, combine_exit_codes
 from mtpbench.fixes.status import unapplied
 from mtpbench.judge import serving_summary
@@ -58,6 +57,7 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
+from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
 

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.config import GateSpec
 from mtpbench.fixes.status import Unapplied, is_fix
 from mtpbench.judge import serving_summary
 from mtpbench.judge.evidence import SIG, CellResult, _dedupe, _pos_cols, changed_text
@@ -34,6 +33,7 @@ from mtpbench.judge.findings import (
 )
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
 from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.specs import GateSpec
 from mtpbench.store.manifest import ManifestConfig
 from mtpbench.store.results import Run
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from mtpbench.config import DEFAULT_TOLERANCE_PTS
 from mtpbench.errors import UserError
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.stats import Interval, PromptCounts, diff_interval
+from mtpbench.specs import DEFAULT_TOLERANCE_PTS
 from mtpbench.store.baseline import run_fingerprint
 from mtpbench.store.manifest import MANIFEST, write_json_atomic
 from mtpbench.store.records import RECORDS

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mtpbench.config import GateSpec
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.stats import clustered_ratio, detectable_drop
+from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import BaselineEntry
 
 MAX_PROMPTS = 1_000_000

@@ -8,8 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mtpbench.config import GateSpec
 from mtpbench.judge.sizing import Sizing
+from mtpbench.specs import GateSpec
 
 
 def _pts(x: float | None) -> str:

@@ -27,9 +27,10 @@ import yaml
 from pydantic import Field, StrictInt, ValidationError, model_validator
 
 from mtpbench import __version__
-from mtpbench.config import Strict, format_validation_error, path_kind, read_yaml
+from mtpbench.config import format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
+from mtpbench.specs import Strict
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.records import MAX_COUNT, Counts, count_problem
 from mtpbench.store.results import Run

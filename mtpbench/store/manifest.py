@@ -17,9 +17,9 @@ from typing import Annotated, Any
 from pydantic import Field, StrictInt, ValidationError, field_validator
 
 from mtpbench import __version__
-from mtpbench.config import GateSpec
 from mtpbench.errors import StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION, CellStatus, schema_problem
+from mtpbench.specs import GateSpec
 from mtpbench.store.files import share_mode
 from mtpbench.store.records import RECORDS, Attempt, HashSeed, RepeatIndex, Seconds, _first_error, _OnDisk
 
