@@ -217,12 +217,12 @@ def test_changed_text_equals_the_plain_rule_on_random_runs() -> None:
         assert changed_text(cells_of(df)) == _changed_reference(rows)  # type: ignore[arg-type]
 
 
-def test_the_readme_example_command_works(tmp_path: Path) -> None:
-    # The README says how docs/report-example.html was made: that command must run (it once named the
+def test_the_documented_example_command_works(tmp_path: Path) -> None:
+    # docs/reports.md says how docs/report-example.html was made: that command must run (it once named the
     # shipped baseline, which has moved on to more prompts: exit 4).
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"made with `mtpbench report\s+(\S+)\s+--baseline\s+(\S+)\s+--html\s+(\S+)\s+--png\s+(\S+)`", readme)
-    assert m, "the README no longer says how the example report was made"
+    page = (ROOT / "docs" / "reports.md").read_text(encoding="utf-8")
+    m = re.search(r"made with `mtpbench report\s+(\S+)\s+--baseline\s+(\S+)\s+--html\s+(\S+)\s+--png\s+(\S+)`", page)
+    assert m, "docs/reports.md no longer says how the example report was made"
     run, base = m.group(1), m.group(2)
     assert run == "tests/data/runs/tiny-stock-fault" and (ROOT / m.group(3)).is_file()
     shutil.copytree(ROOT / run, tmp_path / "run")
