@@ -29,8 +29,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mtpbench import runner  # noqa: E402
 from mtpbench.config import load_config, load_prompts  # noqa: E402
+from mtpbench.run import runner  # noqa: E402
 from mtpbench.store.results import load_run  # noqa: E402
 
 

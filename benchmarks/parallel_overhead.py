@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from parallel import start_ray, stop_ray  # noqa: E402
 
-from mtpbench import runner  # noqa: E402
 from mtpbench.config import load_config, load_prompts  # noqa: E402
+from mtpbench.run import runner  # noqa: E402
 
 
 def fake_config(tmp: Path, cells: int, work: float) -> Path:
