@@ -35,8 +35,8 @@ import scipy.stats
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mtpbench.engine import serving as srv  # noqa: E402 - after the path insert, like the worker's PYTHONPATH
 from mtpbench.config import load_config, load_prompts  # noqa: E402
+from mtpbench.engine import serving as srv  # noqa: E402 - after the path insert, like the worker's PYTHONPATH
 
 CONFIG = REPO / "configs" / "tiny-gemma4-mtp-serving.yaml"
 
