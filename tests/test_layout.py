@@ -26,7 +26,7 @@ OVERSIZED = {
 # The stages, lowest first. A module may import its own stage and the stages its rank allows; the base
 # modules (schema, errors, config, shipped, weights) are below every stage. engine/, patches/ and fixes/
 # run inside a build's interpreter: of mtpbench they import schema.py only (and each other's package).
-BASE = {"", "schema", "errors", "config", "shipped", "weights"}
+BASE = {"", "schema", "errors", "config", "specs", "shipped", "weights"}
 MAY_IMPORT = {
     "store": {"store"},
     "judge": {"judge", "store", "fixes", "patches"},
@@ -178,3 +178,29 @@ def test_module_size(name: str) -> None:
     n = len(_modules()[name].read_text(encoding="utf-8").splitlines())
     limit = OVERSIZED.get(name, MAX_LINES)
     assert n <= limit, f"mtpbench/{name or '__init__'}: {n} lines (limit {limit}): split it by what it holds"
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def test_the_engine_imports_the_standard_library_at_module_level() -> None:
+    # engine/ runs in the build's interpreter, which may lack mtpbench's dependencies (pydantic, pandas...):
+    # at module level it imports the standard library, its own stage and schema.py, which are stdlib too.
+    import sys
+
+    std = set(sys.stdlib_module_names) | {"__future__"}
+    stdlib_only = [PKG / "__init__.py", PKG / "schema.py", PKG / "engine" / "__init__.py"]
+    for path in stdlib_only:
+        bad = {m for m in _top_level_imports(path) if m.split(".")[0] not in std and m != "mtpbench"}
+        assert not bad, f"{path.name}: {bad}"
+    for path in sorted((PKG / "engine").glob("*.py")):
+        bad = {m for m in _top_level_imports(path) if m.split(".")[0] not in std
+               and m not in ("mtpbench", "mtpbench.schema") and not m.startswith("mtpbench.engine")}  # fmt: skip
+        assert not bad, f"engine/{path.name} imports {bad} at module level"

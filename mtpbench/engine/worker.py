@@ -41,11 +41,6 @@ SCHEMA_VERSION = 1
 
 EVENT_PREFIX = "@@mtpbench "
 
-M_DRAFTS = "vllm:spec_decode_num_drafts"
-M_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-M_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-M_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-
 
 def emit(event: str, **fields: Any) -> None:
     sys.stdout.write(EVENT_PREFIX + json.dumps({"event": event, **fields}) + "\n")
@@ -93,27 +88,17 @@ def append_lines(path: str, lines: bytes) -> None:
 
 
 def spec_counters(metrics: list[Any]) -> dict[str, Any]:
-    """Sum the spec-decode counters over label sets (one per engine) from LLM.get_metrics()."""
-    out: dict[str, Any] = {M_DRAFTS: 0, M_DRAFT_TOKENS: 0, M_ACCEPTED: 0, M_PER_POS: []}
-    for m in metrics:
-        name = getattr(m, "name", None)
-        if name in (M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED):
-            out[name] += int(m.value)
-        elif name == M_PER_POS:
-            vals = [int(v) for v in m.values]
-            acc = out[M_PER_POS]
-            acc.extend([0] * (len(vals) - len(acc)))
-            out[M_PER_POS] = [a + v for a, v in zip(acc, vals + [0] * (len(acc) - len(vals)), strict=True)]
-    return out
+    """The spec-decode counters of LLM.get_metrics() (engine/counts.py reads every form vLLM gives)."""
+    from mtpbench.engine.counts import engine_counters
+
+    return engine_counters(metrics)
 
 
 def counter_delta(before: dict[str, Any], after: dict[str, Any], k: int) -> dict[str, Any]:
-    pb = list(before[M_PER_POS]) + [0] * k
-    pa = list(after[M_PER_POS]) + [0] * k
+    pb = list(before["accepted_per_pos"]) + [0] * k
+    pa = list(after["accepted_per_pos"]) + [0] * k
     return {
-        "num_drafts": after[M_DRAFTS] - before[M_DRAFTS],
-        "num_draft_tokens": after[M_DRAFT_TOKENS] - before[M_DRAFT_TOKENS],
-        "num_accepted_tokens": after[M_ACCEPTED] - before[M_ACCEPTED],
+        **{key: after[key] - before[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")},
         "accepted_per_pos": [pa[i] - pb[i] for i in range(k)],
     }
 
@@ -132,16 +117,12 @@ def per_request_supported() -> bool:
 def per_request_counts(metrics: Any, k: int) -> dict[str, Any] | None:
     """Counts from vLLM's per-request histogram of accepted drafts per verify step (index j = accepted).
     Acceptance is a prefix, so position i was accepted in every step that accepted more than i."""
+    from mtpbench.engine.counts import counts_from_histogram
+
     hist = getattr(metrics, "histogram", None)
     if not hist:
         return None
-    hist = [int(h) for h in hist]
-    return {
-        "num_drafts": sum(hist),
-        "num_draft_tokens": int(getattr(metrics, "num_draft_tokens", 0)),
-        "num_accepted_tokens": sum(j * c for j, c in enumerate(hist)),
-        "accepted_per_pos": [sum(hist[i + 1 :]) for i in range(k)],
-    }
+    return counts_from_histogram(hist, k, int(getattr(metrics, "num_draft_tokens", 0)))
 
 
 def _version(module: str) -> str | None:
