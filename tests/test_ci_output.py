@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from mtpbench.cli import app
 from mtpbench.judge.compare import analyze, compare
 from mtpbench.render import ci, report
-from mtpbench.render.report import finding_message
+from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
 

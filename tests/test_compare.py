@@ -11,7 +11,7 @@ from conftest import PUBLISHED
 
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge.compare import Cause, Kind, Severity, Verdict, analyze, collect, compare
-from mtpbench.render.report import CAUSE_TEXT, finding_message
+from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.store.baseline import baseline_from_cells, load_baseline, write_baseline
 from mtpbench.store.results import load_run
 

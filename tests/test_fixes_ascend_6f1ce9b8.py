@@ -36,7 +36,7 @@ from mtpbench.fixes.ascend_gemma4 import install
 from mtpbench.fixes.layer_source import LayerResolvedSource
 from mtpbench.fixes.status import FIX_NOT_APPLIED, headline, preflight, unapplied
 from mtpbench.patches import PatchNotApplicable, apply_one
-from mtpbench.render.report import finding_message
+from mtpbench.render.words import finding_message
 
 REPO = Path(__file__).resolve().parents[1]
 PATCH = "ascend-gemma4-layer-params"
@@ -387,7 +387,7 @@ def test_verdict_diagnoses_fix_not_applied(make_run: Callable[..., Path]) -> Non
     from mtpbench.store.results import load_run
 
     comp = analyze(load_run(_run_with_unapplied_fix(make_run)))
-    # A typed finding (findings.PatchNotApplied), worded by report.finding_message.
+    # A typed finding (findings.PatchNotApplied), worded by words.finding_message.
     (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
     assert d.cell == "b/FULL_DECODE_ONLY/fixed" and d.severity == "warn"
     assert "fix not applied" in finding_message(d)

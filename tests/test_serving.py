@@ -17,7 +17,7 @@ from mtpbench.engine import server as server_mod
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
-from mtpbench.render.report import finding_message
+from mtpbench.render.words import finding_message
 from mtpbench.schema import SCHEMA_VERSION
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import MANIFEST, new_manifest

@@ -20,7 +20,8 @@ from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
-from mtpbench.render.report import cause_text, check_rows, finding_message
+from mtpbench.render.report import check_rows
+from mtpbench.render.words import cause_text, finding_message
 from mtpbench.schema import SCHEMA_VERSION
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import load_baseline

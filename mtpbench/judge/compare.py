@@ -10,7 +10,7 @@ under greedy decoding, a prompt-level permutation test when sampling), graph div
 entry is not comparable, a baseline that cannot vouch for the model is refused unless named, a drop beyond
 the tolerance that the data cannot support is `inconclusive`, never a pass.
 
-Findings are structured (enums for verdict, severity, kind and cause; numbers); report.py words them.
+Findings are structured (enums for verdict, severity, kind and cause; numbers); render/words.py words them.
 The exit code comes from the findings through the one policy in errors.py. Nothing here prints.
 """
 

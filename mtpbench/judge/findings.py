@@ -1,6 +1,6 @@
 """What a judgement found, as data: kinds, severities, causes and verdicts as enums, one typed payload per
 kind of finding (the numbers behind it), and the exit code each failing kind demands (errors.combine_exit_codes
-picks among them). The judge fills the payloads; the renderers (report.py) read them and hold every word.
+picks among them). The judge fills the payloads; the renderers (render/words.py) read them and hold every word.
 A payload's `as_dict()` is the `numbers` object of the JSON document (its keys are the JSON format).
 """
 
@@ -57,7 +57,7 @@ class Kind(str, Enum):
 
 
 class Cause(str, Enum):
-    """The likely cause a finding points at; report.py holds the sentence for each."""
+    """The likely cause a finding points at; render/words.py holds the sentence for each."""
 
     NONE = ""
     DRAFTER_ACCEPTANCE = "drafter-acceptance"

@@ -66,7 +66,7 @@ def _command(kind: str, title: str, message: str) -> str:
 
 def annotations(comp: Comparison) -> list[str]:
     """One workflow command per failing check (error) and per warning: cell and position in every one."""
-    from mtpbench.render.report import cause_text, check_message, finding_message
+    from mtpbench.render.words import cause_text, check_message, finding_message
 
     out: list[str] = []
     for x in comp.checks:

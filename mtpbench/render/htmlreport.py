@@ -100,7 +100,7 @@ class Figures:
 def _diagnoses(comp: Comparison) -> str:
     if not comp.diagnoses:
         return "<p>No diagnoses: every check passed.</p>"
-    from mtpbench.render.report import cause_text, finding_message
+    from mtpbench.render.words import cause_text, finding_message
 
     items = []
     for d in comp.diagnoses:
