@@ -13,6 +13,7 @@ import yaml
 from mtpbench.config import ExperimentConfig, load_config
 from mtpbench.engine import counts as counts_mod
 from mtpbench.engine import load as load_mod
+from mtpbench.engine import procs
 from mtpbench.engine import server as server_mod
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge import serving_summary as ss
@@ -369,9 +370,9 @@ def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path)
     while not (tmp_path / "log").read_text().strip() and time.monotonic() < deadline:
         time.sleep(0.1)
     pgid = server.pid
-    assert pgid is not None and server_mod.group_alive(pgid)
+    assert pgid is not None and procs.group_alive(pgid)
     server.stop(grace_s=1.0)
-    assert not server_mod.group_alive(pgid)
+    assert not procs.group_alive(pgid)
 
 
 def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None:
@@ -396,13 +397,13 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
                             start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     server_pid = int(proc.stdout.readline())
-    assert server_mod.group_alive(server_pid)
+    assert procs.group_alive(server_pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 10
-    while server_mod.group_alive(server_pid) and time.monotonic() < deadline:
+    while procs.group_alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    alive = server_mod.group_alive(server_pid)
+    alive = procs.group_alive(server_pid)
     if alive:  # leave nothing behind, even when failing
         os.killpg(server_pid, signal.SIGKILL)
     assert not alive

@@ -23,6 +23,7 @@ import yaml
 from mtpbench.config import load_config, load_prompts
 from mtpbench.engine import counts as counts_mod
 from mtpbench.engine import load as load_mod
+from mtpbench.engine import procs
 from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.store.results import load_run
@@ -107,7 +108,7 @@ def test_the_server_effective_config_and_log_are_kept(serving_run: Any) -> None:
 def test_no_server_process_is_left_and_the_port_is_free(serving_run: Any) -> None:
     _, run_dir = serving_run
     for start in (r for r in load_run(run_dir).records if r["type"] == "cell_start"):
-        assert not server_mod.group_alive(start["server"]["pid"]), start["server"]
+        assert not procs.group_alive(start["server"]["pid"]), start["server"]
         assert server_mod.port_is_free(start["server"]["port"])
 
 
@@ -163,7 +164,7 @@ def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path:
     (load,) = [r for r in run.records if r["type"] == "load"]
     assert load["server_died"] is True and 3 <= load["requests_ok"] < 400
     assert sum(r["type"] == "prompt" for r in run.records) == load["requests_ok"]
-    assert not server_mod.group_alive(server["pid"]) and server_mod.port_is_free(server["port"])
+    assert not procs.group_alive(server["pid"]) and server_mod.port_is_free(server["port"])
 
 
 def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> None:
@@ -205,7 +206,7 @@ def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> 
     assert bench["spec_decode_per_position_acceptance_rates"] == [
         a / ours["num_drafts"] for a in ours["accepted_per_pos"]
     ]
-    assert not server_mod.group_alive(server.pid or -1) and server_mod.port_is_free(port)
+    assert not procs.group_alive(server.pid or -1) and server_mod.port_is_free(port)
 
 
 # --- a build without per-request counts (vLLM before PR #48915): counters-only ----------------------------

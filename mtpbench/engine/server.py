@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-import os
 import re
 import signal
 import socket
@@ -19,6 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from mtpbench.engine.procs import stop_group
 
 LOOPBACK = "127.0.0.1"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -186,20 +187,8 @@ class Server:
         """SIGTERM the whole group, wait up to grace_s, then SIGKILL it; returns the server's exit code."""
         if self.proc is None:
             return None
-        pgid = self.proc.pid  # start_new_session: the server leads its own group
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        # vLLM's engine core is in the same group; kill anything of it still there.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        _wait_group_gone(pgid, 10.0)
-        return self.proc.returncode
+        # start_new_session: the server leads its own group, vLLM's engine core is in it.
+        return stop_group(self.proc, grace_s)
 
     def __enter__(self) -> Server:
         self.start()
@@ -207,22 +196,6 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _wait_group_gone(pgid: int, timeout_s: float) -> None:
-    t0 = time.perf_counter()
-    while group_alive(pgid) and time.perf_counter() - t0 < timeout_s:
-        time.sleep(0.1)
 
 
 def effective_from_log(text: str) -> dict[str, Any]:

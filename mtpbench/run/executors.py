@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mtpbench.engine.procs import stop_group
 from mtpbench.engine.worker import EVENT_PREFIX
 from mtpbench.errors import UserError
+from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
 
 EventSink = Callable[[dict[str, Any]], None]
 PARENT_ENV = "MTPBENCH_PARENT_PID"
@@ -63,23 +66,7 @@ def _tail(path: str, lines: int = 15) -> str:
 
 def kill_group(proc: subprocess.Popen[str], grace_s: float = KILL_GRACE_S) -> None:
     """Stop a worker and everything it started (vLLM's engine or TP processes share its group)."""
-    pgid = proc.pid  # start_new_session: the worker leads its own group
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        if sig == signal.SIGTERM:
-            # The leader is gone; members that ignored SIGTERM still get the SIGKILL.
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        break
+    stop_group(proc, grace_s)  # start_new_session: the worker leads its own group
     if proc.returncode is None:
         proc.wait()
 
@@ -199,15 +186,15 @@ class LocalExecutor:
 
 def _ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
     """Runs on the Ray node: the worker writes into node-local files that travel back in the result."""
-    import mtpbench
-
+    own_python = spec_dict.pop("own_python", False)
     spec = WorkerSpec(**spec_dict)
+    if own_python:
+        # A build without an interpreter of its own runs in mtpbench's environment: on a node, Ray's.
+        spec.command = [sys.executable, *spec.command[1:]]
     tmp = Path(tempfile.mkdtemp(prefix="mtpbench-ray-"))
-    driver_root = spec.job.pop("_driver_src_root", None)
-    node_root = str(Path(mtpbench.__file__).resolve().parent.parent)
-    # mtpbench reaches the node through Ray's py_modules: point the worker's PYTHONPATH at that copy.
-    parts = [node_root if p == driver_root else p for p in spec.env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    spec.env["PYTHONPATH"] = os.pathsep.join(parts or [node_root])
+    # The driver sent only the user's entries: mtpbench's folder is made here, from the copy Ray unpacked
+    # on this node (py_modules), in this node's cache, so no path of the driver's has to exist here.
+    spec.env["PYTHONPATH"] = worker_pythonpath(spec.env.get("PYTHONPATH", ""))
     spec.job["records_path"] = str(tmp / "records.jsonl")
     old_job = spec.job_path
     spec.job_path, spec.log_path = str(tmp / "job.json"), str(tmp / "worker.log")
@@ -261,9 +248,9 @@ class RayExecutor:
         ray = self.ray
         n = max(len(spec.devices), 1)
         d = {**spec.__dict__, "env": dict(spec.env), "job": {**spec.job}}
-        from mtpbench.run.runner import SRC_ROOT
-
-        d["job"]["_driver_src_root"] = str(SRC_ROOT)
+        # The driver's mtpbench folder (in its per-user cache) means nothing on a node: the task makes its own.
+        d["env"]["PYTHONPATH"] = user_pythonpath(spec.env.get("PYTHONPATH", ""))
+        d["own_python"] = spec.command[0] == sys.executable
         # Ray assigns the devices on the node and sets the visibility variable itself.
         for var in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND"):
             d["env"].pop(var, None)
