@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from mtpbench.fixtures import train  # noqa: E402
+from mtpbench.fixtures import drafting, recipe, train  # noqa: E402
 from mtpbench.fixtures.tokenizer import BOS_ID, VOCAB_SIZE  # noqa: E402
 
 TINY_ARGS = [
@@ -132,22 +132,22 @@ def test_drafter_only_run_refuses_a_folder_without_a_target(tmp_path: Path) -> N
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     # Tiny models: a second thread only adds synchronisation, which is slow on a busy box.
-    with train._torch_threads(1):
+    with recipe._torch_threads(1):
         yield
 
 
 @pytest.mark.usefixtures("one_thread")
 def test_draft_from_p_ignores_tokens_after_p_plus_j() -> None:
-    settings = train.TrainSettings(seed=0)
+    settings = recipe.TrainSettings(seed=0)
     torch.manual_seed(0)
-    target = train.build_target(settings).eval()
-    assistant = train.build_assistant(target, settings).eval()
+    target = recipe.build_target(settings).eval()
+    assistant = recipe.build_assistant(target, settings).eval()
     ids = torch.randint(0, 256, (1, 40))
     changed = ids.clone()
     changed[0, 20:] = (changed[0, 20:] + 1) % 256
     with torch.no_grad():
-        a = train.draft_chain(target, assistant, ids, train.target_features(target, ids), 3)
-        b = train.draft_chain(target, assistant, changed, train.target_features(target, changed), 3)
+        a = drafting.draft_chain(target, assistant, ids, drafting.target_features(target, ids), 3)
+        b = drafting.draft_chain(target, assistant, changed, drafting.target_features(target, changed), 3)
     for j in range(1, 4):
         # Step j from p reads tokens up to p+j, so positions p < 20 - j are untouched by the change.
         keep = 20 - j
