@@ -18,6 +18,7 @@ from mtpbench.engine import server as server_mod
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
+from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message
 from mtpbench.schema import SCHEMA_VERSION
 from mtpbench.store.baseline import load_baseline
@@ -293,7 +294,7 @@ def test_metrics_vs_per_request_mismatch_is_shown(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, mismatch=True))
     (d,) = [d for d in analyze(run).diagnoses if d.kind == "count-mismatch"]
     assert d.severity == WARN and d.numbers["metrics_delta"]["num_drafts"] == 41
-    head, rows = ss.serving_rows(ss.summarize_serving(run))
+    head, rows = rs.serving_rows(ss.summarize_serving(run))
     assert rows[0][head.index("/metrics\n= sum")] == "NO"
 
 
@@ -341,9 +342,9 @@ def test_throughput_drop_is_reported_not_failed(tmp_path: Path) -> None:
 def test_serving_renderers_show_both_acceptance_definitions(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}))
     cells = ss.summarize_serving(run)
-    md = ss.serving_markdown(cells)
+    md = rs.serving_markdown(cells)
     assert "AL pooled" in md and "AL req mean" in md and "| `cpu/eager/stock` | 4/4 |" in md
-    data = json.loads(ss.add_to_json(json.dumps({"run_id": "R"}), cells))
+    data = json.loads(rs.add_to_json(json.dumps({"run_id": "R"}), cells))
     assert data["serving"][0]["requests_ok"] == 4 and data["run_id"] == "R"
 
 

@@ -20,6 +20,7 @@ from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import FAIL, WARN, analyze, compare
+from mtpbench.render import serving as rs
 from mtpbench.render.report import check_rows
 from mtpbench.render.words import cause_text, finding_message
 from mtpbench.schema import SCHEMA_VERSION
@@ -180,10 +181,10 @@ def test_counters_only_table_keeps_latencies_and_names_the_method(tmp_path: Path
     assert c.pooled_per_pos == [pytest.approx(0.816), pytest.approx(0.602), pytest.approx(0.485)]
     assert c.pooled_per_pos_ci == [None, None, None] and c.mean_request_al is None
     assert c.acceptance == "counters-only" and "refused" in c.acceptance_reasons[0]
-    head, rows = ss.serving_rows([c])
+    head, rows = rs.serving_rows([c])
     assert rows[0][head.index("acceptance\nfrom")] == ss.COUNTERS_ONLY_METHOD
     assert rows[0][head.index("/metrics\n= sum")] == "n/a" and rows[0][head.index("pos0 %\n[95% CI]")] == "81.6"
-    assert "counters-only: pooled over the load, no per-request clustering" in ss.serving_markdown([c])
+    assert "counters-only: pooled over the load, no per-request clustering" in rs.serving_markdown([c])
     # No failed-requests or count-mismatch finding, and the single pooled record makes the repeat complete.
     comp = analyze(run)
     assert not [d for d in comp.diagnoses if d.severity == FAIL], comp.diagnoses

@@ -1,4 +1,4 @@
-"""The serving workload's own figures and checks (pure), and their rendering.
+"""The serving workload's own figures and checks (pure); mtpbench/render/serving.py renders them.
 
 A serving run's requests are stored as `prompt` records (raw spec-decode counts, one cluster per
 request), so the acceptance table, the per-position verdicts and the diagnoses are the offline ones.
@@ -11,7 +11,7 @@ E2E percentiles, the `/metrics`-vs-per-request count check, and two acceptance d
   requests of 1 + accepted_r / drafts_r.
 
 Per-position intervals are clustered by request (ratio estimator, linearised variance): the drafts of one
-request are correlated, the requests are the independent units. Checks (typed findings, worded by report.py):
+request are correlated, the requests are the independent units. Checks (typed findings, worded by render/words.py):
 failed or missing requests fail the gate; a `/metrics` delta that differs from the per-request sum is
 shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
 with `fail_on_throughput_drop`).
@@ -23,7 +23,7 @@ per-request counts to cluster or average), and the table names the method.
 
 `select_baseline` keeps the entries of the run's workload: a serving run is never compared with an
 offline entry, nor with one of another concurrency or max_tokens (exit 4).
-Computing never prints; the renderers below do no arithmetic.
+Computing never prints.
 """
 
 from __future__ import annotations
@@ -313,7 +313,10 @@ def throughput_unchecked(run: Run, baseline: Baseline) -> list[str]:
     return sorted(set(out))
 
 
-# --- rendering (no arithmetic beyond units) ----------------------------------------------------------
+# --- rendering: moved to mtpbench/render/serving.py ----------------------------------------------------
+# A transitional copy for mtpbench/cli/ (run_cmd._print_serving, judge_cmds._emit), which is being split and
+# still calls ss.serving_table / serving_markdown / add_to_json. Delete this block, and the json, asdict and
+# rich imports, once cli imports them from mtpbench.render.serving. Nothing else may use it.
 
 
 def _p(x: float | None, digits: int = 1) -> str:
