@@ -10,13 +10,11 @@ records every cell's outcome in the manifest as it happens. A failed cell does n
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import queue
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -24,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mtpbench
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
+from mtpbench.run.pythonpath import package_path_dir as package_path_dir  # re-exported: callers knew it here
+from mtpbench.run.pythonpath import worker_pythonpath
 from mtpbench.store.baseline import model_identity
 from mtpbench.store.results import (
     MANIFEST,
@@ -40,10 +39,8 @@ from mtpbench.store.results import (
     refresh_copy,
     write_json_atomic,
 )
-from mtpbench.weights import cache_dir
 
 EventCallback = Callable[[str, dict[str, Any]], None]
-SRC_ROOT = Path(mtpbench.__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -123,48 +120,6 @@ def expand(
                 for r in range(cfg.repeats):
                     cells.append(Cell(b, m, v, r, seeds[r]))
     return cells
-
-
-def package_path_dir() -> Path:
-    """A folder whose only entry is the mtpbench package, for a worker's PYTHONPATH.
-
-    The package's parent folder is a source checkout after an editable install but site-packages itself
-    after `pip install .`, and putting that on another build's path would let it import this
-    environment's vllm. A cache folder keyed by the package's location holds one symlink to it.
-    """
-    pkg = Path(mtpbench.__file__).resolve().parent
-    digest = hashlib.sha256(str(pkg).encode()).hexdigest()[:16]
-    try:
-        return _link_folder(cache_dir() / "pythonpath" / digest, pkg)
-    except OSError:
-        # An unwritable cache (read-only home in CI) must not stop a run: a private temp folder will do.
-        return _link_folder(Path(tempfile.mkdtemp(prefix="mtpbench-path-")), pkg)
-
-
-def _link_folder(folder: Path, pkg: Path) -> Path:
-    link = folder / "mtpbench"
-    if link.is_symlink() and link.resolve() == pkg:
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    # Replace atomically: a concurrent runner may be reading the same link.
-    tmp = folder / f".mtpbench.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(pkg, target_is_directory=True)
-    os.replace(tmp, link)
-    return folder
-
-
-def worker_pythonpath(*user_paths: str) -> str:
-    """mtpbench alone first, then the user's own entries (a build's env, then the inherited one) in order.
-
-    Inherited entries are kept: on Ascend, CANN's set_env.sh puts Python packages on PYTHONPATH.
-    """
-    entries = [str(package_path_dir())]
-    for raw in user_paths:
-        for entry in raw.split(os.pathsep):
-            if entry and entry not in entries:
-                entries.append(entry)
-    return os.pathsep.join(entries)
 
 
 def plan(
