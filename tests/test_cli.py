@@ -357,8 +357,8 @@ def test_doctor_renders_info_rows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_doctor_engine_check_that_cannot_start_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mtpbench.cli.selftest as st
     import mtpbench.run.doctor as doc
-    import mtpbench.selftest as st
     from mtpbench.errors import UserError
 
     def missing(*a: object, **k: object) -> None:
@@ -371,7 +371,7 @@ def test_doctor_engine_check_that_cannot_start_is_exit_3(monkeypatch: pytest.Mon
 
 
 def test_selftest_command_renders_its_verdict(make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    import mtpbench.selftest as st
+    import mtpbench.cli.selftest as st
     from mtpbench.judge.compare import compare
     from mtpbench.store.baseline import load_baseline
     from mtpbench.store.results import load_run

@@ -8,9 +8,9 @@ from typing import Any
 
 from conftest import PUBLISHED
 
+from mtpbench.cli.selftest import evaluate
 from mtpbench.judge.compare import compare
 from mtpbench.run.doctor import checks_from_probe
-from mtpbench.selftest import evaluate
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
 

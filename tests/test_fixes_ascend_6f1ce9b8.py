@@ -397,9 +397,9 @@ def test_verdict_diagnoses_fix_not_applied(make_run: Callable[..., Path]) -> Non
 def test_run_summary_says_fix_not_applied_at_the_top(
     make_run: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mtpbench import cli
+    from mtpbench.cli import run_cmd
 
-    cli._verdict(_run_with_unapplied_fix(make_run), None, None, run_failed=False)
+    run_cmd.verdict(_run_with_unapplied_fix(make_run), None, None, run_failed=False)
     out = capsys.readouterr().out
     assert out.lstrip().startswith("FIX NOT APPLIED"), out[:300]
     assert "fix-not-applied" in out

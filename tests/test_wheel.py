@@ -140,7 +140,7 @@ print(json.dumps({"absent": [m for m in ("vllm", "torch", "matplotlib", "ray", "
 def test_core_only_wheel_doctor_dry_run_and_show_outside_the_source_tree(core: Path, tmp_path: Path) -> None:
     py = str(core / "bin" / "python")
     probe = _run(core, py, "-c", """
-import json, mtpbench, mtpbench.selftest as s
+import json, mtpbench, mtpbench.cli.selftest as s
 from mtpbench.config import load_config, load_prompts
 from mtpbench.store.baseline import load_baseline
 from mtpbench import shipped

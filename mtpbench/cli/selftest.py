@@ -1,4 +1,4 @@
-"""`mtpbench selftest`: the proof, on any machine, that the gate has teeth.
+"""`mtpbench selftest`: the proof, on any machine, that the gate has teeth (and `doctor`'s engine check).
 
 Runs the embedded tiny Gemma4 + MTP pair eagerly, stock and with the injected `flatten-draft-metadata`
 fault, over two hash seeds chosen so that each KV-cache group wins the set-iteration race once, then
@@ -6,6 +6,9 @@ compares with the shipped baseline. It passes only if stock passes the gate, the
 regression *and* as cross-process instability (under greedy decoding an exact finding: how many prompts
 differ between the two processes, not a p-value), and the generated text is identical (the target verifies
 every token, so flattening the drafter's metadata must not change a single output token).
+
+It drives the runner and the judge together, so it lives with the command line (the one layer that may
+import every stage); cli/tool_cmds.py renders what it returns.
 """
 
 from __future__ import annotations

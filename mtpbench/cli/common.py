@@ -1,0 +1,131 @@
+"""What every command module shares: the consoles, the one error handler `guarded` every command goes
+through, the one-line warnings, and the few output helpers more than one command group uses (an output
+file's folder, the GitHub Actions publication of a verdict).
+
+Exit codes (errors.py, DESIGN.md): a command returns its exit code; a `UserError` becomes one line on stderr
+and its code; any other exception becomes one line naming a log file that holds the traceback, and exit 3 —
+never 1, which means "regression" to every CI.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import typer
+
+# typer >= 0.26 vendors click as typer._click and no longer installs click; an older typer depends on click
+# and raises click's own exceptions. Either way the exceptions come from what typer brings: mtpbench does not
+# import click itself (a core-only install has no click).
+try:
+    from typer._click import exceptions as clickx
+except ImportError:  # pragma: no cover
+    from click import exceptions as clickx  # type: ignore[no-redef]
+
+from mtpbench import __version__
+from mtpbench.errors import DataWarning, ExitCode, UserError
+from mtpbench.render.ci import make_console
+
+# Not a terminal (a CI log, a pipe): wide enough that no cell, number or verdict is ever cropped (ci.py).
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+def wide() -> bool:
+    # The intervals widen the table past 80 columns: show them where they fit (--json always has them).
+    return console.width >= 90
+
+
+def say(line: str) -> None:
+    """One line on stderr, as every error and warning of mtpbench is."""
+    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def fail(exc: UserError) -> typer.Exit:
+    say(f"mtpbench: error: {exc}")
+    return typer.Exit(int(exc.exit_code))
+
+
+def _crash_log(exc: BaseException) -> str:
+    """Write the traceback of an unexpected error to a log file; where it went (or why it could not)."""
+    folder = Path(os.environ.get("MTPBENCH_LOG_DIR") or Path(tempfile.gettempdir()) / "mtpbench-logs")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = folder / f"crash-{stamp}-{os.getpid()}.log"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        path.write_text(f"mtpbench {__version__}: {' '.join(sys.argv)}\n{text}", encoding="utf-8")
+    except OSError as again:
+        return f"the traceback could not be saved either: {again}"
+    return f"traceback: {path}"
+
+
+def guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
+    """The one error handler and exit path of every command (asv's main.py pattern): a command returns its
+    exit code (or raises typer.Exit); a UserError is one line and its code; anything else is exit 3."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            code = int(fn(*args, **kwargs) or 0)
+        except (typer.Exit, typer.Abort, clickx.ClickException):
+            raise
+        except UserError as exc:
+            say(f"mtpbench: error: {exc}")
+            code = int(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            # runner.RunInterrupted (a KeyboardInterrupt) carries the signal's code: 130 / 143 / 129.
+            where = getattr(exc, "path", None)
+            say("mtpbench: interrupted" + (f"; finished cell-repeats are kept in {where}" if where else ""))
+            code = int(getattr(exc, "exit_code", 130))
+        except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
+            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+                raise  # stdout closed (`show --json | head`): main()'s quiet exit 3, for every command alike
+            first = (str(exc).splitlines() or [""])[0][:300]
+            say(f"mtpbench: internal error: {type(exc).__name__}: {first} ({_crash_log(exc)})")
+            code = int(ExitCode.RUN_FAILED)
+        raise typer.Exit(code)
+
+    return wrapper
+
+
+_default_showwarning = warnings.showwarning
+
+
+def show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    # What a loader skipped on purpose (a line cut off by a crash) is one line, like an error.
+    if issubclass(category, DataWarning):
+        err_console.print(f"mtpbench: warning: {message}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        _default_showwarning(message, category, *args, **kwargs)
+
+
+def make_parent(path: Path, what: str) -> None:
+    """Every output file's folder is made if missing (as report, history and run make theirs)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot create the folder {path.parent}: {exc.strerror or exc}") from None
+
+
+def publish_github(comp: Any, flag: bool) -> None:
+    """Under GitHub Actions (or --github): Markdown verdict to the step summary, failing checks as ::error."""
+    from mtpbench.render import ci, report
+
+    if not ci.github_enabled(flag):
+        return
+    lines, note = ci.publish(comp, report.comparison_markdown(comp))
+    for line in lines:  # workflow commands are read from stdout, one per line, never wrapped
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    if note:
+        err_console.print(f"mtpbench: {note}", markup=False, highlight=False)

@@ -1,0 +1,83 @@
+"""What `mtpbench run --dry-run` prints: the preflight of each build's patch targets, every cell-repeat's
+command line, environment and engine overrides (and, for serving, the server it would start), how many
+prompts certify the gate's δ against the baseline, and the wall time estimated from earlier runs."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from mtpbench.cli.common import console
+
+
+def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) -> None:
+    if est is None:
+        console.print(f"estimate: no earlier runs of {name} in {out} to estimate the wall time from", highlight=False)
+        return
+    console.print(
+        f"estimate: about {est.wall_s:.0f} s wall with --executor {executor} --jobs {jobs} "
+        f"(from {est.runs} earlier run(s) of {name} in {out}: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in est.per_cell_s.items())
+        + " per cell-repeat; parallel jobs that share CPU cores run slower than this assumes)",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+
+
+def _render_preflight(checks: list[Any]) -> None:
+    from rich.text import Text
+
+    for pf in checks:
+        console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
+
+
+def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -> None:
+    from mtpbench.judge.sizing import family_of_config, size_entry
+    from mtpbench.render.sizingreport import sizing_table
+    from mtpbench.store.baseline import load_baseline
+
+    ref = cfg.reference_mode or next((m for m, s in cfg.modes.items()
+                                      if s.enforce_eager or s.cudagraph_mode == "NONE"), None)  # fmt: skip
+    family = family_of_config(cfg.speculative.num_speculative_tokens,
+                              [(c.build, c.mode, c.variant) for c in cells], ref)  # fmt: skip
+    sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family)) is not None]
+    console.print(sizing_table(sizes, cfg.gate, prompts))
+
+
+def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
+    from mtpbench.fixes.status import preflight
+
+    # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix.
+    checks = preflight(plans)
+    _render_preflight(checks)
+    console.print(
+        f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
+        f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
+        f"(sha256 {prompts.sha256()[:12]}), k={cfg.speculative.num_speculative_tokens}, "
+        f"temperature {cfg.sampling.temperature}, max_tokens {cfg.sampling.max_tokens}",
+        highlight=False,
+    )
+    for p in plans:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
+        eng = {k: v for k, v in p.job["engine_args"].items() if k in ("enforce_eager", "compilation_config")}
+        console.print(f"\n[bold]{p.cell.cell_id}[/] repeat {p.cell.repeat}", highlight=False)
+        console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
+                      markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        if p.job["workload"]["kind"] == "serving":
+            from mtpbench.engine.serving import server_command
+
+            wl = p.job["workload"]
+            policy = wl.get("per_request_metrics", "auto")
+            cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
+                                 wl["server_args"], policy != "off")  # fmt: skip
+            cmd[cmd.index("--port") + 1] = "<free port>"
+            again = " (auto: once more without the flag if the build refuses it)" if policy == "auto" else ""
+            console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
+                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}{again}",
+                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+    if checks:
+        console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
+        _render_preflight(checks)
+    console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
+                                                       if checks else ""))  # fmt: skip

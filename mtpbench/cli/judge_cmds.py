@@ -1,0 +1,266 @@
+"""The commands that read stored runs and baselines: `show` (a run alone), `compare` (the CI gate),
+`report` (HTML and PNG), `history` (the trend across runs) and `size` (how many prompts certify δ). Each
+checks its options before a run is loaded, asks judge/ for the verdict and render/ for its output, and
+returns the verdict's exit code (`report`, `history` and `size` exit 0 once written)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mtpbench.cli.common import console, err_console, fail, guarded, make_parent, publish_github, wide
+from mtpbench.errors import UserError
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write JUnit file: {exc}") from None
+
+
+def _check_options(tolerance: float | None, junit: Path | None, as_json: bool = False, markdown: bool = False) -> None:
+    """Options that would only fail after the work is done (or pass silently, as NaN would) fail first."""
+    if as_json and markdown:
+        raise UserError("--json and --markdown: give one of them (both would go to stdout)")
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
+        raise UserError(f"--tolerance: expected a finite number of points >= 0, got {tolerance}")
+    if junit is not None:
+        from mtpbench.config import path_kind
+
+        if path_kind(junit, "--junit") == "dir":
+            raise UserError(f"--junit {junit}: is a folder, not a file")
+        make_parent(junit, "--junit")
+
+
+def _check_report_paths(html: Path | None, png: Path | None) -> None:
+    """Outputs that cannot be written, named before a big run is loaded and judged, not after."""
+    from mtpbench.config import path_kind
+
+    if html is not None and path_kind(html, "--html") == "dir":
+        raise UserError(f"--html {html}: is a folder, not a file")
+    if png is not None and path_kind(png, "--png") in ("file", "other"):
+        raise UserError(f"--png {png}: is a file, not a folder")
+
+
+# How a run is judged: the same options for `compare` (the gate) and `report` (which shows its verdict).
+ToleranceOpt = Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")]
+AllowUnmatchedOpt = Annotated[
+    bool, typer.Option("--allow-unmatched", help="A cell with no baseline entry warns instead of exit 4.")
+]
+AcceptUncheckedOpt = Annotated[
+    bool, typer.Option("--accept-unchecked", help="Use a baseline that cannot check the model, drafter or prompts.")
+]
+FailUnderpoweredOpt = Annotated[
+    bool, typer.Option("--fail-underpowered", help="Exit 5 when a cell could not detect a tolerance-sized drop.")
+]
+
+
+def _judge(r: Any, baseline: Path | None, tolerance: float | None = None, allow_unmatched: bool = False,
+           accept_unchecked: bool = False, fail_underpowered: bool = False, measured: Any = None) -> Any:  # fmt: skip
+    """The run's Comparison under the config's gate with the command line's changes; without a baseline,
+    the signatures that need none."""
+    from mtpbench.config import GateSpec
+    from mtpbench.judge import compare as cmp
+    from mtpbench.store.baseline import load_baseline
+
+    b = None if baseline is None else load_baseline(baseline)
+    gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
+    if tolerance is not None:
+        gate = gate.model_copy(update={"tolerance_pts": tolerance})
+    if fail_underpowered:
+        gate = gate.model_copy(update={"fail_on_underpowered": True})
+    if b is None:
+        return cmp.analyze(r, gate, measured=measured)
+    return cmp.compare(r, b, gate, baseline_name=str(baseline), baseline_path=baseline, allow_unmatched=allow_unmatched,
+                       accept_unchecked=accept_unchecked, measured=measured)  # fmt: skip
+
+
+def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> int:
+    """Render a comparison in the asked format (and JUnit beside it); its exit code, the one every format shows."""
+    from mtpbench.judge import serving_summary as ss
+    from mtpbench.render import report
+
+    serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
+    if junit is not None:
+        _write(junit, report.comparison_junit(comp))
+    if as_json:
+        text = report.comparison_json(comp)
+        sys.stdout.write((ss.add_to_json(text, serving) if serving else text) + "\n")
+    elif markdown:
+        sys.stdout.write(report.comparison_markdown(comp) + (("\n" + ss.serving_markdown(serving)) if serving else ""))
+    else:
+        console.print(report.comparison_renderable(comp, ci=wide()))
+        if serving:
+            console.print(ss.serving_table(serving))
+    return int(comp.exit_code)
+
+
+# The report exits 0 once written: its judging options change the verdict it shows, not its exit code.
+_H_UNMATCHED_VERDICT = "A cell with no baseline entry warns instead of making the verdict not comparable."
+_H_UNDERPOWERED_VERDICT = "A cell that could not detect a tolerance-sized drop makes the verdict inconclusive."
+
+
+@guarded
+def show(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of a table.")] = False,
+) -> int:
+    """The summary table of a stored run and the bug signatures that need no baseline; exits with their verdict."""
+    from mtpbench.judge import compare as cmp
+    from mtpbench.store.results import load_run
+
+    _check_options(None, None, as_json, markdown)
+    r = load_run(run_dir)
+    return _emit(cmp.analyze(r), as_json, markdown, None, r)
+
+
+@guarded
+def compare_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
+    tolerance: ToleranceOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Markdown for a PR comment.")] = False,
+    junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    github: Annotated[
+        bool,
+        typer.Option(
+            "--github",
+            help="GitHub Actions output: step summary + ::error annotations (automatic when GITHUB_ACTIONS=true).",
+        ),
+    ] = False,
+    allow_unmatched: AllowUnmatchedOpt = False,
+    accept_unchecked: AcceptUncheckedOpt = False,
+    fail_underpowered: FailUnderpoweredOpt = False,
+) -> int:
+    """Check a run against a baseline; the exit code is the CI gate's verdict."""
+    from mtpbench.errors import NotComparableError
+    from mtpbench.render import report
+    from mtpbench.store.results import load_run
+
+    _check_options(tolerance, junit, as_json, markdown)
+    r = load_run(run_dir)
+    try:
+        comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered)
+    except NotComparableError as exc:
+        # CI still reads a document: the same verdict as the exit code, in every format asked for.
+        if junit is not None:
+            _write(junit, report.not_comparable_junit(exc))
+        if as_json:
+            sys.stdout.write(report.not_comparable_json(exc) + "\n")
+        raise
+    code = _emit(comp, as_json, markdown, junit, r)
+    publish_github(comp, github)
+    return code
+
+
+@guarded
+def size(
+    baseline: Annotated[Path, typer.Argument(help="A baseline with per-prompt counts (baseline save keeps them).")],
+    pilot: Annotated[Path | None, typer.Option("--run", help="A pilot run: size from its paired spread.")] = None,
+    checks: Annotated[int, typer.Option(help="Checks the run makes (k per cell, k per graph cell).", min=1)] = 6,
+    tolerance: Annotated[float | None, typer.Option(help="δ, points (default: the gate's).", min=0)] = None,
+) -> int:
+    """How many prompts the gate needs to certify no drop of δ at each position (exit 0; 2 on bad input)."""
+    from mtpbench.config import GateSpec
+    from mtpbench.judge.sizing import size_entry, size_pilot
+    from mtpbench.render.sizingreport import sizing_table
+    from mtpbench.store.baseline import load_baseline
+
+    b = load_baseline(baseline)
+    if pilot is not None:
+        from mtpbench.judge.compare import compare
+        from mtpbench.store.results import load_run
+
+        run = load_run(pilot)
+        gate = run.typed.config.gate
+        gate = gate if tolerance is None else gate.model_copy(update={"tolerance_pts": tolerance})
+        comp = compare(run, b, gate, str(baseline), baseline_path=baseline, accept_unchecked=True)
+        console.print(sizing_table(size_pilot(comp), comp.gate, None))
+        return 0
+    gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
+    console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks)) is not None], gate))
+    return 0
+
+
+@guarded
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write the self-contained HTML report here.")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write the figures as PNG files into DIR.")] = None,
+    tolerance: ToleranceOpt = None,
+    allow_unmatched: Annotated[bool, typer.Option("--allow-unmatched", help=_H_UNMATCHED_VERDICT)] = False,
+    accept_unchecked: AcceptUncheckedOpt = False,
+    fail_underpowered: Annotated[bool, typer.Option("--fail-underpowered", help=_H_UNDERPOWERED_VERDICT)] = False,
+) -> None:
+    """An HTML report (verdict, figures, fingerprint) that opens offline. Exits 0 once written, whatever the
+    verdict it shows (the gate is `compare`: give the report the options the gate was given, and it shows
+    the gate's verdict); 2 on bad input, 4 when the baseline cannot judge the run."""
+    from mtpbench.render import plots
+    from mtpbench.render.painter import Painter
+
+    try:
+        if html is None and png is None:
+            raise UserError("report: give --html FILE and/or --png DIR")
+        _check_options(tolerance, None)
+        _check_report_paths(html, png)
+        plots.check_installed()  # before a big run is loaded, not after
+        # The figures are drawn by a second process while this one imports, loads and judges the run
+        # (painter.py): started before the heavy imports, so that its own overlap them.
+        with Painter.start() as painter:
+            from mtpbench.render import htmlreport
+            from mtpbench.store.results import load_run
+
+            figures = htmlreport.Figures(painter, html is not None, png)
+            r = load_run(run_dir)
+            comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered,
+                          measured=functools.partial(figures.measured, r))  # fmt: skip
+            out = htmlreport.write_report(r, comp, html, png, figures)
+    except UserError as exc:
+        raise fail(exc) from None
+    for path in [out.html_path, *out.pngs]:
+        if path is not None:
+            console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+@guarded
+def history_cmd(
+    runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(help="Smallest move that counts, points (default: the config's gate.tolerance_pts).", min=0),
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the trend as a self-contained HTML page.")
+    ] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="Also write one trend PNG per group into DIR.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of tables.")] = False,
+) -> None:
+    """Per-position acceptance across runs of the same config, and the first run where a position moved."""
+    from mtpbench.judge import history
+    from mtpbench.render import historyreport
+
+    try:
+        paths = list(runs or [])
+        if runs_dir is not None:
+            paths += history.find_runs(runs_dir)
+        if not paths:
+            raise UserError("history: give run folders or --runs DIR")
+        h = history.build_history(paths, tolerance)
+        if as_json:
+            sys.stdout.write(historyreport.history_json(h) + "\n")
+        else:
+            console.print(historyreport.history_renderable(h))
+        for path in historyreport.write_outputs(h, html, png):
+            err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+    except UserError as exc:
+        raise fail(exc) from None

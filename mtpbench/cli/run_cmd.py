@@ -1,0 +1,234 @@
+"""`mtpbench run` and `mtpbench run --resume`: check the options, narrow the config to the cells asked for,
+hand the cells to the runner (run/runner.py) with the progress view, then print the time spent and the same
+verdict `compare` (or `show`) would give, with its exit code. `--dry-run` starts nothing (cli/dry_run.py)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mtpbench.cli.common import console, err_console, fail, guarded, publish_github, wide
+from mtpbench.cli.dry_run import render_config_sizing, render_dry_run, render_estimate
+from mtpbench.cli.progress import ProgressView, progress_bars
+from mtpbench.errors import UserError
+
+_H_CONFIG = "Experiment config (configs/*.yaml); omit with --resume."
+_H_RUNDIR = "Write the run folder's path to this file once it exists (CI: gate the run this job made)."
+_H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
+_H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
+_H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
+_H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
+_H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
+
+
+@guarded
+def run(
+    config: Annotated[Path | None, typer.Argument(help=_H_CONFIG)] = None,
+    out: Annotated[Path, typer.Option(help="Folder for run results.")] = Path("runs"),
+    repeats: Annotated[int | None, typer.Option(help="Override the config's repeats.", min=1)] = None,
+    mode: Annotated[list[str] | None, typer.Option("--mode", help="Only these modes (repeatable).")] = None,
+    build: Annotated[list[str] | None, typer.Option("--build", help="Only these builds (repeatable).")] = None,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="Only these variants (repeatable).")] = None,
+    baseline: Annotated[Path | None, typer.Option(help="Baseline to compare with (default: the config's).")] = None,
+    no_compare: Annotated[bool, typer.Option("--no-compare", help="Only run; print the summary.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=_H_DRY)] = False,
+    resume: Annotated[Path | None, typer.Option(metavar="RUN", help=_H_RESUME)] = None,
+    jobs: Annotated[int | None, typer.Option(help=_H_JOBS, min=1)] = None,
+    devices: Annotated[str | None, typer.Option(help=_H_DEVICES)] = None,
+    executor: Annotated[str | None, typer.Option(help="local or ray (default: the config's, local).")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
+    run_dir_file: Annotated[Path | None, typer.Option(help=_H_RUNDIR)] = None,
+) -> None:  # fmt: skip
+    """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
+    from mtpbench.run.runner import StopSignals
+
+    # From here on a stop signal is noted, never acted on mid-step: the runner stops its workers and says so.
+    with StopSignals() as stops:
+        if run_dir_file is not None:
+            # A CI step reads this file to gate the run it made: a stale one from an earlier job must not stay.
+            run_dir_file.unlink(missing_ok=True)
+        code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
+                            jobs, devices, executor, address, ray_resource, run_dir_file)  # fmt: skip
+    if stops.caught and code == 0:
+        code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
+    raise typer.Exit(code)
+
+
+def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
+                 build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
+                 dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
+                 address: str | None, ray_resource: str | None, run_dir_file: Path | None = None) -> int:  # fmt: skip
+    from mtpbench.run.devices import parse_devices
+    from mtpbench.run.runner import RunOptions
+
+    try:
+        if executor is not None and executor not in ("local", "ray"):
+            raise UserError(f"--executor {executor!r}: expected local or ray")
+        if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
+            raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
+        opts = RunOptions(jobs, parse_devices(devices) if devices else None, executor, address,
+                          ray_resource.upper() if ray_resource else None)  # fmt: skip
+        if resume is not None:
+            if config is not None or repeats or mode or build or variant or dry_run:
+                raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
+                                "--build, --variant or --dry-run with it")  # fmt: skip
+            return _resume(resume, opts, baseline, no_compare, run_dir_file)
+        if config is None:
+            raise UserError("give a CONFIG to run, or --resume RUN")
+        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts, run_dir_file)
+    except UserError as exc:
+        return fail(exc).exit_code
+
+
+def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
+            variants: list[str] | None) -> None:  # fmt: skip
+    for axis, chosen in (("modes", modes), ("builds", builds), ("variants", variants)):
+        have = getattr(cfg, axis)
+        for name in chosen or []:
+            if name not in have:
+                raise UserError(f"--{axis[:-1]} {name!r}: not in the config's {axis} ({', '.join(have)})")
+        if chosen:
+            setattr(cfg, axis, {k: v for k, v in have.items() if k in chosen})
+    if repeats is not None:
+        seeds = cfg.seeds()
+        cfg.hash_seeds = seeds[:repeats] if repeats <= len(seeds) else [*seeds, *range(len(seeds), repeats)]
+        cfg.repeats = repeats
+
+
+def _finished(outcome: Any) -> None:
+    from mtpbench.judge.history import refresh_point
+
+    refresh_point(outcome.path)  # the few-kB summary `history` reads per run (the runner judges nothing)
+    _render_time(outcome)
+
+
+def _interrupted(exc: Any) -> int:
+    err_console.print(
+        f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
+        f"{exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    return int(exc.exit_code)
+
+
+def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
+         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
+         opts: Any = None, run_dir_file: Path | None = None) -> int:  # fmt: skip
+    from mtpbench.config import load_config, load_prompts
+    from mtpbench.run import runner
+    from mtpbench.store.manifest import ensure_out_dir
+
+    cfg = load_config(config)
+    _select(cfg, repeats, modes, builds, variants)
+    prompts = load_prompts(cfg.prompts)
+    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    base_obj = None
+    if base is not None and not no_compare and not dry_run:
+        from mtpbench.store.baseline import load_baseline
+
+        base_obj = load_baseline(base)  # bad baseline: refuse before spending minutes on engines
+    cells = runner.expand(cfg)
+    opts = opts or runner.RunOptions()
+    if dry_run:
+        plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
+        render_dry_run(cfg, prompts, plans)
+        if base is not None:
+            render_config_sizing(cfg, cells, base, len(prompts.prompts))
+        jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
+        render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
+        return 0
+    ensure_out_dir(out)
+    with progress_bars() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = ProgressView(progress, len(cells), per_cell, run_dir_file)
+        try:
+            outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _finished(outcome)
+    return verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
+            run_dir_file: Path | None = None) -> int:  # fmt: skip
+    from mtpbench.run import runner
+
+    manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    base_obj = None
+    if base is not None and not no_compare:
+        from mtpbench.store.baseline import load_baseline
+
+        base_obj = load_baseline(base)
+    todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
+    console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    with progress_bars() as progress:
+        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        view = ProgressView(progress, todo, per_cell, run_dir_file)
+        try:
+            outcome = runner.resume(run_dir, view, opts)
+        except runner.RunInterrupted as exc:
+            progress.stop()
+            return _interrupted(exc)
+    _finished(outcome)
+    return verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+
+
+def _render_time(outcome: Any) -> None:
+    from mtpbench.run.runner import time_breakdown
+
+    t = time_breakdown(outcome.manifest)
+    other = max(t["worker_s"] - t["startup_s"] - t["generation_s"], 0.0)
+    console.print(
+        f"results: {outcome.path}\n"
+        f"time: {t['run_wall_s']:.1f} s wall for {int(t['cells'])} cell-repeats; in workers {t['worker_s']:.1f} s = "
+        f"start-up {t['startup_s']:.1f} s (engine {t['engine_start_s']:.1f} s) + generation {t['generation_s']:.1f} s"
+        f" + exit {other:.1f} s; waiting for a device {t['queued_s']:.1f} s (summed over cell-repeats); "
+        f"device slots busy {100 * t['utilisation']:.0f} %",
+        highlight=False,
+    )
+
+
+def verdict(
+    run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool, *, allow_unmatched: bool = False,
+    accept_unchecked: bool = False,
+) -> int:  # fmt: skip
+    """The verdict at the end of `run`: the same comparison and exit code as `compare` (or `show`)."""
+    from mtpbench.judge import compare as cmp
+    from mtpbench.render import report
+    from mtpbench.store.results import load_run
+
+    r = load_run(run_path)
+    if base_obj is None:
+        comp = cmp.analyze(r, run_failed=run_failed)
+    else:
+        comp = cmp.compare(r, base_obj, baseline_name=base_name, baseline_path=base_name, run_failed=run_failed,
+                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)  # fmt: skip
+    _print_unapplied_fix(r.cell_starts())
+    console.print(report.comparison_renderable(comp, ci=wide()))
+    _print_serving(r)
+    publish_github(comp, False)
+    return int(comp.exit_code)
+
+
+def _print_unapplied_fix(cell_starts: list[dict[str, Any]]) -> None:
+    from rich.text import Text
+
+    from mtpbench.fixes.status import headline
+
+    top = headline(cell_starts)
+    if top:
+        console.print(Text(top, style="bold red"), soft_wrap=True)
+
+
+def _print_serving(run: Any) -> None:
+    # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
+    from mtpbench.judge import serving_summary as ss
+
+    if ss.is_serving(run):
+        console.print(ss.serving_table(ss.summarize_serving(run)))

@@ -1,0 +1,99 @@
+"""The commands that make or check the bench itself: `baseline save` (a baseline from a complete run),
+`doctor` (can this machine run a cell: platform, packages, an engine on the embedded pair) and `selftest`
+(the embedded pair stock vs the injected fault: does the gate catch it; cli/selftest.py)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from mtpbench.cli.common import console, guarded, make_parent, wide
+from mtpbench.cli.progress import ProgressView, progress_bars
+from mtpbench.errors import ExitCode, UserError
+
+
+@guarded
+def baseline_save(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
+    out: Annotated[Path, typer.Option(help="Baseline file to write.")],
+    name: Annotated[str | None, typer.Option(help="Baseline name (default: the file's stem).")] = None,
+    variant: Annotated[str, typer.Option(help="Variant whose cells become the baseline.")] = "stock",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> int:
+    """Write a baseline (per build/mode rates, pooled and per-prompt counts, provenance) from a complete run."""
+    from mtpbench.judge.save import baseline_of_run
+    from mtpbench.store.baseline import write_baseline
+    from mtpbench.store.results import load_run
+
+    r = load_run(run_dir)
+    b = baseline_of_run(r, name or out.stem, variant)
+    make_parent(out, "--out")
+    write_baseline(b, out, force)
+    console.print(f"wrote {out} ({len(b.entries)} entries from run {r.run_id})", markup=False, highlight=False)
+    return 0
+
+
+DOCTOR_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
+
+
+@guarded
+def doctor(
+    python: Annotated[str | None, typer.Option(help="Interpreter of the build to check (default: this one).")] = None,
+    engine: Annotated[bool, typer.Option(help="Also start an engine on the embedded tiny pair.")] = True,
+) -> int:
+    """Platform, device, package versions, broken torchvision, and whether an engine starts."""
+    from mtpbench.run import doctor as doc
+
+    info = doc.probe(python)
+    if python and "probe" in info.get("errors", {}):
+        raise UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}")
+    checks = doc.checks_from_probe(info)
+    t = Table(show_header=True)
+    t.add_column("check")
+    t.add_column("status")
+    t.add_column("detail", overflow="fold")
+    for c in checks:
+        # Text, not markup: a detail may hold brackets (and an empty style once rendered "[]info[/]").
+        t.add_row(Text(c.name), Text(c.status, style=DOCTOR_STYLE.get(c.status, "")), Text(c.detail))
+    console.print(t)
+    failed = any(c.status == "fail" for c in checks)
+    if engine and not failed:
+        from mtpbench.cli.selftest import engine_check
+
+        with console.status("starting an engine on the embedded tiny pair…"):
+            try:
+                ok, detail = engine_check(python, Path(tempfile.mkdtemp(prefix="mtpbench-doctor-")))
+            except UserError as exc:  # e.g. the embedded config is missing after a non-editable install
+                ok, detail = False, str(exc)
+        line = Text(f"engine {'ok' if ok else 'fail'}", style="green" if ok else "bold red")
+        line.append(f": {detail}", style="")
+        console.print(line)
+        failed = not ok
+    return int(ExitCode.RUN_FAILED) if failed else 0
+
+
+@guarded
+def selftest(
+    out: Annotated[Path, typer.Option(help="Folder for the selftest's run.")] = Path("runs"),
+) -> int:
+    """Prove the gate has teeth: the embedded pair stock vs the injected flattening fault."""
+    from mtpbench.cli.selftest import run_selftest
+    from mtpbench.render import report
+
+    with progress_bars() as progress:
+        result = run_selftest(out, lambda total, prompts: ProgressView(progress, total, prompts))
+    console.print(report.comparison_renderable(result.comparison, ci=wide()))
+    for line in result.lines:
+        console.print(line, markup=False, highlight=False)
+    console.print(
+        Text("SELFTEST PASS", style="bold green").append(": the gate catches the flattening fault", style="")
+        if result.passed
+        else Text("SELFTEST FAIL", style="bold red").append(": the gate did not behave as required", style="")
+    )
+    # The selftest's own verdict: 1 when the gate missed the fault (a regression of mtpbench itself).
+    return 0 if result.passed else int(ExitCode.REGRESSION)
