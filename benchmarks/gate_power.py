@@ -1,0 +1,652 @@
+"""The gate's decision rule under prompt-level, bursty noise (issue 19 item 4): false alarms and power per run.
+
+A Monte-Carlo through the real judging path. Each simulated run is written in mtpbench's on-disk format
+(manifest.json + records.jsonl, one record per prompt, two cells of one build: `current/eager/stock` and
+`current/graph/stock`, a graph mode whose reference is eager, so graph divergence is checked too) and read
+back with `load_run`; its baseline is another, independent simulated run saved with the real `baseline save`
+path (`baseline_of_run`: per-prompt counts, so the comparison is prompt-paired); the run is judged by
+`mtpbench.judge.compare.compare` with the gate its config resolves to (the defaults of `GateSpec`), and the
+outcome is `comparison.exit_code`. Nothing of the rule is reimplemented here: the script measures whatever
+rule the checkout it sits in implements, and the report names the commit and the gate's fields.
+
+Noise model (what a "truth" is and how a run is drawn from it):
+- a truth is, per prompt, a token budget and unconditional per-position acceptance rates r_i (position i
+  accepted only if i−1 was). Truths: the shipped baseline `baselines/tiny-gemma4-mtp-cpu.yaml` (40 prompts,
+  its eager entry's per-prompt counts, 1,347 drafts), and a Gemma4-like set (prompts with 32-231 drafts,
+  per-prompt rates spread around pooled 98/96/90 %, generated from a fixed seed). Other prompt counts take
+  an evenly spaced subset (5 prompts) or more prompts from the same population (80, 160: the tiny set's
+  prompts repeated under new ids, the Gemma4-like generator drawn further).
+- within a prompt, drafts are bursty: a hidden easy/hard regime follows a two-state Markov chain over the
+  prompt's drafts (hard share π, mean hard run L drafts); a share κ of the prompt's rejections falls in the
+  hard regime (κ = π: no regime, independent drafts). Per regime, each position is accepted with its
+  conditional rate, so the prefix property holds and the prompt's mean rates are its truth's.
+- a prompt runs until it has generated its token budget (1 + accepted tokens per draft), so a prompt that
+  accepts less makes more drafts, as under vLLM's max_tokens.
+- harmless change: every prompt's trajectory re-drawn from the same truth; `harmless+shift`: in addition
+  each prompt's rejection rate is scaled by exp(ε), ε ~ N(0, σ²) per prompt and run, rescaled so that the
+  pooled rates do not move (a change that helps some prompts and hurts others).
+- a drop of d points at position j: every prompt's conditional rate at j is scaled so the pooled
+  unconditional rate at j falls by d points (later positions fall with it, as a drafter that got worse at
+  j would make them); in the graph cell only (`1 cell`), or in both cells (`2 cells`).
+
+One command: `python benchmarks/gate_power.py` (about ten minutes on two cores) writes
+benchmarks/gate-power-report.md and .json; `--quick` (under a minute) is what tests/test_gate_power.py runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from mtpbench.judge.compare import compare  # noqa: E402
+from mtpbench.judge.save import baseline_of_run  # noqa: E402
+from mtpbench.judge.stats import wilson  # noqa: E402
+from mtpbench.schema import SCHEMA_VERSION  # noqa: E402
+from mtpbench.specs import GateSpec  # noqa: E402
+from mtpbench.store.baseline import load_baseline  # noqa: E402
+from mtpbench.store.manifest import MANIFEST, new_manifest  # noqa: E402
+from mtpbench.store.records import RECORDS  # noqa: E402
+from mtpbench.store.results import load_run  # noqa: E402
+
+K = 3
+TINY_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
+REPORT_MD = REPO / "benchmarks" / "gate-power-report.md"
+REPORT_JSON = REPO / "benchmarks" / "gate-power-report.json"
+CELLS = ("current/eager/stock", "current/graph/stock")
+GRAPH_CELL = CELLS[1]
+# Goals the rule is built to meet (issue 19): per run, over all its checks.
+GOAL_FALSE_ALARM = 0.01
+GOAL_POWER = 0.90
+SHIFT_SIGMA = 0.3  # per-prompt log-scale of the rejection rate under `harmless+shift`
+
+
+# --- truths -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Truth:
+    name: str
+    ids: tuple[str, ...]
+    rates: np.ndarray  # (P, K) unconditional per-position acceptance, 0..1, non-increasing in the position
+    budget: np.ndarray  # (P,) tokens a prompt generates (drafts + accepted tokens)
+
+    @property
+    def expected_drafts(self) -> np.ndarray:
+        return self.budget / (1.0 + self.rates.sum(axis=1))
+
+    def pooled(self) -> np.ndarray:
+        d = self.expected_drafts
+        return (self.rates * d[:, None]).sum(axis=0) / d.sum()
+
+    def describe(self) -> dict[str, Any]:
+        d = self.expected_drafts
+        return {"name": self.name, "prompts": len(self.ids), "drafts": round(float(d.sum())),
+                "drafts_per_prompt": [round(float(d.min())), round(float(d.max()))],
+                "pooled_pct": [round(100 * float(x), 2) for x in self.pooled()]}  # fmt: skip
+
+
+def tiny_truth() -> Truth:
+    """The shipped baseline's eager entry, prompt by prompt."""
+    entry = next(e for e in load_baseline(TINY_BASELINE).entries if e.mode == "eager")
+    assert entry.prompts, f"{TINY_BASELINE}: the eager entry has no per-prompt counts"
+    ids = tuple(entry.prompts)
+    drafts = np.array([entry.prompts[p].num_drafts for p in ids], dtype=float)
+    acc = np.array([entry.prompts[p].accepted_per_pos for p in ids], dtype=float)
+    return Truth("tiny", ids, acc / drafts[:, None], drafts + acc.sum(axis=1))
+
+
+def gemma_truth(n: int, seed: int = 4) -> Truth:
+    """A Gemma4-like prompt population: 32-231 drafts a prompt, per-prompt conditional rates from Beta
+    distributions (the first n prompts of one fixed draw), the rejections of those n rescaled so that their
+    pooled rates are 98/96/90 %."""
+    rng = np.random.default_rng(seed)
+    total = max(n, 160)
+    drafts = np.exp(rng.uniform(math.log(32), math.log(231), total)).round()
+    drafts[:2] = [32, 231]
+    target = np.array([0.98, 0.96, 0.90])
+    cond_mean = target / np.concatenate([[1.0], target[:-1]])
+    cond = np.stack([rng.beta(m * 25, (1 - m) * 25, total) for m in cond_mean], axis=1)
+    rates, drafts = np.cumprod(cond, axis=1)[:n], drafts[:n]
+    for _ in range(50):  # scale each position's rejections until the pooled rates are the target
+        pooled = (rates * drafts[:, None]).sum(axis=0) / drafts.sum()
+        rates = 1 - (1 - rates) * ((1 - target) / (1 - pooled))
+        rates = np.minimum.accumulate(np.clip(rates, 0.0, 1.0), axis=1)
+    return Truth("gemma4-like", tuple(f"g{i:03d}" for i in range(n)), rates, drafts * (1 + rates.sum(axis=1)))
+
+
+def resize(t: Truth, n: int) -> Truth:
+    """n prompts of the same population: an evenly spaced subset, or the prompts repeated under new ids."""
+    if n <= len(t.ids):
+        idx = np.linspace(0, len(t.ids) - 1, n).round().astype(int)
+    else:
+        idx = np.resize(np.arange(len(t.ids)), n)
+    ids = tuple(t.ids[i] if n <= len(t.ids) else f"{t.ids[i]}#{j // len(t.ids)}" for j, i in enumerate(idx))
+    return Truth(t.name, ids, t.rates[idx], t.budget[idx])
+
+
+def truth_for(name: str, n: int) -> Truth:
+    return resize(tiny_truth(), n) if name == "tiny" else gemma_truth(n)
+
+
+# --- the noise model --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A hidden easy/hard regime per prompt: a two-state Markov chain over its drafts."""
+
+    name: str
+    hard_share: float  # π: stationary share of drafts in the hard regime
+    concentration: float  # κ: share of the prompt's rejections that fall in the hard regime (κ = π: none)
+    hard_run: float  # L: mean length of a hard run, drafts
+
+    def describe(self) -> str:
+        if self.concentration <= self.hard_share:
+            return "independent drafts (no regime)"
+        return (f"hard regime {self.hard_share:.0%} of drafts holding {self.concentration:.0%} of the rejections, "
+                f"mean hard run {self.hard_run:g} drafts")  # fmt: skip
+
+
+BURSTS = {
+    "independent": Burst("independent", 0.2, 0.2, 1.0),
+    "mild": Burst("mild", 0.2, 0.6, 4.0),
+    "bursty": Burst("bursty", 0.15, 0.85, 8.0),
+    "very-bursty": Burst("very-bursty", 0.1, 0.95, 16.0),
+}
+
+
+@dataclass(frozen=True)
+class Regimes:
+    """Per prompt: conditional acceptance per position in each regime and the chain's switch rates."""
+
+    cond_easy: np.ndarray  # (P, K)
+    cond_hard: np.ndarray  # (P, K)
+    hard_share: np.ndarray  # (P,)
+    p_enter: np.ndarray  # (P,) easy -> hard per draft
+    p_leave: float  # hard -> easy per draft
+
+
+def _conditional(uncond: np.ndarray) -> np.ndarray:
+    prev = np.concatenate([np.ones_like(uncond[:, :1]), uncond[:, :-1]], axis=1)
+    return np.divide(uncond, prev, out=np.zeros_like(uncond), where=prev > 0)
+
+
+def regimes(rates: np.ndarray, b: Burst) -> Regimes:
+    """Split each prompt's rejections between the regimes so that their mix is the prompt's truth."""
+    q = 1.0 - rates
+    qmax = q[:, -1]
+    pi = np.clip(b.concentration * qmax, b.hard_share, 0.5)  # the hard regime must hold its share
+    kappa = np.minimum(b.concentration, np.divide(pi, qmax, out=np.full_like(pi, b.concentration), where=qmax > 0))
+    kappa = np.where(b.concentration <= b.hard_share, pi, kappa)
+    hard = np.clip(1.0 - q * (kappa / pi)[:, None], 0.0, 1.0)
+    easy = np.clip(1.0 - q * ((1.0 - kappa) / (1.0 - pi))[:, None], 0.0, 1.0)
+    p_leave = 1.0 / max(b.hard_run, 1.0)
+    return Regimes(_conditional(easy), _conditional(hard), pi, pi * p_leave / (1.0 - pi), p_leave)
+
+
+def simulate(t: Truth, cond_scale: np.ndarray, b: Burst, reps: int, rng: np.random.Generator,
+             shift: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """`reps` independent draws of one cell: drafts (reps, P) and accepted per position (reps, P, K).
+    cond_scale (K,): the factor on every prompt's conditional rate per position (a drop); `shift`: a
+    per-prompt, pooled-neutral change of each draw's rejection rates (harmless+shift)."""
+    n_p = len(t.ids)
+    if shift:
+        rates = np.empty((reps, n_p, K))
+        d = t.expected_drafts
+        for r in range(reps):
+            q = (1 - t.rates) * np.exp(rng.normal(0.0, SHIFT_SIGMA, n_p))[:, None]
+            want, have = ((1 - t.rates) * d[:, None]).sum(0), (q * d[:, None]).sum(0)
+            q = np.minimum(q * np.divide(want, have, out=np.ones(K), where=have > 0), 1.0)
+            rates[r] = np.minimum.accumulate(1 - q, axis=1)
+        regs = [regimes(rates[r], b) for r in range(reps)]
+        ce = np.stack([g.cond_easy for g in regs]) * cond_scale
+        ch = np.stack([g.cond_hard for g in regs]) * cond_scale
+        pi = np.stack([g.hard_share for g in regs])
+        enter = np.stack([g.p_enter for g in regs])
+        leave = regs[0].p_leave
+    else:
+        g = regimes(t.rates, b)
+        ce = np.broadcast_to(g.cond_easy * cond_scale, (reps, n_p, K))
+        ch = np.broadcast_to(g.cond_hard * cond_scale, (reps, n_p, K))
+        pi = np.broadcast_to(g.hard_share, (reps, n_p))
+        enter = np.broadcast_to(g.p_enter, (reps, n_p))
+        leave = g.p_leave
+    budget = np.broadcast_to(t.budget, (reps, n_p))
+    hard = rng.random((reps, n_p)) < pi  # the chain starts in its stationary distribution
+    tokens = np.zeros((reps, n_p))
+    drafts = np.zeros((reps, n_p), dtype=np.int64)
+    acc = np.zeros((reps, n_p, K), dtype=np.int64)
+    active = tokens < budget
+    while active.any():
+        c = np.where(hard[..., None], ch, ce)
+        ok = np.cumprod(rng.random((reps, n_p, K)) < c, axis=-1) * active[..., None]
+        acc += ok
+        drafts += active
+        tokens += active * (1 + ok.sum(axis=-1))
+        u = rng.random((reps, n_p))
+        hard = np.where(hard, u >= leave, u < enter)
+        active = tokens < budget
+    return drafts, acc
+
+
+def drop_scale(t: Truth, pos: int, pts: float) -> np.ndarray:
+    """The factor on position `pos`'s conditional rate that lowers its pooled unconditional rate by `pts`."""
+    s = np.ones(K)
+    s[pos] = 1.0 - (pts / 100.0) / float(t.pooled()[pos])
+    return s
+
+
+# --- runs on disk, judged by compare() ---------------------------------------------------------------
+
+
+def write_run(path: Path, t: Truth, cells: dict[str, tuple[np.ndarray, np.ndarray]], baseline: str) -> Path:
+    """One repeat per cell, per-prompt records in the real format; the same text in every cell (greedy)."""
+    run_id = path.name
+    path.mkdir(parents=True)
+    config = {
+        "name": "gate-power",
+        "model": "target",
+        "speculative": {"method": "mtp", "model": "drafter", "num_speculative_tokens": K, "extra": {}},
+        "sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
+        "modes": {"eager": {"enforce_eager": True}, "graph": {"enforce_eager": False, "cudagraph_mode": "FULL"}},
+        "gate": {},
+        "baseline": baseline,
+        "baseline_entry": {},
+    }
+    manifest = new_manifest(run_id, config, "gate-power.yaml",
+                            {"name": t.name, "sha256": "ab" * 32, "ids": list(t.ids)})  # fmt: skip
+    manifest["model"] = {"name": "target", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
+    manifest["drafter"] = {"name": "drafter", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
+    manifest["status"] = "finished"
+    lines: list[str] = []
+    for cell, (drafts, acc) in cells.items():
+        build, mode, variant = cell.split("/")
+        manifest["cells"].append({"cell": cell, "build": build, "mode": mode, "variant": variant, "repeat": 0,
+                                  "hash_seed": 0, "status": "ok"})  # fmt: skip
+        base = {"schema": SCHEMA_VERSION, "run_id": run_id, "cell": cell, "build": build, "mode": mode,
+                "variant": variant, "repeat": 0, "hash_seed": 0}  # fmt: skip
+        req = config["modes"][mode]
+        eff = {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"}
+        lines.append(json.dumps({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []}))
+        for i, pid in enumerate(t.ids):
+            a = [int(x) for x in acc[i]]
+            lines.append(json.dumps({
+                **base, "type": "prompt", "prompt_id": pid, "prompt_index": i, "num_drafts": int(drafts[i]),
+                "num_draft_tokens": int(drafts[i]) * K, "num_accepted_tokens": sum(a), "accepted_per_pos": a,
+                "num_generated_tokens": int(drafts[i]) + sum(a), "output_sha256": f"text-{pid}", "wall_s": 0.1,
+            }))  # fmt: skip
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    (path / RECORDS).write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    kinds: list[str]
+    underpowered_finding: bool  # an `underpowered` finding (warning, or failure under fail_on_underpowered)
+    underpowered_check: bool  # some check could not certify δ (PositionCheck.underpowered)
+    deltas: list[float] = field(default_factory=list)  # eager cell's Δ per position, points (spread figures)
+    mdes: list[float] = field(default_factory=list)  # eager cell's smallest detectable drop per position, points
+
+
+def judge(run_dir: Path, baseline: Any) -> Outcome:
+    comp = compare(load_run(run_dir), baseline, baseline_name="gate-power-baseline")
+    kinds = sorted({str(getattr(f.kind, "value", f.kind)) for f in comp.diagnoses if f.exit_code != 0})
+    under_f = any(str(getattr(f.kind, "value", f.kind)) == "underpowered" for f in comp.diagnoses)
+    under_c = any(getattr(c, "underpowered", False) for c in comp.checks)
+    eager = [c for c in comp.checks if c.cell == CELLS[0]]
+    deltas = [100 * float(c.delta) for c in eager if c.delta is not None]
+    mdes = [100 * float(m) for c in eager if (m := getattr(c, "mde", None)) is not None]
+    return Outcome(int(comp.exit_code), kinds, under_f, under_c, deltas, mdes)
+
+
+# --- scenarios ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    kind: str  # identical | harmless | drop
+    pos: int = -1
+    pts: float = 0.0
+    cells: int = 0  # cells with the drop
+    shift: bool = False
+
+
+def scenarios(deltas: list[float], gate_drop: float, both_cells: bool) -> list[Scenario]:
+    out = [
+        Scenario("identical", "identical"),
+        Scenario("harmless", "harmless"),
+        Scenario("harmless+shift", "harmless", shift=True),
+    ]
+    for pts in deltas:
+        for pos in range(K):
+            out.append(Scenario(f"drop {pts:g} pts pos{pos}, 1 cell", "drop", pos, pts, 1))
+    if both_cells:
+        for pos in range(K):
+            out.append(Scenario(f"drop {gate_drop:g} pts pos{pos}, 2 cells", "drop", pos, gate_drop, 2))
+    return out
+
+
+@dataclass(frozen=True)
+class Setting:
+    truth: str
+    prompts: int
+    burst: str
+    role: str  # main | burstiness | sizing | small
+
+    @property
+    def label(self) -> str:
+        return f"{self.truth}, {self.prompts} prompts, {self.burst}"
+
+
+def rate(hits: int, n: int) -> dict[str, Any]:
+    ci = wilson(hits, n, 0.95)
+    return {"hits": hits, "n": n, "rate": hits / n if n else None,
+            "ci95": None if ci is None else [ci.low, ci.high]}  # fmt: skip
+
+
+def run_setting(s: Setting, scens: list[Scenario], n_harmless: int, n_drop: int, seed: int, work: Path,
+                log: Any) -> dict[str, Any]:  # fmt: skip
+    t = truth_for(s.truth, s.prompts)
+    b = BURSTS[s.burst]
+    rng = np.random.default_rng([seed, s.prompts, list(BURSTS).index(s.burst), ord(s.truth[0])])
+    n_max = max(n_harmless, n_drop)
+    # One independent baseline per replicate, shared by the scenarios (each scenario's runs stay independent).
+    bd = [simulate(t, np.ones(K), b, n_max, rng) for _ in CELLS]
+    baselines = []
+    for r in range(n_max):
+        p = write_run(work / f"b{r}", t, {c: (bd[j][0][r], bd[j][1][r]) for j, c in enumerate(CELLS)}, "")
+        baselines.append(baseline_of_run(load_run(p), "gate-power-baseline"))
+    res: dict[str, Any] = {"setting": s.__dict__ | {"label": s.label}, "truth": t.describe(),
+                           "burst": b.__dict__ | {"model": b.describe()}, "scenarios": {}}  # fmt: skip
+    for sc in scens:
+        n = (
+            n_drop
+            if sc.kind == "drop"
+            else max(min(n_harmless, n_drop) // 2, 1)
+            if sc.kind == "identical"
+            else n_harmless
+        )
+        t0 = time.monotonic()
+        draws = {}
+        for j, c in enumerate(CELLS):
+            if sc.kind == "identical":  # the baseline's own records: a check of the harness, Δ = 0 exactly
+                draws[c] = (bd[j][0][:n], bd[j][1][:n])
+                continue
+            dropped = sc.kind == "drop" and (sc.cells == 2 or c == GRAPH_CELL)
+            scale = drop_scale(t, sc.pos, sc.pts) if dropped else np.ones(K)
+            draws[c] = simulate(t, scale, b, n, rng, shift=sc.shift)
+        outs = []
+        for r in range(n):
+            p = write_run(work / f"{re.sub('[^A-Za-z0-9]+', '-', sc.name)}-{r}", t,
+                          {c: (draws[c][0][r], draws[c][1][r]) for c in CELLS}, "gate-power-baseline.yaml")  # fmt: skip
+            outs.append(judge(p, baselines[r]))
+        codes = Counter(o.exit_code for o in outs)
+        kinds = Counter(k for o in outs for k in o.kinds)
+        d = np.array([o.deltas for o in outs if len(o.deltas) == K]).reshape(-1, K)
+        m = np.array([o.mdes for o in outs if len(o.mdes) == K]).reshape(-1, K)
+        entry = {
+            "kind": sc.kind, "pos": sc.pos, "pts": sc.pts, "cells": sc.cells, "shift": sc.shift, "n": n,
+            "exit_codes": {str(k): v for k, v in sorted(codes.items())},
+            "finding_kinds": dict(sorted(kinds.items())),
+            "any_nonzero": rate(sum(o.exit_code != 0 for o in outs), n),
+            "exit1": rate(sum(o.exit_code == 1 for o in outs), n),
+            "underpowered_finding": rate(sum(o.underpowered_finding for o in outs), n),
+            "underpowered_check": rate(sum(o.underpowered_check for o in outs), n),
+            "eager_delta_sd_pts": [round(float(x), 3) for x in d.std(axis=0, ddof=1)] if len(d) > 1 else None,
+            "eager_delta_mean_pts": [round(float(x), 3) for x in d.mean(axis=0)] if len(d) else None,
+            "eager_mde_median_pts": [round(float(x), 3) for x in np.median(m, axis=0)] if len(m) else None,
+            "seconds": round(time.monotonic() - t0, 1),
+        }  # fmt: skip
+        res["scenarios"][sc.name] = entry
+        main = entry["exit1"] if sc.kind == "drop" else entry["any_nonzero"]
+        what = "exit 1" if sc.kind == "drop" else "fail (any non-zero)"
+        print(
+            f"{s.label:38} {sc.name:28} {what:20} {main['hits']:4}/{n:<4} = {main['rate']:6.1%} "
+            f"[{main['ci95'][0]:.1%}, {main['ci95'][1]:.1%}]  codes {entry['exit_codes']}",
+            file=log,
+            flush=True,
+        )
+        for p in work.glob("[!b]*"):
+            _rmtree(p)
+    for p in work.iterdir():
+        _rmtree(p)
+    return res
+
+
+def _rmtree(p: Path) -> None:
+    import shutil
+
+    shutil.rmtree(p, ignore_errors=True)
+
+
+# --- the plan and the report ------------------------------------------------------------------------
+
+
+# Runs per role, as shares of --harmless and --drop: the goals' settings (the shipped default and a
+# Gemma4-sized run) get the most harmless runs, since a 1 % rate needs hundreds of runs to be told from 2 %.
+ROLE_RUNS = {"main": (1.0, 1.0), "small": (0.375, 0.5), "burstiness": (0.375, 0.5), "sizing": (0.375, 0.75)}
+
+
+def plan(quick: bool) -> tuple[list[Setting], int, int, list[float]]:
+    if quick:
+        return [Setting("tiny", 40, "bursty", "main")], 30, 30, [20.0]
+    settings = [
+        Setting("tiny", 40, "bursty", "main"),
+        Setting("gemma4-like", 40, "bursty", "main"),
+        Setting("tiny", 5, "bursty", "small"),
+        Setting("gemma4-like", 5, "bursty", "small"),
+        Setting("tiny", 40, "independent", "burstiness"),
+        Setting("tiny", 40, "very-bursty", "burstiness"),
+        Setting("gemma4-like", 40, "independent", "burstiness"),
+        Setting("gemma4-like", 40, "very-bursty", "burstiness"),
+        Setting("tiny", 80, "bursty", "sizing"),
+        Setting("tiny", 160, "bursty", "sizing"),
+        Setting("gemma4-like", 80, "bursty", "sizing"),
+        Setting("gemma4-like", 160, "bursty", "sizing"),
+    ]
+    return settings, 0, 0, [3.0, 5.0, 8.0]
+
+
+def gate_fields() -> dict[str, Any]:
+    return GateSpec().model_dump()
+
+
+def gate_drop(g: dict[str, Any]) -> float:
+    """δ, whatever the field is called in this checkout."""
+    for key in ("drop_pts", "delta_pts", "tolerance_pts"):
+        if key in g:
+            return float(g[key])
+    raise SystemExit(f"GateSpec has no δ field I know: {sorted(g)}")
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def pct(x: dict[str, Any]) -> str:
+    lo, hi = x["ci95"]
+    return f"{x['rate']:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
+def render(data: dict[str, Any]) -> str:
+    g, drop = data["gate"], data["gate_drop_pts"]
+    out = [
+        "# The gate's decision rule under prompt-level, bursty noise",
+        "",
+        f"Produced by `{data['command']}` (seed {data['seed']}; N = {data['n_harmless']} harmless runs and "
+        f"{data['n_drop']} runs per drop scenario in the two 40-prompt bursty settings, fewer in the others: "
+        f"each table gives its runs; {data['minutes']:.1f} min on this 2-core box) at commit "
+        f"`{data['commit']}`{' (with uncommitted changes in the tree)' if data['dirty'] else ''}. "
+        "Raw figures: `gate-power-report.json` beside this file. Every run below is written in mtpbench's "
+        "on-disk format and judged by `mtpbench.judge.compare.compare` with the gate's defaults "
+        "(`GateSpec()` of this checkout): the rule measured is the one the code implements, not a copy of it.",
+        "",
+        f"Gate: δ = {drop:g} pts ({data['gate_drop_field']}), "
+        + ", ".join(f"{k} = {v}" for k, v in g.items() if k != data["gate_drop_field"])
+        + ".",
+        "",
+        "## What a run is",
+        "",
+        "- Two cells of one build, `current/eager/stock` and `current/graph/stock` (a graph mode whose reference "
+        "is eager, so the graph-divergence check runs too), one repeat each, greedy, k = 3, one record per prompt.",
+        "- Its baseline: another run drawn independently from the same truth, saved by the real `baseline save` "
+        "path (`baseline_of_run`, per-prompt counts: the comparison is prompt-paired).",
+        "- Outcome: `comparison.exit_code` (0 pass, 1 regression or graph divergence, 5 inconclusive ...). "
+        "A harmless run *fails* on any non-zero exit; a drop is *caught* on exit 1.",
+        "- Intervals are Wilson 95 % intervals on the run counts (runs are independent).",
+        "",
+        "## The noise model",
+        "",
+        "- **Truths** (per prompt: a token budget and unconditional per-position rates): "
+        + "; ".join(
+            f"{v['name']} ({v['prompts']} prompts, {v['drafts']} drafts, {v['drafts_per_prompt'][0]}-"
+            f"{v['drafts_per_prompt'][1]} a prompt, pooled {'/'.join(f'{x:g}' for x in v['pooled_pct'])} %)"
+            for v in data["truths"].values()
+        )
+        + ". `tiny` is the eager entry of `baselines/tiny-gemma4-mtp-cpu.yaml`; `gemma4-like` is drawn from a "
+        "fixed seed (per-prompt conditional rates from Beta(25m, 25(1-m)), rejections rescaled to the pooled "
+        "target, draft counts log-uniform in 32-231). 5 prompts: an evenly spaced subset; 80 and 160: the tiny "
+        "prompts repeated under new ids, the Gemma4-like generator drawn further.",
+        "- **Bursty drafts**: per prompt a hidden easy/hard regime, a two-state Markov chain over its drafts "
+        "(started in its stationary distribution). The hard regime takes a share κ of the prompt's rejections "
+        "on a share π of its drafts (π raised where a prompt's rejections need it), so the prompt's mean rates "
+        "are its truth's. Within a regime each position is accepted with its conditional rate, position i only "
+        "if i-1 was (the prefix property). A prompt drafts until it has generated its token budget (1 + accepted "
+        "tokens per draft), so a prompt that accepts less drafts more, as under max_tokens. Burstiness levels: "
+        + "; ".join(f"**{k}**: {v['model']}" for k, v in data["bursts"].items())
+        + ".",
+        "- **Harmless change**: every prompt's trajectory re-drawn from the same truth. **harmless+shift**: also "
+        f"each prompt's rejection rate times exp(ε), ε ~ N(0, {SHIFT_SIGMA}²) per prompt and run, rescaled so the "
+        "pooled rates stay the truth's (helps some prompts, hurts others, averages to zero).",
+        "- **Drop of d pts at position j**: every prompt's conditional rate at j scaled so that the pooled rate at "
+        "j falls by d points (later positions fall with it); in the graph cell only (`1 cell`) or in both cells.",
+        "",
+    ]
+    out += ["## Summary", "",
+            f"Goals: at most {GOAL_FALSE_ALARM:.0%} of harmless runs fail (any non-zero exit), with and without "
+            f"per-prompt shifts, and at least {GOAL_POWER:.0%} of runs with a δ = {drop:g} pt drop at any one position "
+            "(in one cell) exit 1. *Met* = every point estimate meets its goal; the Wilson 95 % intervals say how "
+            "sure that is. `identical` (the run is its baseline's own records) checks the harness: it must pass.",
+            "",
+            "| setting | harmless fails | harmless+shift fails | δ caught pos0 | δ caught pos1 | δ caught pos2 | "
+            "goals met |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    order = {"main": 0, "small": 1, "sizing": 2, "burstiness": 3}
+    rows = sorted(data["results"], key=lambda r: (order.get(r["setting"]["role"], 9), r["setting"]["truth"],
+                                                  r["setting"]["burst"], r["setting"]["prompts"]))  # fmt: skip
+    for r in rows:
+        sc = r["scenarios"]
+        fa = [sc[k]["any_nonzero"] for k in ("harmless", "harmless+shift")]
+        pw = [next(v["exit1"] for v in sc.values() if v["kind"] == "drop" and v["pts"] == drop and v["cells"] == 1
+                   and v["pos"] == pos) for pos in range(K)]  # fmt: skip
+        met = all(f["rate"] <= GOAL_FALSE_ALARM for f in fa) and all(p["rate"] >= GOAL_POWER for p in pw)
+        out.append(
+            f"| {r['setting']['label']} | {' | '.join(pct(x) for x in (*fa, *pw))} | {'yes' if met else '**no**'} |"
+        )
+    out += [""]
+    titles = {
+        "main": "Shipped default (tiny, 40 prompts) and a Gemma4-sized run",
+        "small": "5 prompts",
+        "sizing": "Sizing: how many prompts certify δ",
+        "burstiness": "Burstiness",
+    }
+    for role, title in titles.items():
+        sel = [r for r in rows if r["setting"]["role"] == role]
+        if not sel:
+            continue
+        out += [f"## {title}", ""]
+        for r in sel:
+            h = r["scenarios"]["harmless"]
+            out += [f"### {r['setting']['label']}", "",
+                    "Harmless runs, eager cell, per position: Δ mean "
+                    + ", ".join(f"{x:+.2f}" for x in h["eager_delta_mean_pts"] or [])
+                    + " pts, SD " + ", ".join(f"{x:.2f}" for x in h["eager_delta_sd_pts"] or [])
+                    + " pts; median smallest detectable drop (the rule's MDE) "
+                    + ", ".join(f"{x:.2f}" for x in h["eager_mde_median_pts"] or []) + " pts.",
+                    "",
+                    "| scenario | runs | exit 1 | any non-zero | `underpowered` finding | a check underpowered | "
+                    "exit codes (runs) | failing findings (runs) |",
+                    "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            for name, v in r["scenarios"].items():
+                codes = ", ".join(f"{k}: {n}" for k, n in v["exit_codes"].items())
+                kinds = ", ".join(f"{k}: {n}" for k, n in v["finding_kinds"].items()) or "none"
+                out.append(
+                    f"| {name} | {v['n']} | {pct(v['exit1'])} | {pct(v['any_nonzero'])} | "
+                    f"{pct(v['underpowered_finding'])} | {pct(v['underpowered_check'])} | {codes} | {kinds} |"
+                )
+            out.append("")
+    out += ["## Regenerate", "", f"`{data['command']}` (`--quick` for the small smoke run the tests use).", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one setting, 30 runs per scenario (under a minute)")
+    ap.add_argument("--harmless", type=int, default=None, help="harmless runs per setting and scenario")
+    ap.add_argument("--drop", type=int, default=None, help="runs per drop scenario")
+    ap.add_argument("--seed", type=int, default=19)
+    ap.add_argument("--only", default=None, help="run the settings whose label contains this text")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here (default: beside the report)")
+    ap.add_argument("--md", type=Path, default=None, help="write the report here")
+    ap.add_argument("--no-report", action="store_true", help="print only")
+    args = ap.parse_args(argv)
+    settings, nh, nd, deltas = plan(args.quick)
+    if not args.quick:
+        nh, nd = 800, 200
+    nh, nd = args.harmless or nh, args.drop or nd
+    if args.only:
+        settings = [s for s in settings if args.only in s.label]
+    g = gate_fields()
+    drop = gate_drop(g)
+    field_name = next(k for k in ("drop_pts", "delta_pts", "tolerance_pts") if k in g)
+    deltas = sorted({*deltas, drop})
+    t0 = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gate-power-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as d:
+        for s in settings:
+            scens = scenarios(deltas if s.role in ("main", "small") else [drop], drop, s.role == "main")
+            if s.role not in ("main", "small"):
+                scens = [x for x in scens if x.kind != "identical"]
+            share_h, share_d = ROLE_RUNS[s.role]
+            n_h, n_d = max(round(nh * share_h), 1), max(round(nd * share_d), 1)
+            results.append(run_setting(s, scens, n_h, n_d, args.seed, Path(d), sys.stdout))
+    cmd = "python benchmarks/gate_power.py" + (" --quick" if args.quick else "")
+    cmd += "".join(f" --{k} {v}" for k, v in (("harmless", args.harmless), ("drop", args.drop), ("only", args.only))
+                   if v is not None) + (f" --seed {args.seed}" if args.seed != 19 else "")  # fmt: skip
+    data = {
+        "command": cmd, "seed": args.seed, "n_harmless": nh, "n_drop": nd, "minutes": (time.monotonic() - t0) / 60,
+        "commit": _git("rev-parse", "--short", "HEAD"), "dirty": bool(_git("status", "--porcelain", "--", "mtpbench")),
+        "gate": g, "gate_drop_pts": drop, "gate_drop_field": field_name,
+        "goals": {"harmless_fail_max": GOAL_FALSE_ALARM, "power_min": GOAL_POWER},
+        "truths": {r["truth"]["name"]: r["truth"] for r in results if r["setting"]["prompts"] == 40},
+        "bursts": {k: b.__dict__ | {"model": b.describe()} for k, b in BURSTS.items()},
+        "results": results,
+    }  # fmt: skip
+    if not args.no_report:
+        (args.json or REPORT_JSON).write_text(json.dumps(data, indent=1) + "\n")
+        (args.md or REPORT_MD).write_text(render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
