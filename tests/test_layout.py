@@ -13,15 +13,8 @@ PKG = Path(__file__).resolve().parents[1] / "mtpbench"
 MAX_LINES = 400
 # Modules over MAX_LINES at the time the limit was set, with their size then: each may shrink, never grow.
 OVERSIZED = {
-    "judge.compare": 688,
-    "cli": 912,
-    "engine.serving": 806,
-    "run.runner": 700,
-    "render.report": 680,
-    "store.results": 548,
-    "config": 488,
-    "engine.worker": 480,
-    "fixtures.train": 657,
+    "run.runner": 643,
+    "engine.worker": 459,
 }
 # The stages, lowest first. A module may import its own stage and the stages its rank allows; the base
 # modules (schema, errors, config, shipped, weights) are below every stage. engine/, patches/ and fixes/
@@ -141,7 +134,7 @@ def _violations(graph: dict[str, set[str]]) -> list[str]:
     out = []
     for m, deps in sorted(graph.items()):
         stage = _stage(m)
-        if stage in ("", "cli", "plugin", "selftest", "__main__") or m in BASE:
+        if stage in ("", "cli", "plugin", "__main__") or m in BASE:
             continue  # the base, the command line and the vLLM plugin entry point may import any stage
         allowed = MAY_IMPORT.get(stage)
         if allowed is None:

@@ -85,19 +85,20 @@ def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any
     """Render a comparison in the asked format (and JUnit beside it); its exit code, the one every format shows."""
     from mtpbench.judge import serving_summary as ss
     from mtpbench.render import report
+    from mtpbench.render import serving as rs
 
     serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
     if junit is not None:
         _write(junit, report.comparison_junit(comp))
     if as_json:
         text = report.comparison_json(comp)
-        sys.stdout.write((ss.add_to_json(text, serving) if serving else text) + "\n")
+        sys.stdout.write((rs.add_to_json(text, serving) if serving else text) + "\n")
     elif markdown:
-        sys.stdout.write(report.comparison_markdown(comp) + (("\n" + ss.serving_markdown(serving)) if serving else ""))
+        sys.stdout.write(report.comparison_markdown(comp) + (("\n" + rs.serving_markdown(serving)) if serving else ""))
     else:
         console.print(report.comparison_renderable(comp, ci=wide()))
         if serving:
-            console.print(ss.serving_table(serving))
+            console.print(rs.serving_table(serving))
     return int(comp.exit_code)
 
 

@@ -229,6 +229,7 @@ def _print_unapplied_fix(cell_starts: list[dict[str, Any]]) -> None:
 def _print_serving(run: Any) -> None:
     # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
     from mtpbench.judge import serving_summary as ss
+    from mtpbench.render.serving import serving_table
 
     if ss.is_serving(run):
-        console.print(ss.serving_table(ss.summarize_serving(run)))
+        console.print(serving_table(ss.summarize_serving(run)))

@@ -28,13 +28,10 @@ Computing never prints.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from rich import box
-from rich.table import Table
 
 from mtpbench.errors import NotComparableError
 from mtpbench.judge.evidence import collect
@@ -314,76 +311,3 @@ def throughput_unchecked(run: Run, baseline: Baseline) -> list[str]:
 
 
 # --- rendering: moved to mtpbench/render/serving.py ----------------------------------------------------
-# A transitional copy for mtpbench/cli/ (run_cmd._print_serving, judge_cmds._emit), which is being split and
-# still calls ss.serving_table / serving_markdown / add_to_json. Delete this block, and the json, asdict and
-# rich imports, once cli imports them from mtpbench.render.serving. Nothing else may use it.
-
-
-def _p(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None else f"{100 * x:.{digits}f}"
-
-
-def _ms(p: Percentiles) -> str:
-    if p.p50 is None or p.p99 is None:
-        return "–"
-    return f"{1000 * p.p50:.0f}/{1000 * p.p99:.0f}"
-
-
-def _num(x: float | None, fmt: str) -> str:
-    return "–" if x is None else format(x, fmt)
-
-
-def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
-    """One header and row builder for the table and Markdown renderers."""
-    k = max((len(c.pooled_per_pos) for c in cells), default=0)
-    head = ["cell", "requests\nok", "req/s", "out\ntok/s", "TTFT ms\np50/p99", "TPOT ms\np50/p99",
-            *[f"pos{i} %\n[95% CI]" for i in range(k)], "mean %\npooled", "AL\npooled", "AL\nreq mean",
-            "/metrics\n= sum", "acceptance\nfrom"]  # fmt: skip
-    rows = []
-    for c in cells:
-        match = "yes" if c.counts_match and all(m is True for m in c.counts_match) else (
-            "NO" if any(m is False for m in c.counts_match) else "n/a")  # fmt: skip
-        rows.append([
-            c.cell, f"{c.requests_ok}/{c.requests_total}", _num(c.req_per_s, ".2f"), _num(c.output_tok_per_s, ".0f"),
-            _ms(c.ttft_s), _ms(c.tpot_s),
-            *[f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
-              for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)],
-            _p(c.pooled_mean), _num(c.pooled_al, ".2f"), _num(c.mean_request_al, ".2f"), match,
-            COUNTERS_ONLY_METHOD if c.acceptance == COUNTERS_ONLY else PER_REQUEST,
-        ])  # fmt: skip
-    return head, rows
-
-
-def serving_table(cells: list[ServingCell]) -> Table:
-    head, rows = serving_rows(cells)
-    t = Table(
-        title="serving load: pos/mean/AL pooled = accepted/drafts over all requests (as /metrics and vllm bench "
-        "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
-        "/metrics = sum: the counter deltas equal the per-request counts; counters-only: the build returned no "
-        "per-request counts, acceptance is the /metrics deltas pooled over the load (no interval)",
-        title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-    )  # fmt: skip
-    for i, h in enumerate(head):
-        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i != 0)
-    for r in rows:
-        style = "red" if r[1].split("/")[0] != r[1].split("/")[1] or r[-2] == "NO" else None
-        t.add_row(*r, style=style)
-    return t
-
-
-def serving_markdown(cells: list[ServingCell]) -> str:
-    head, rows = serving_rows(cells)
-    flat = [[x.replace("\n", " ") for x in r] for r in [head, *rows]]
-    lines = ["| " + " | ".join(flat[0]) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in flat[1:]]
-    return "\n".join(lines) + "\n"
-
-
-def serving_json(cells: list[ServingCell]) -> list[dict[str, Any]]:
-    return [asdict(c) for c in cells]
-
-
-def add_to_json(comparison_json: str, cells: list[ServingCell]) -> str:
-    data = json.loads(comparison_json)
-    data["serving"] = serving_json(cells)
-    return json.dumps(data, indent=2)
