@@ -308,6 +308,3 @@ def throughput_unchecked(run: Run, baseline: Baseline) -> list[str]:
         elif e.serving.num_requests is not None and e.serving.num_requests != wl.get("num_requests"):
             out.append(f"serving.req_per_s (baseline NUM={e.serving.num_requests}, run NUM={wl.get('num_requests')})")
     return sorted(set(out))
-
-
-# --- rendering: moved to mtpbench/render/serving.py ----------------------------------------------------
