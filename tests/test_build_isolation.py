@@ -22,7 +22,7 @@ import yaml
 
 import mtpbench
 from mtpbench.config import load_config, load_prompts
-from mtpbench.engine.worker import check_own_vllm
+from mtpbench.engine.fingerprint import check_own_vllm
 from mtpbench.run import runner
 from mtpbench.store.baseline import model_identity
 from mtpbench.weights import weights_sha256

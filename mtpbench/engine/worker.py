@@ -28,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 import traceback
@@ -125,93 +124,6 @@ def per_request_counts(metrics: Any, k: int) -> dict[str, Any] | None:
     return counts_from_histogram(hist, k, int(getattr(metrics, "num_draft_tokens", 0)))
 
 
-def _version(module: str) -> str | None:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover
-        return None
-    for dist in (module, module.replace("_", "-")):
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    try:
-        mod = __import__(module)
-        return str(getattr(mod, "__version__", None))
-    except Exception:
-        return None
-
-
-def _git_sha(module: str) -> str | None:
-    try:
-        mod = __import__(module)
-        for attr in ("__commit__", "__git_sha__"):
-            if getattr(mod, attr, None):
-                return str(getattr(mod, attr))
-        vmod = __import__(f"{module}._version", fromlist=["x"])
-        for attr in ("__commit_id__", "commit_id", "__git_sha__"):
-            if getattr(vmod, attr, None):
-                return str(getattr(vmod, attr))
-    except Exception:
-        return None
-    return None
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment_fingerprint() -> dict[str, Any]:
-    fp: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "hostname": platform.node(),
-        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
-        "versions": {m: _version(m) for m in ("vllm", "vllm_ascend", "torch", "torch_npu", "transformers")},
-        "git_sha": {m: _git_sha(m) for m in ("vllm", "vllm_ascend")},
-    }
-    device = None
-    try:
-        from vllm.platforms import current_platform
-
-        fp["vllm_platform"] = str(getattr(current_platform, "device_name", None) or current_platform)
-        try:
-            device = current_platform.get_device_name(0)
-        except Exception:
-            device = None
-    except Exception:
-        fp["vllm_platform"] = None
-    # The CPU platform names its device "cpu": the processor model says more.
-    fp["device"] = device if device and device.lower() != "cpu" else _cpu_name()
-    return fp
-
-
-def effective_config(llm: Any) -> dict[str, Any]:
-    """What the engine actually runs with: platforms silently change requested graph/compile modes."""
-    cfg = llm.llm_engine.vllm_config
-    cc = cfg.compilation_config
-    mode = getattr(cc, "mode", None)
-    if mode is None:
-        mode = getattr(cc, "level", None)
-    cg = getattr(cc, "cudagraph_mode", None)
-    spec = cfg.speculative_config
-    return {
-        "cudagraph_mode": getattr(cg, "name", None if cg is None else str(cg)),
-        "compilation_mode": getattr(mode, "name", None if mode is None else str(mode)),
-        "enforce_eager": bool(getattr(cfg.model_config, "enforce_eager", False)),
-        "dtype": str(getattr(cfg.model_config, "dtype", "")),
-        "speculative_method": getattr(spec, "method", None) if spec is not None else None,
-        "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None) if spec is not None else None,
-        "device_type": str(getattr(cfg.device_config, "device_type", "")),
-    }
-
-
 def prompt_record(base: dict[str, Any], index: int, prompt: dict[str, Any], output: Any) -> dict[str, Any]:
     """The fields of a prompt record that do not depend on how its counts were read."""
     out = output.outputs[0]
@@ -305,40 +217,9 @@ def run_batched(
     }
 
 
-def import_origins() -> dict[str, str | None]:
-    """Where vllm and vllm_ascend are imported from in this interpreter (module __file__; None if absent)."""
-    import importlib.util
-
-    out: dict[str, str | None] = {}
-    for name in ("vllm", "vllm_ascend"):
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        out[name] = None if spec is None or spec.origin is None else str(Path(spec.origin).resolve())
-    return out
-
-
-def check_own_vllm(origins: dict[str, str | None], foreign_prefix: str | None) -> None:
-    """Fail when a build with its own interpreter would import vLLM from mtpbench's environment.
-
-    `foreign_prefix` is the runner's sys.prefix, set by the runner only for a build whose interpreter is
-    not the runner's; an interpreter living in that same prefix is the runner's environment and allowed.
-    """
-    if not foreign_prefix:
-        return
-    prefix = Path(foreign_prefix).resolve()
-    if Path(sys.prefix).resolve() == prefix:
-        return
-    for name, origin in origins.items():
-        if origin is not None and Path(origin).is_relative_to(prefix):
-            raise RuntimeError(
-                f"{name} imported from mtpbench's own environment ({origin}), not from this build's "
-                f"interpreter ({sys.executable}, prefix {sys.prefix}): this build would measure the wrong vLLM"
-            )
-
-
 def run_job(job: dict[str, Any]) -> int:
+    from mtpbench.engine.fingerprint import check_own_vllm, effective_config, environment_fingerprint, import_origins
+
     base = {
         "schema": SCHEMA_VERSION,
         "run_id": job["run_id"],
