@@ -12,8 +12,12 @@ SIGKILL of the runner leaves nothing behind.
 
 The Ray executor submits one task per cell-repeat that requests the cell's devices (`num_gpus`, a custom
 `NPU` resource, or CPUs), runs `supervise` on the node with a node-local records file, and returns the
-records, the log and the events to the driver, which appends them to the run folder. Ray is imported
-only here and only when asked for: it is an optional extra.
+records, the log and the events to the driver, which appends them to the run folder. A node needs none of
+the driver's files: mtpbench travels as Ray's `py_modules` copy, the worker's PYTHONPATH is made on the
+node from that copy (run/pythonpath.py), and a build without an interpreter of its own runs in the node's
+Ray interpreter. What a node does need: Ray, each build's own interpreter at its configured path, and the
+model's weights at the config's path. Ray is imported only here and only when asked for: it is an
+optional extra.
 """
 
 from __future__ import annotations
@@ -227,7 +231,7 @@ class RayExecutor:
         self.append = append
         pkg = str(Path(mtpbench.__file__).resolve().parent)
         try:
-            # py_modules ships this mtpbench to every node, so nodes need only Ray and the builds' interpreters.
+            # py_modules ships this mtpbench to every node: no node needs the driver's checkout or home.
             ray.init(
                 address=address, runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
                 log_to_driver=False, logging_level="ERROR", configure_logging=False,
