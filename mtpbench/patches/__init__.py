@@ -27,10 +27,12 @@ class PatchNotApplicable(Exception):
 
 # name -> "module:function". The fault reproduces the vllm-ascend flattening bug on any build with the
 # Gemma4 MTP proposer; the fix is the per-layer parameter resolution for vllm-ascend graph mode; the
-# synthetic sampler lets the CPU engine accept drafts at configured rates (the gate's calibration).
+# synthetic sampler lets the CPU engine accept drafts at configured rates (the gate's calibration); the
+# expand kernel makes sampled (temperature > 0) spec decode on the CPU engine use the request's temperature.
 REGISTRY: dict[str, str] = {
     "flatten-draft-metadata": "mtpbench.patches.flatten:apply",
     "cpu-synthetic-rejection": "mtpbench.patches.synthetic:apply",
+    "cpu-expand-kernel": "mtpbench.patches.expand:apply",
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
 }
 
