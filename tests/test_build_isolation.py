@@ -23,7 +23,7 @@ import yaml
 import mtpbench
 from mtpbench.config import load_config, load_prompts
 from mtpbench.engine.fingerprint import check_own_vllm
-from mtpbench.run import runner
+from mtpbench.run import pythonpath, runner
 from mtpbench.store.baseline import model_identity
 from mtpbench.weights import weights_sha256
 
@@ -91,9 +91,9 @@ def test_worker_path_holds_only_the_mtpbench_package(tmp_path: Path, monkeypatch
     (site / "vllm" / "__init__.py").write_text("")
     (site / "mtpbench").symlink_to(Path(mtpbench.__file__).resolve().parent, target_is_directory=True)
     monkeypatch.setattr(mtpbench, "__file__", str(site / "mtpbench" / "__init__.py"))
-    folder = runner.package_path_dir()
+    folder = pythonpath.package_path_dir()
     assert [p.name for p in folder.iterdir()] == ["mtpbench"]
-    entries = runner.worker_pythonpath().split(os.pathsep)
+    entries = pythonpath.worker_pythonpath().split(os.pathsep)
     assert entries == [str(folder)] and (folder / "mtpbench").resolve() == Path(mtpbench.__file__).resolve().parent
 
 
@@ -102,7 +102,7 @@ def test_worker_path_keeps_the_users_entries(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PYTHONPATH", "/opt/cann/python/site-packages")
     cfg = _config(tmp_path, None, builds={"b": {"env": {"PYTHONPATH": "/opt/build/extra"}}})
     parts = _plan_env(cfg)["PYTHONPATH"].split(os.pathsep)
-    assert parts[0] == str(runner.package_path_dir())
+    assert parts[0] == str(pythonpath.package_path_dir())
     assert parts[1:] == ["/opt/build/extra", "/opt/cann/python/site-packages"]
 
 
@@ -180,5 +180,5 @@ def test_an_unwritable_cache_still_gives_a_package_only_folder(tmp_path: Path, m
     blocked = tmp_path / "file-not-folder"
     blocked.write_text("")
     monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(blocked / "cache"))  # mkdir under a file fails
-    folder = runner.package_path_dir()
+    folder = pythonpath.package_path_dir()
     assert [p.name for p in folder.iterdir()] == ["mtpbench"]

@@ -13,7 +13,6 @@ PKG = Path(__file__).resolve().parents[1] / "mtpbench"
 MAX_LINES = 400
 # Modules over MAX_LINES at the time the limit was set, with their size then: each may shrink, never grow.
 OVERSIZED = {
-    "run.runner": 643,
 }
 # The stages, lowest first. A module may import its own stage and the stages its rank allows; the base
 # modules (schema, errors, config, shipped, weights) are below every stage. engine/, patches/ and fixes/

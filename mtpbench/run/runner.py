@@ -1,4 +1,6 @@
-"""Expand a config into cell-repeats and run each in a fresh subprocess of its build's interpreter.
+"""Run a config's cell-repeats, each in a fresh subprocess of its build's interpreter: the run stage's entry
+point (its public names are listed in __all__: the matrix from cells.py, steering from control.py, cost
+from cost.py, execution here).
 
 A cell is build × mode × variant; each of its repeats is one process with its own PYTHONHASHSEED (the
 knob that exposes set/dict-iteration-order bugs) and the engine in-process. The runner writes the job
@@ -18,17 +20,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mtpbench.config import ExperimentConfig, PromptSet
-from mtpbench.errors import ExitCode, UserError
-from mtpbench.patches import PATCHES_ENV
+from mtpbench.errors import UserError
+from mtpbench.run.cells import Cell, CellPlan, RunOutcome, engine_args_for, expand, plan
+from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunOptions, StopSignals
+from mtpbench.run.cost import Estimate, estimate, time_breakdown
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
-from mtpbench.run.pythonpath import package_path_dir as package_path_dir  # re-exported: callers knew it here
-from mtpbench.run.pythonpath import worker_pythonpath
 from mtpbench.store.baseline import model_identity
 from mtpbench.store.results import (
     MANIFEST,
@@ -41,204 +43,6 @@ from mtpbench.store.results import (
 )
 
 EventCallback = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class Cell:
-    build: str
-    mode: str
-    variant: str
-    repeat: int
-    hash_seed: int
-
-    @property
-    def cell_id(self) -> str:
-        return f"{self.build}/{self.mode}/{self.variant}"
-
-    @property
-    def slug(self) -> str:
-        return f"{self.build}-{self.mode}-{self.variant}-r{self.repeat}".replace("/", "_")
-
-
-@dataclass
-class CellPlan:
-    cell: Cell
-    python: str
-    env: dict[str, str]  # only what mtpbench and the build add to the inherited environment
-    job: dict[str, Any]
-
-    def command(self, job_path: str = "JOB.json") -> list[str]:
-        return [self.python, "-m", "mtpbench.engine.worker", job_path]
-
-
-@dataclass
-class RunOutcome:
-    path: Path
-    manifest: dict[str, Any]
-    failed: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return ExitCode.RUN_FAILED if self.failed else ExitCode.OK
-
-
-def engine_args_for(cfg: ExperimentConfig, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The vllm.LLM kwargs of one mode, and what was requested of graphs/compilation (for the record)."""
-    spec = cfg.modes[mode]
-    args: dict[str, Any] = {**cfg.engine_args, **spec.engine_args}
-    if cfg.tokenizer:
-        args.setdefault("tokenizer", cfg.tokenizer)
-    if spec.enforce_eager is not None:
-        args["enforce_eager"] = spec.enforce_eager
-    cc: dict[str, Any] = {**(args.get("compilation_config") or {}), **spec.compilation_config}
-    if spec.cudagraph_mode is not None:
-        cc["cudagraph_mode"] = spec.cudagraph_mode
-    if cc:
-        args["compilation_config"] = cc
-    else:
-        args.pop("compilation_config", None)
-    requested = {
-        "cudagraph_mode": cc.get("cudagraph_mode"),
-        "compilation_mode": cc.get("mode", cc.get("level")),
-        "enforce_eager": bool(args.get("enforce_eager", False)),
-    }
-    return args, requested
-
-
-def expand(
-    cfg: ExperimentConfig, only_modes: list[str] | None = None, only_builds: list[str] | None = None
-) -> list[Cell]:
-    seeds = cfg.seeds()
-    cells: list[Cell] = []
-    for b in cfg.builds:
-        if only_builds and b not in only_builds:
-            continue
-        for m in cfg.modes:
-            if only_modes and m not in only_modes:
-                continue
-            for v in cfg.variants:
-                for r in range(cfg.repeats):
-                    cells.append(Cell(b, m, v, r, seeds[r]))
-    return cells
-
-
-def plan(
-    cfg: ExperimentConfig, prompts: PromptSet, cells: list[Cell], run_id: str, records_path: str
-) -> list[CellPlan]:
-    plans: list[CellPlan] = []
-    sampling = cfg.sampling.model_dump(exclude_none=True)
-    for c in cells:
-        build = cfg.builds[c.build]
-        engine_args, requested = engine_args_for(cfg, c.mode)
-        patches = cfg.variants[c.variant]
-        pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
-        env = {
-            **build.env,
-            "PYTHONHASHSEED": str(c.hash_seed),
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "PYTHONPATH": pythonpath,
-            # Always set, even empty: a user's own MTPBENCH_PATCHES must not leak into a stock cell.
-            PATCHES_ENV: ",".join(patches),
-        }
-        job = {
-            "run_id": run_id,
-            "cell": c.cell_id,
-            "build": c.build,
-            "mode": c.mode,
-            "variant": c.variant,
-            "repeat": c.repeat,
-            "hash_seed": c.hash_seed,
-            "model": cfg.model,
-            "speculative_config": cfg.speculative.to_vllm(),
-            "engine_args": engine_args,
-            "requested": requested,
-            "sampling": sampling,
-            "patches": patches,
-            "prompts": [p.model_dump() for p in prompts.prompts],
-            "prompt_mode": cfg.prompt_mode,
-            "records_path": records_path,
-            # A build with its own interpreter must not import vLLM from this environment (the worker checks).
-            "foreign_prefix": sys.prefix if build.python else None,
-            # offline | serving (mtpbench/engine/serving.py); the worker dispatches on its kind.
-            "workload": cfg.workload.model_dump(mode="json"),
-        }
-        plans.append(CellPlan(c, build.python or sys.executable, env, job))
-    return plans
-
-
-# --- executing -------------------------------------------------------------------------------------------
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-LOCK = ".lock"
-RERUN = ("pending", "running", "failed", "timeout", "interrupted")
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """SIGINT/SIGTERM/SIGHUP stopped the run: every worker is gone and the manifest says `interrupted`."""
-
-    def __init__(self, signum: int, path: Path) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-        self.path = path
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum  # the shell's convention: 130 SIGINT, 143 SIGTERM, 129 SIGHUP
-
-    @property
-    def signal_name(self) -> str:
-        return signal.Signals(self.signum).name
-
-
-class StopSignals:
-    """SIGINT/SIGTERM/SIGHUP only noted while installed (the scheduling loop acts on them), so no handler
-    ever runs between starting a worker and knowing about it. Nested uses share the outermost one: the
-    CLI installs it before loading the config, so a signal at any moment of a run ends in `interrupted`."""
-
-    active: StopSignals | None = None
-
-    def __init__(self) -> None:
-        self.caught: list[int] = []
-        self._old: dict[int, Any] = {}
-        self._outer: StopSignals | None = None
-
-    def __enter__(self) -> StopSignals:
-        if StopSignals.active is not None:
-            self._outer = StopSignals.active
-            return self._outer
-        if threading.current_thread() is threading.main_thread():
-            self._old = {s: signal.signal(s, self._note) for s in STOP_SIGNALS}
-        StopSignals.active = self
-        return self
-
-    def rearm(self) -> None:
-        """Take the signals back from a library that installed its own (ray.init sets a SIGTERM handler
-        that exits the driver at once, leaving the run `running` and its tasks to Ray)."""
-        owner = self._outer or self
-        if owner._old and threading.current_thread() is threading.main_thread():
-            for s in STOP_SIGNALS:
-                signal.signal(s, owner._note)
-
-    def _note(self, signum: int, frame: Any) -> None:
-        self.caught.append(signum)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._outer is not None:
-            return
-        for s, h in self._old.items():
-            signal.signal(s, h)
-        StopSignals.active = None
-
-
-@dataclass
-class RunOptions:
-    """How to execute, from the command line; None means the config's value (or its default)."""
-
-    jobs: int | None = None
-    devices: list[str] | None = None
-    executor: str | None = None
-    address: str | None = None
-    ray_resource: str | None = None
 
 
 @dataclass
@@ -577,67 +381,8 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         os.close(lock)
 
 
-# --- cost -------------------------------------------------------------------------------------------------
-
-
-def time_breakdown(manifest: dict[str, Any]) -> dict[str, float]:
-    """Where a run's time went: wall time of its sessions; per cell-repeat sums of engine start-up,
-    generation, process overhead and time queued for a device; device-slot utilisation."""
-    cells = [c for c in manifest.get("cells", []) if isinstance(c, dict) and c.get("wall_s") is not None]
-    sessions = manifest.get("sessions") or []
-    wall = sum(float(s.get("wall_s") or 0.0) for s in sessions)
-    slot_s = sum(float(s.get("wall_s") or 0.0) * int(s.get("jobs") or 1) for s in sessions)
-    worker = sum(float(c.get("wall_s") or 0.0) for c in cells)
-    startup = sum(float(c.get("startup_s") or 0.0) for c in cells)
-    engine = sum(float(c.get("engine_start_s") or 0.0) for c in cells)
-    gen = sum(float(c.get("generation_s") or 0.0) for c in cells)
-    return {
-        "cells": float(len(cells)),
-        "run_wall_s": wall,
-        "worker_s": worker,
-        "startup_s": startup,
-        "engine_start_s": engine,
-        "generation_s": gen,
-        "queued_s": sum(float(c.get("queued_s") or 0.0) for c in cells),
-        "utilisation": worker / slot_s if slot_s else 0.0,
-    }
-
-
-@dataclass
-class Estimate:
-    wall_s: float
-    runs: int  # earlier runs the figures came from
-    per_cell_s: dict[str, float]
-    slots: int
-
-
-def estimate(cfg: ExperimentConfig, cells: list[Cell], out_dir: Path, jobs: int, executor: str) -> Estimate | None:
-    """The matrix's wall time from earlier runs of the same config in `out_dir`: mean worker time per
-    cell (over finished repeats; cells never seen take the mean of all), list-scheduled over `jobs`
-    slots in run order. None when there is nothing to go by."""
-    seen: dict[str, list[float]] = {}
-    overhead: list[float] = []
-    runs = 0
-    for mpath in sorted(out_dir.glob(f"*/{MANIFEST}")) if out_dir.is_dir() else []:
-        try:
-            m = json.loads(mpath.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            continue
-        if not isinstance(m, dict) or (m.get("config") or {}).get("name") != cfg.name:
-            continue
-        got = [c for c in m.get("cells", []) if isinstance(c, dict) and c.get("status") == "ok" and c.get("wall_s")]
-        runs += bool(got)
-        for c in got:
-            seen.setdefault(str(c.get("cell")), []).append(float(c["wall_s"]))
-            if c.get("ray_wall_s"):
-                overhead.append(float(c["ray_wall_s"]) - float(c["wall_s"]))
-    if not seen:
-        return None
-    per = {k: sum(v) / len(v) for k, v in seen.items()}
-    mean_all = sum(per.values()) / len(per)
-    extra = (sum(overhead) / len(overhead)) if executor == "ray" and overhead else 0.0
-    slots = [0.0] * max(jobs, 1)
-    for c in cells:
-        k = slots.index(min(slots))
-        slots[k] += per.get(c.cell_id, mean_all) + extra
-    return Estimate(max(slots), runs, per, len(slots))
+__all__ = [
+    "LOCK", "RERUN", "STOP_SIGNALS", "Cell", "CellPlan", "Estimate", "EventCallback", "RunInterrupted", "RunOptions",
+    "RunOutcome", "StopSignals", "engine_args_for", "estimate", "execute", "expand", "load_for_resume",
+    "plan", "resume", "time_breakdown",
+]  # fmt: skip

@@ -1,0 +1,139 @@
+"""The matrix of a run: a config expanded into cell-repeats (build × mode × variant × repeat, each with
+its PYTHONHASHSEED), and each cell-repeat's plan (the engine arguments of its mode, the job file the worker
+reads, its command line and environment). Pure: nothing starts here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtpbench.config import ExperimentConfig, PromptSet
+from mtpbench.errors import ExitCode
+from mtpbench.patches import PATCHES_ENV
+from mtpbench.run.pythonpath import worker_pythonpath
+
+
+@dataclass(frozen=True)
+class Cell:
+    build: str
+    mode: str
+    variant: str
+    repeat: int
+    hash_seed: int
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.build}/{self.mode}/{self.variant}"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.build}-{self.mode}-{self.variant}-r{self.repeat}".replace("/", "_")
+
+
+@dataclass
+class CellPlan:
+    cell: Cell
+    python: str
+    env: dict[str, str]  # only what mtpbench and the build add to the inherited environment
+    job: dict[str, Any]
+
+    def command(self, job_path: str = "JOB.json") -> list[str]:
+        return [self.python, "-m", "mtpbench.engine.worker", job_path]
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    manifest: dict[str, Any]
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.RUN_FAILED if self.failed else ExitCode.OK
+
+
+def engine_args_for(cfg: ExperimentConfig, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The vllm.LLM kwargs of one mode, and what was requested of graphs/compilation (for the record)."""
+    spec = cfg.modes[mode]
+    args: dict[str, Any] = {**cfg.engine_args, **spec.engine_args}
+    if cfg.tokenizer:
+        args.setdefault("tokenizer", cfg.tokenizer)
+    if spec.enforce_eager is not None:
+        args["enforce_eager"] = spec.enforce_eager
+    cc: dict[str, Any] = {**(args.get("compilation_config") or {}), **spec.compilation_config}
+    if spec.cudagraph_mode is not None:
+        cc["cudagraph_mode"] = spec.cudagraph_mode
+    if cc:
+        args["compilation_config"] = cc
+    else:
+        args.pop("compilation_config", None)
+    requested = {
+        "cudagraph_mode": cc.get("cudagraph_mode"),
+        "compilation_mode": cc.get("mode", cc.get("level")),
+        "enforce_eager": bool(args.get("enforce_eager", False)),
+    }
+    return args, requested
+
+
+def expand(
+    cfg: ExperimentConfig, only_modes: list[str] | None = None, only_builds: list[str] | None = None
+) -> list[Cell]:
+    seeds = cfg.seeds()
+    cells: list[Cell] = []
+    for b in cfg.builds:
+        if only_builds and b not in only_builds:
+            continue
+        for m in cfg.modes:
+            if only_modes and m not in only_modes:
+                continue
+            for v in cfg.variants:
+                for r in range(cfg.repeats):
+                    cells.append(Cell(b, m, v, r, seeds[r]))
+    return cells
+
+
+def plan(
+    cfg: ExperimentConfig, prompts: PromptSet, cells: list[Cell], run_id: str, records_path: str
+) -> list[CellPlan]:
+    plans: list[CellPlan] = []
+    sampling = cfg.sampling.model_dump(exclude_none=True)
+    for c in cells:
+        build = cfg.builds[c.build]
+        engine_args, requested = engine_args_for(cfg, c.mode)
+        patches = cfg.variants[c.variant]
+        pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
+        env = {
+            **build.env,
+            "PYTHONHASHSEED": str(c.hash_seed),
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "PYTHONPATH": pythonpath,
+            # Always set, even empty: a user's own MTPBENCH_PATCHES must not leak into a stock cell.
+            PATCHES_ENV: ",".join(patches),
+        }
+        job = {
+            "run_id": run_id,
+            "cell": c.cell_id,
+            "build": c.build,
+            "mode": c.mode,
+            "variant": c.variant,
+            "repeat": c.repeat,
+            "hash_seed": c.hash_seed,
+            "model": cfg.model,
+            "speculative_config": cfg.speculative.to_vllm(),
+            "engine_args": engine_args,
+            "requested": requested,
+            "sampling": sampling,
+            "patches": patches,
+            "prompts": [p.model_dump() for p in prompts.prompts],
+            "prompt_mode": cfg.prompt_mode,
+            "records_path": records_path,
+            # A build with its own interpreter must not import vLLM from this environment (the worker checks).
+            "foreign_prefix": sys.prefix if build.python else None,
+            # offline | serving (mtpbench/engine/serving.py); the worker dispatches on its kind.
+            "workload": cfg.workload.model_dump(mode="json"),
+        }
+        plans.append(CellPlan(c, build.python or sys.executable, env, job))
+    return plans
