@@ -38,10 +38,10 @@ def config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path:
     cfg = load_config(REPO / "configs" / "tiny-gemma4-mtp.yaml")
     ps = load_prompts(cfg.prompts)
     (tmp / "prompts.yaml").write_text(yaml.safe_dump({"name": "coding", "prompts": [
-        p.model_dump() for p in ps.prompts[:prompts]]}))  # fmt: skip
+        p.model_dump() for p in ps.prompts[:prompts]]}))
     data = cfg.model_dump(mode="json", exclude_none=True)
     data.update(name="tiny-bench", repeats=repeats, hash_seeds=list(range(repeats)), prompts=str(tmp / "prompts.yaml"),
-                modes={"eager": {"enforce_eager": True}})  # fmt: skip
+                modes={"eager": {"enforce_eager": True}})
     data["sampling"]["max_tokens"] = max_tokens
     data.pop("baseline", None)
     path = tmp / "tiny-bench.yaml"
@@ -64,7 +64,7 @@ def measure(path: Path, out: Path, **opts: Any) -> dict[str, Any]:
     cfg = load_config(path)
     t0 = time.monotonic()
     outcome = runner.execute(cfg, load_prompts(cfg.prompts), out, str(path), runner.expand(cfg),
-                             options=runner.RunOptions(**opts))  # fmt: skip
+                             options=runner.RunOptions(**opts))
     total = time.monotonic() - t0
     assert not outcome.failed, outcome.manifest["cells"]
     cells = outcome.manifest["cells"]
@@ -91,7 +91,7 @@ def measure(path: Path, out: Path, **opts: Any) -> dict[str, Any]:
         "worker_s": round(tb["worker_s"], 2), "startup_s": round(tb["startup_s"], 2),
         "engine_start_s": round(tb["engine_start_s"], 2), "generation_s": round(tb["generation_s"], 2),
         "overhead_per_cell_s": round(overhead, 3), "counts": counts(outcome.path), "run": str(outcome.path),
-    }  # fmt: skip
+    }
 
 
 def start_ray(tmp: Path) -> tuple[subprocess.Popen[bytes], str, float]:
@@ -104,7 +104,7 @@ def start_ray(tmp: Path) -> tuple[subprocess.Popen[bytes], str, float]:
         [str(Path(sys.executable).parent / "ray"), "start", "--head", "--node-ip-address=127.0.0.1",
          f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats", "--block"],
         stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    )
     while "Ray runtime started" not in log.read_text():
         if proc.poll() is not None:
             raise SystemExit(log.read_text()[-2000:])
@@ -136,7 +136,7 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "| executor | jobs | wall s | speed-up | in workers s | start-up s (engine) | generation s | "
         "executor overhead / cell-repeat s |",
         "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in results:
         lines.append(
             f"| {r['executor']} | {r['jobs']} | {r['wall_s']:.1f} | {base / r['wall_s']:.2f}× | {r['worker_s']:.1f} | "
@@ -148,7 +148,7 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     if "ray_start_s" in meta:
         lines.append(f"Ray: cluster start {meta['ray_start_s']:.1f} s (once per cluster, not counted above); "
                      "the first task on a fresh cluster also pays Ray's worker start-up and the upload of the "
-                     "mtpbench package (py_modules), included in its overhead.")  # fmt: skip
+                     "mtpbench package (py_modules), included in its overhead.")
     lines += ["", "## What limits the speed-up", "", *meta["notes"], ""]
     return "\n".join(lines)
 
@@ -165,7 +165,7 @@ def main() -> None:
     meta: dict[str, Any] = {"cpus": os.cpu_count(), "platform": platform.platform(), "repeats": args.repeats,
                             "prompts": args.prompts, "max_tokens": args.max_tokens,
                             "cpu": platform.processor() or platform.machine(),
-                            "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg())}  # fmt: skip
+                            "load_before": " ".join(f"{x:.1f}" for x in os.getloadavg())}
     results = [measure(path, tmp / "j1", jobs=1, devices=["0"])]
     results.append(measure(path, tmp / "j2", jobs=2, devices=["0", "1"]))
     if not args.no_ray:
@@ -187,7 +187,7 @@ def main() -> None:
         "- On a shared machine other processes take CPU time: compare the load averages above.",
     ]
     Path(__file__).with_name("parallel-report.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                                           indent=1))  # fmt: skip
+                                                                           indent=1))
     text = report(results, meta)
     Path(__file__).with_name("parallel-report.md").write_text(text)
     print(text)

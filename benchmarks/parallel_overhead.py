@@ -36,7 +36,7 @@ def fake_config(tmp: Path, cells: int, work: float) -> Path:
     py = tmp / "fakepy"
     fake = REPO / "tests" / "fake_worker.py"
     py.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\n'
-                  f'exec {sys.executable} {fake} "$@"\n')  # fmt: skip
+                  f'exec {sys.executable} {fake} "$@"\n')
     py.chmod(0o755)
     (tmp / "p.yaml").write_text(yaml.safe_dump({"name": "p", "prompts": [{"id": "a", "text": "x"}]}))
     cfg = {"name": "overhead", "model": "fake", "speculative": {"method": "mtp", "num_speculative_tokens": 3},
@@ -50,7 +50,7 @@ def fake_config(tmp: Path, cells: int, work: float) -> Path:
 def run(path: Path, out: Path, **opts: Any) -> dict[str, Any]:
     cfg = load_config(path)
     o = runner.execute(cfg, load_prompts(cfg.prompts), out, str(path), runner.expand(cfg),
-                       options=runner.RunOptions(**opts))  # fmt: skip
+                       options=runner.RunOptions(**opts))
     cells = o.manifest["cells"]
     res: dict[str, Any] = {"wall_s": o.manifest["sessions"][-1]["wall_s"], "cells": len(cells)}
     if opts.get("executor") == "ray":
@@ -63,7 +63,7 @@ def run(path: Path, out: Path, **opts: Any) -> dict[str, Any]:
         for slot in {",".join(c.get("devices") or ["-"]) for c in cells}:
             end = 0.0
             for c in sorted((c for c in cells if ",".join(c.get("devices") or ["-"]) == slot),
-                            key=lambda c: c["queued_s"]):  # fmt: skip
+                            key=lambda c: c["queued_s"]):
                 gaps.append(c["queued_s"] - end)
                 end = c["queued_s"] + c["wall_s"]
         res.update(gap_s=sum(gaps) / len(gaps), gap_max_s=max(gaps))
@@ -97,7 +97,7 @@ def main() -> None:
         f"Ray worker {ray['cold_s']:.1f} |", "",
         f"Ray cluster start: {start_s:.1f} s (once). The first task on each Ray worker process pays its start-up "
         "and the py_modules runtime env; later tasks reuse the process.", "",
-    ])  # fmt: skip
+    ])
     Path(__file__).with_name("parallel-overhead-report.md").write_text(text)
     print(text)
 

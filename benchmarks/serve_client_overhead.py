@@ -42,33 +42,33 @@ CONFIG = REPO / "configs" / "tiny-gemma4-mtp-serving.yaml"
 
 
 def ours(server: srv.Server, model: str, prompts: list[dict[str, str]], n: int, conc: int, max_tokens: int,
-         k: int) -> dict[str, Any]:  # fmt: skip
+         k: int) -> dict[str, Any]:
     wl = {"num_requests": n, "concurrency": conc, "max_tokens": max_tokens, "request_timeout_s": 600}
     results: list[dict[str, Any]] = []
     before = srv.settled_counters(server, k, None)
     cpu0 = _self_cpu()
     load = asyncio.run(srv.run_load(server.base_url, model, prompts, wl, {"temperature": 0.0, "ignore_eos": True}, k,
-                                    lambda i, p, r: results.append(r), server.alive))  # fmt: skip
+                                    lambda i, p, r: results.append(r), server.alive))
     client_cpu = _self_cpu() - cpu0  # this process is only the client (the server is a child process group)
     delta = srv.counts_delta(before, srv.settled_counters(server, k, None))
     ok = sum(1 for r in results if r["ok"])
     return {"client": "mtpbench", "completed": ok, "duration_s": load["wall_s"], "req_per_s": ok / load["wall_s"],
             "per_pos": [a / delta["num_drafts"] for a in delta["accepted_per_pos"]], "num_drafts": delta["num_drafts"],
             "counts_match": srv.sum_counts([r for r in results if r["ok"]], k) == delta,
-            "client_cpu_s": client_cpu, "client_busy": client_cpu / load["wall_s"]}  # fmt: skip
+            "client_cpu_s": client_cpu, "client_busy": client_cpu / load["wall_s"]}
 
 
 def theirs(server: srv.Server, model: str, tokenizer: str, dataset: Path, n: int, conc: int, max_tokens: int,
-           tmp: Path, tag: str) -> dict[str, Any]:  # fmt: skip
+           tmp: Path, tag: str) -> dict[str, Any]:
     cmd = srv.vllm_bench_serve_command(sys.executable, server.base_url, model, tokenizer, dataset, n, conc,
-                                       max_tokens, tmp, f"{tag}.json")  # fmt: skip
+                                       max_tokens, tmp, f"{tag}.json")
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
     data = json.loads((tmp / f"{tag}.json").read_text())
     return {"client": "vllm bench serve", "completed": data["completed"], "duration_s": data["duration"],
             "req_per_s": data["request_throughput"], "per_pos": data["spec_decode_per_position_acceptance_rates"],
-            "num_drafts": data["spec_decode_num_drafts"], "counts_match": None}  # fmt: skip
+            "num_drafts": data["spec_decode_num_drafts"], "counts_match": None}
 
 
 def main() -> int:
@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "serve_client_overhead.md")
     ap.add_argument("--no-pin", action="store_true", help="Let server and clients share every CPU (by default "
                     "the server gets CPU 0 and the clients the others, so a client's CPU use cannot slow the "
-                    "server it measures).")  # fmt: skip
+                    "server it measures).")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cpus) >= 2
@@ -91,7 +91,7 @@ def main() -> int:
     dataset = srv.write_bench_dataset(prompts, args.num, tmp / "prompts.jsonl")
     port = srv.free_port()
     cmd = srv.server_command(sys.executable, cfg.model, port, cfg.speculative.to_vllm(),
-                             {**cfg.engine_args, "enforce_eager": True}, [])  # fmt: skip
+                             {**cfg.engine_args, "enforce_eager": True}, [])
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
     t0 = time.time()
@@ -109,7 +109,7 @@ def main() -> int:
             order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
             for who in order:
                 row = (ours(server, model, prompts, args.num, conc, max_tokens, k) if who == "ours" else
-                       theirs(server, model, cfg.model, dataset, args.num, conc, max_tokens, tmp, f"r{r}"))  # fmt: skip
+                       theirs(server, model, cfg.model, dataset, args.num, conc, max_tokens, tmp, f"r{r}"))
                 row.update(round=r, loadavg_1m=os.getloadavg()[0])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -164,7 +164,7 @@ def main() -> int:
         pp = "/".join(f"{100 * p:.2f}" for p in x["per_pos"])
         lines.append(f"| {x['round']} | {x['client']} | {x['completed']} | {x['duration_s']:.1f} | "
                      f"{x['req_per_s']:.3f} | {pp} | {x['num_drafts']} | {_busy(x)} | "
-                     f"{x['loadavg_1m']:.1f} |")  # fmt: skip
+                     f"{x['loadavg_1m']:.1f} |")
     lines += [
         "",
         "Ratio mtpbench / vllm bench serve req/s per round: " + ", ".join(f"{r:.3f}" for r in ratios)
@@ -184,7 +184,7 @@ def main() -> int:
         "Per-position acceptance identical in every load (both clients, every round): "
         + ("**yes**" if same_acc else "**no** (see the table)") + ".",
         "",
-    ]  # fmt: skip
+    ]
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -53,7 +53,7 @@ class NotComparableError(UserError):
     def __init__(
         self, message: str, run_id: str = "", baseline: str = "", reasons: Sequence[str] = (),
         unchecked: Sequence[str] = (),
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(message)
         self.run_id = run_id
         self.baseline = baseline

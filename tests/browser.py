@@ -25,7 +25,7 @@ FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
     "--remote-debugging-port=0", "--remote-allow-origins=*",
-]  # fmt: skip
+]
 
 
 def chromium() -> str | None:
@@ -47,7 +47,7 @@ class _Session:
         self.events: list[dict[str, Any]] = []
 
     def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None,
-             timeout: float = 30.0) -> dict[str, Any]:  # fmt: skip
+             timeout: float = 30.0) -> dict[str, Any]:
         n = next(self.ids)
         msg: dict[str, Any] = {"id": n, "method": method, "params": params or {}}
         if session:
@@ -84,7 +84,7 @@ def open_page(path: Path, expressions: dict[str, str], width: int = 1280) -> Pag
         raise RuntimeError("chromium not found (apt-get install chromium)")
     profile = Path(tempfile.mkdtemp(prefix="mtpbench-chromium-"))
     proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         port_file = profile / "DevToolsActivePort"
         end = time.monotonic() + 60
@@ -100,7 +100,7 @@ def open_page(path: Path, expressions: dict[str, str], width: int = 1280) -> Pag
             for domain in ("Page", "Runtime", "Log", "Network"):
                 s.call(f"{domain}.enable", session=sid)
             s.call("Emulation.setDeviceMetricsOverride",
-                   {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=sid)  # fmt: skip
+                   {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=sid)
             s.events.clear()
             s.call("Page.navigate", {"url": path.resolve().as_uri()}, session=sid)
             s.wait_for("Page.loadEventFired")
@@ -114,7 +114,7 @@ def open_page(path: Path, expressions: dict[str, str], width: int = 1280) -> Pag
             size = metrics.get("cssContentSize") or metrics["contentSize"]
             clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
             shot = s.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip},
-                          session=sid)  # fmt: skip
+                          session=sid)
             out.screenshot = base64.b64decode(shot["data"])
             for ev in s.events:
                 m, p = ev.get("method"), ev.get("params", {})

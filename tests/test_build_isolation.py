@@ -124,7 +124,7 @@ def test_build_importing_mtpbench_vllm_fails_the_cell(bare_venv: Path, tmp_path:
     res = subprocess.run(
         [sys.executable, "-m", "mtpbench", "run", str(cfg), "--out", str(out), "--no-compare"],
         capture_output=True, text=True, env=env, cwd=REPO,
-    )  # fmt: skip
+    )
     assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]
     (run_dir,) = [p for p in out.iterdir() if (p / "manifest.json").exists()]
     (cell,) = json.loads((run_dir / "manifest.json").read_text())["cells"]

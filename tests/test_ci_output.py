@@ -81,7 +81,7 @@ def test_github_actions_summary_and_annotations(make_run: Callable[..., Path], t
     errors = [line for line in out.splitlines() if line.startswith("::error ")]
     for pos in (0, 1, 2):
         assert any(f"title=mtpbench regression%3A ascend/FULL_DECODE_ONLY/stock pos{pos}::" in e
-                   for e in errors), errors  # fmt: skip
+                   for e in errors), errors
     assert any("cross-process-instability%3A ascend/FULL_DECODE_ONLY/stock pos" in e for e in errors), errors
     assert len(errors) == 4
     text = summary.read_text()
@@ -115,7 +115,7 @@ def test_log_output_never_truncates(make_run: Callable[..., Path]) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "mtpbench", "compare", str(run), "--baseline", str(PUBLISHED)],
         capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-    )  # fmt: skip
+    )
     assert out.returncode == 1, out.stderr
     assert "…" not in out.stdout
     assert LONG in out.stdout  # the whole cell name on one line

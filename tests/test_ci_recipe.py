@@ -21,7 +21,7 @@ CODING5 = ROOT / "tests" / "data" / "tiny-gemma4-mtp-cpu-coding5.yaml"
 
 def _gate(tmp: Path, config: str, baseline: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CONFIG": config, "BASELINE": str(baseline), "OUT": str(tmp / "runs"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run(["bash", str(GATE)], cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -106,7 +106,7 @@ def test_baseline_save_then_compare_and_refuse_overwrite(make_run: Callable[...,
         ("name: x\nmodel: m\nspeculative: {method: mtp, num_speculative_tokens: 3}\nprompts: empty.yaml",
          "the prompt set is empty"),
     ],
-)  # fmt: skip
+)
 def test_bad_config_is_one_line_exit_2(tmp_path: Path, content: str | None, needle: str) -> None:
     (tmp_path / "p.yaml").write_text("name: p\nprompts:\n  - {id: a, text: 'def f():'}\n")
     (tmp_path / "empty.yaml").write_text("name: p\nprompts: []\n")
@@ -146,7 +146,7 @@ def test_dry_run_lists_stock_and_fixed_cells_with_their_environment() -> None:
         (lambda p: (p / "records.jsonl").write_text("x\n" + (p / "records.jsonl").read_text()), ":1: corrupt JSON"),
         (lambda p: (p / "records.jsonl").write_text('{"type": "prompt", "schema": 99}\n'), "record schema 99 is newer"),
     ],
-)  # fmt: skip
+)
 def test_bad_results_are_one_line_exit_2(make_run: Callable[..., Path], mutate, needle: str) -> None:
     run = make_run({"cpu/eager/stock": [GOOD]})
     mutate(run)
@@ -203,7 +203,7 @@ def test_partial_repeat_is_listed_and_exit_3(make_run: Callable[..., Path], tmp_
     saved = tmp_path / "b.yaml"
     invoke("baseline", "save", make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), "--out", saved)
     run = make_run({cell: [GOOD, GOOD, GOOD]}, statuses={cell: ["ok", "ok", "timeout"]}, recorded={cell: [5, 5, 2]},
-                   per_prompt={cell: [HETERO] * 3}, baseline=str(saved))  # fmt: skip
+                   per_prompt={cell: [HETERO] * 3}, baseline=str(saved))
     res = invoke("compare", run, "--baseline", saved, "--json")
     assert res.exit_code == 3, res.output
     doc = json.loads(res.stdout)
@@ -215,7 +215,7 @@ def test_partial_repeat_is_listed_and_exit_3(make_run: Callable[..., Path], tmp_
 def test_tiny_run_against_published_baseline_is_not_comparable(make_run: Callable[..., Path], tmp_path: Path) -> None:
     # Issue 8: the tiny CPU pair against the published Gemma4 v0.26.0rc1 figures printed PASS, exit 0.
     run = make_run({"current/compiled/stock": [GOOD]}, baseline=None,
-                   requested={"compiled": {"cudagraph_mode": "FULL_DECODE_ONLY"}})  # fmt: skip
+                   requested={"compiled": {"cudagraph_mode": "FULL_DECODE_ONLY"}})
     junit = tmp_path / "gate.xml"
     res = invoke("compare", run, "--baseline", PUBLISHED, "--json", "--junit", junit)
     assert res.exit_code == 4
@@ -278,7 +278,7 @@ def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
 def test_unwritable_junit_is_one_line(make_run: Callable[..., Path], tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")  # a missing folder is made; a file in its place cannot be
     res = invoke("compare", make_run({"ascend/NONE/stock": [GOOD]}), "--baseline", PUBLISHED,
-                 "--junit", tmp_path / "a-file" / "gate.xml")  # fmt: skip
+                 "--junit", tmp_path / "a-file" / "gate.xml")
     assert res.exit_code == 2 and "--junit" in one_error_line(res)
 
 
@@ -343,7 +343,7 @@ def _probe() -> dict:
     return {"python": "3.11.7", "executable": "/x/python", "platform": "Linux", "cpus": 2,
             "versions": {"vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"}, "errors": {},
             "torch": {"version": "2.13.0+cpu", "cuda": False, "device": None},
-            "vllm": {"version": "0.32.0", "platform": "CpuPlatform", "device_type": "cpu"}}  # fmt: skip
+            "vllm": {"version": "0.32.0", "platform": "CpuPlatform", "device_type": "cpu"}}
 
 
 def test_doctor_renders_info_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -439,7 +439,7 @@ def test_a_closed_stdout_never_exits_1(args: list[str], tmp_path: Path) -> None:
         shutil.copytree(root / args[1], run)
         args = ["show", str(run)]
     p = subprocess.Popen([sys.executable, "-m", "mtpbench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         cwd=root)  # fmt: skip
+                         cwd=root)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.close()  # the reader is gone before mtpbench writes a byte
     err = p.stderr.read().decode()
@@ -460,7 +460,7 @@ def test_a_closed_stdout_never_exits_1(args: list[str], tmp_path: Path) -> None:
 def test_report_shows_the_gates_verdict_given_the_gates_options(
     make_run: Callable[..., Path], tmp_path: Path, cells: dict[str, list[list[float]]], kw: dict[str, object],
     opts: list[str], code: int,
-) -> None:  # fmt: skip
+) -> None:
     run = make_run(cells, **kw)
     assert invoke("compare", run, "--baseline", PUBLISHED, *opts).exit_code == code
     res = invoke("report", run, "--baseline", PUBLISHED, "--html", tmp_path / "r.html", *opts)

@@ -86,7 +86,7 @@ def _closed_stdout(args: list[str], cwd: Path) -> tuple[int, str]:
     env = {**os.environ, "MTPBENCH_LOG_DIR": str(cwd / "logs"), "PYTHONPATH": str(REPO)}
     env.pop("PYTHONUNBUFFERED", None)  # a user's shell: small output stays buffered until exit
     p = subprocess.Popen([sys.executable, "-m", "mtpbench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         cwd=cwd, env=env)  # fmt: skip
+                         cwd=cwd, env=env)
     assert p.stdout is not None and p.stderr is not None
     p.stdout.close()  # the reader is gone before mtpbench writes a byte
     err = p.stderr.read().decode()

@@ -25,7 +25,7 @@ def _cells(run: Run) -> list[tuple[str, int, tuple[int, ...]]]:
 
 
 def test_load_writes_the_copy_and_reads_it_next_time(make_run: Callable[..., Path],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     path = make_run(CELLS)
     first = load_run(path)
     assert (path / columnar.COPY).is_file()
@@ -143,7 +143,7 @@ def test_a_copy_with_foreign_metadata_is_not_believed(make_run: Callable[..., Pa
     meta[field] = 7
     src = (path / RECORDS).stat()
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"mtpbench.columnar": json.dumps(meta)}),
-                   path / columnar.COPY)  # fmt: skip
+                   path / columnar.COPY)
     os.utime(path / RECORDS, ns=(src.st_atime_ns, src.st_mtime_ns))
     assert columnar.read_copy(path) is None
     assert len(load_run(path).prompt_frame()) > 0  # the JSONL answers instead

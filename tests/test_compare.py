@@ -35,7 +35,7 @@ def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
 
     run = load_run(run_path)
     per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats),
-                 _per_prompt(c) if with_prompts else None) for c in collect(run)]  # fmt: skip
+                 _per_prompt(c) if with_prompts else None) for c in collect(run)]
     write_baseline(baseline_from_cells(run, "b", per_cell), out, force=True)
     return out
 
@@ -97,7 +97,7 @@ def test_identical_greedy_repeats_count_once(make_run: Callable[..., Path]) -> N
 
 def test_rerun_identical_within_noise_passes(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"ascend/NONE/stock": [[98.0, 96.5, 89.0], [98.4, 96.1, 90.3], [97.9, 96.0, 89.6]]},
-                            text={"ascend/NONE/stock": ["a", "b", "c"]}))  # fmt: skip
+                            text={"ascend/NONE/stock": ["a", "b", "c"]}))
     comp = compare(run, load_baseline(PUBLISHED))
     assert {c.verdict for c in comp.checks} == {Verdict.PASS}
     assert "regression" not in kinds(comp)
@@ -126,7 +126,7 @@ SWAPPED = [HETERO[2], HETERO[1], HETERO[0], HETERO[3], HETERO[4]]
 
 
 def test_a_check_that_cannot_certify_states_its_smallest_detectable_drop(make_run: Callable[..., Path],
-                                                                         tmp_path: Path) -> None:  # fmt: skip
+                                                                         tmp_path: Path) -> None:
     # Issue 19: the detectable drop is the rule's own ((t_{1-a} + t_power) x the paired se), not a two-sided
     # test's mixed with the run's spread that pairing removes; `underpowered` only where δ was not certified.
     cell = "cpu/eager/stock"
@@ -158,7 +158,7 @@ def test_paired_against_a_baseline_with_prompt_counts(make_run: Callable[..., Pa
 
 
 def test_per_prompt_counts_that_disagree_with_the_rates_are_bad_input(make_run: Callable[..., Path],
-                                                                      tmp_path: Path) -> None:  # fmt: skip
+                                                                      tmp_path: Path) -> None:
     base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
     doctored = tmp_path / "doctored.yaml"
     doctored.write_text(base.read_text().replace("rates_pct: [98.2, 96.3, 89.9]", "rates_pct: [99.9, 99.0, 98.0]"))
@@ -257,7 +257,7 @@ def test_zero_drafts_is_speculation_off_exit_1(make_run: Callable[..., Path]) ->
 
 def test_one_repeat_without_drafts_is_speculation_off(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"ascend/NONE/stock": [GOOD, [0.0, 0.0, 0.0]]}, seeds=[0, 7],
-                            per_prompt={"ascend/NONE/stock": [HETERO, [(0, [0, 0, 0])] * 5]}))  # fmt: skip
+                            per_prompt={"ascend/NONE/stock": [HETERO, [(0, [0, 0, 0])] * 5]}))
     off = next(d for d in analyze(run).diagnoses if d.kind == Kind.SPECULATION_OFF)
     assert off.numbers["hash_seeds"] == [7] and not off.numbers["all"]
 
@@ -296,12 +296,12 @@ def test_partial_repeat_is_left_out_and_gives_exit_3(make_run: Callable[..., Pat
     cell = "cpu/eager/stock"
     base = save_baseline(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), tmp_path / "b.yaml")
     run = load_run(make_run({cell: [GOOD, GOOD, GOOD]}, statuses={cell: ["ok", "ok", "timeout"]},
-                            recorded={cell: [5, 5, 2]}, per_prompt={cell: [HETERO] * 3}))  # fmt: skip
+                            recorded={cell: [5, 5, 2]}, per_prompt={cell: [HETERO] * 3}))
     comp = compare(run, load_baseline(base))
     assert kinds(comp) == {"run-failed"} and comp.exit_code == ExitCode.RUN_FAILED
     failed = next(d for d in comp.diagnoses if d.kind == Kind.RUN_FAILED)
     assert failed.numbers["excluded"] == [{"repeat": 2, "hash_seed": 2, "status": "timeout", "prompts": 2,
-                                           "expected": 5}]  # fmt: skip
+                                           "expected": 5}]
     assert failed.numbers["used"] == 2
 
 
@@ -322,11 +322,11 @@ def test_regression_outranks_partial(make_run: Callable[..., Path]) -> None:
 def test_unchecked_baseline_is_refused_unless_named(make_run: Callable[..., Path]) -> None:
     # Issue 8: a tiny CPU run against the published Gemma4 figures passed (exit 0).
     run = load_run(make_run({"current/compiled/stock": [GOOD]}, baseline=None,
-                            requested={"compiled": {"cudagraph_mode": "FULL_DECODE_ONLY"}}))  # fmt: skip
+                            requested={"compiled": {"cudagraph_mode": "FULL_DECODE_ONLY"}}))
     with pytest.raises(NotComparableError, match="cannot check model_config_sha256, drafter_config_sha256") as exc:
         compare(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
     assert exc.value.unchecked == ["model_config_sha256", "drafter_config_sha256", "model_weights_sha256",
-                                   "drafter_weights_sha256", "prompts_sha256"]  # fmt: skip
+                                   "drafter_weights_sha256", "prompts_sha256"]
     comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
     info = next(d for d in comp.diagnoses if d.kind == Kind.UNCHECKED)
     assert info.numbers["accepted_by"] == "flag" and comp.exit_code == ExitCode.OK
@@ -346,13 +346,13 @@ def test_sampled_instability_uses_a_prompt_level_permutation_test(make_run: Call
     p2 = [(d, [a[0] - 12, a[1] - 12, a[2] - 12]) for d, a in HETERO]  # the second process: 12 points lower
     # Three processes (with two, five prompts allow only 2^5 relabellings: p can never reach 0.05).
     shifted = load_run(make_run({cell: [GOOD, GOOD, GOOD]}, temperature=0.7, baseline=None,
-                                text={cell: ["a", "b", "c"]}, per_prompt={cell: [HETERO, p2, HETERO]}))  # fmt: skip
+                                text={cell: ["a", "b", "c"]}, per_prompt={cell: [HETERO, p2, HETERO]}))
     inst = next(d for d in analyze(shifted).diagnoses if d.kind == Kind.INSTABILITY)
     assert inst.numbers["method"] == "permutation" and inst.severity == Severity.FAIL
     # Same processes, prompt-level noise only (each prompt wobbles ±1 draft): no finding.
     p3 = [(d, [a[0] + (1 if i % 2 else -1), *a[1:]]) for i, (d, a) in enumerate(HETERO)]
     calm = load_run(make_run({cell: [GOOD, GOOD, GOOD]}, temperature=0.7, baseline=None,
-                             text={cell: ["a", "b", "c"]}, per_prompt={cell: [HETERO, p3, HETERO]}))  # fmt: skip
+                             text={cell: ["a", "b", "c"]}, per_prompt={cell: [HETERO, p3, HETERO]}))
     assert not [d for d in analyze(calm).diagnoses if d.kind == Kind.INSTABILITY]
 
 
@@ -377,7 +377,7 @@ def test_collect_is_vectorised(tmp_path: Path) -> None:
         "prompt_id": np.tile(np.array([f"p{i}" for i in range(per)], dtype=object), cells * reps),
         "num_drafts": drafts, "num_draft_tokens": 3 * drafts, "num_accepted_tokens": acc.sum(axis=1),
         "accepted_per_pos": list(acc), "output_sha256": "s", "wall_s": 0.1,
-    })  # fmt: skip
+    })
 
     class BigRun(Run):
         def prompt_frame(self) -> pd.DataFrame:
@@ -387,7 +387,7 @@ def test_collect_is_vectorised(tmp_path: Path) -> None:
                 "config": {"speculative": {"method": "mtp", "num_speculative_tokens": 3}, "sampling": {}, "gate": {}},
                 "prompts": {"sha256": "ab" * 32, "ids": [f"p{i}" for i in range(per)]},
                 "cells": [{"cell": f"b/m/v{i}", "build": "b", "mode": "m", "variant": f"v{i}", "repeat": r,
-                           "hash_seed": r, "status": "ok"} for i in range(cells) for r in range(reps)]}  # fmt: skip
+                           "hash_seed": r, "status": "ok"} for i in range(cells) for r in range(reps)]}
     t0 = time.perf_counter()
     comp = analyze(BigRun(tmp_path, manifest, []))
     elapsed = time.perf_counter() - t0

@@ -42,7 +42,7 @@ def _anchors(md: Path) -> set[str]:
 
 def _relative_links(md: Path) -> list[str]:
     return [t for t in LINK.findall(_prose(md.read_text(encoding="utf-8")))
-            if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)]  # fmt: skip
+            if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)]
 
 
 def test_readme_is_a_front_door_not_the_reference() -> None:

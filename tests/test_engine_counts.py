@@ -28,9 +28,9 @@ def test_engine_metrics_and_server_metrics_give_the_same_counts() -> None:
         _metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[3200, 3000, 2800]),
         _metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[37, 40, 12]),
         _metric("vllm:num_requests_running", 13),
-    ]  # fmt: skip
+    ]
     want = {"num_drafts": 3319, "num_draft_tokens": 9957, "num_accepted_tokens": 9089,
-            "accepted_per_pos": [3237, 3040, 2812]}  # fmt: skip
+            "accepted_per_pos": [3237, 3040, 2812]}
     assert worker.spec_counters(engine) == want
     assert counts.spec_counters_from_metrics(PROM, 3) == want
     zero = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": [0, 0, 0]}
@@ -42,4 +42,4 @@ def test_the_acceptance_histogram_means_the_same_offline_and_served() -> None:
     offline = worker.per_request_counts(SimpleNamespace(histogram=hist, num_draft_tokens=30), 3)
     served = counts.counts_from_spec_metrics({"acceptance_histogram": hist, "num_draft_tokens": 30}, 3)
     assert offline == served == {"num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 1 + 6 + 12,
-                                 "accepted_per_pos": [8, 7, 4]}  # fmt: skip
+                                 "accepted_per_pos": [8, 7, 4]}

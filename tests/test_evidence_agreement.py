@@ -27,7 +27,7 @@ from mtpbench.store.results import Run, load_run
 
 DATA = Path(__file__).resolve().parent / "data" / "runs"
 FROZEN = sorted(p.parent.name if p.parent.parent.name != "nightly" else f"nightly/{p.parent.name}"
-                for p in DATA.glob("**/manifest.json"))  # fmt: skip
+                for p in DATA.glob("**/manifest.json"))
 
 
 def _copy(name: str, tmp_path: Path) -> Path:

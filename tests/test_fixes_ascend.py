@@ -709,7 +709,7 @@ def layer_tagged_base_proposer_module() -> types.ModuleType:
                     for step in multi_steps_attn_metadata
                     for name, m in step.items()
                 ]
-            )  # fmt: skip
+            )
             self._runnable.set_attn_backend(attn_backend)
 
     mod = types.ModuleType(ascend_api.BASE_PROPOSER)

@@ -364,7 +364,7 @@ def test_partly_applied_and_failed_fixes() -> None:
 
 def test_a_fault_patch_that_did_not_apply_is_not_called_a_fix() -> None:
     starts = [{"cell": "c/m/fault", "repeat": 0, "patches": [
-        {"name": "flatten-draft-metadata", "status": "not-applicable", "detail": "no Gemma4Proposer"}]}]  # fmt: skip
+        {"name": "flatten-draft-metadata", "status": "not-applicable", "detail": "no Gemma4Proposer"}]}]
     (u,) = unapplied(starts)
     assert u.kind == "patch-not-applied" and "patch not applied" in u.message
     assert headline(starts) is None
@@ -491,7 +491,7 @@ def test_dry_run_of_the_ascend_config_makes_an_unapplied_fix_impossible_to_miss(
     done = subprocess.run(
         [sys.executable, "-m", "mtpbench", "run", str(path), "--dry-run", "--out", str(tmp_path / "runs")],
         env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     # First and last word of the listing (before the estimate line) both say it.

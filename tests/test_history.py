@@ -24,7 +24,7 @@ CELL = "b/eager/stock"
 
 
 def _series(root: Path, rates: list[list[float]], versions: list[str] | None = None, k: int = 3,
-            drafts: int = 1000) -> list[Path]:  # fmt: skip
+            drafts: int = 1000) -> list[Path]:
     """One synthetic run per entry of `rates` (two identical repeats each), dated a day apart."""
     out = []
     for n, r in enumerate(rates):
@@ -112,7 +112,7 @@ def test_cli_history_runs_dir_table_and_json(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "first change: run" in res.stdout and "flatten-draft-metadata" in res.stdout
     res = cli.invoke(app, ["history", "--runs", str(tmp_path / "runs"), "--json", "--png", str(tmp_path / "png"),
-                           "--html", str(tmp_path / "h.html")])  # fmt: skip
+                           "--html", str(tmp_path / "h.html")])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert data["groups"][0]["first_change"] == sorted(p.name for p in NIGHTLY.iterdir())[2]

@@ -378,7 +378,7 @@ CASES = [
     Case("python-prints-bad-json", interpreter("echo '@@doctor {not json'"), ("--python", "garbage")),
     Case("python-prints-wrong-json", interpreter("echo '@@doctor [1, 2]'"), ("--python", "garbage")),
     Case("python-missing", lambda tmp: ["doctor", "--python", str(tmp / "nope"), "--no-engine"], ("--python", "nope")),
-]  # fmt: skip
+]
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -440,7 +440,7 @@ def test_hostile_input_in_a_real_process(case_id: str, tmp_path: Path) -> None:
     case = next(c for c in CASES if c.id == case_id)
     argv = case.build(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "mtpbench", *argv], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert proc.returncode == case.code, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("mtpbench: error: "), proc.stderr
     assert all(n in proc.stderr for n in case.needles), proc.stderr

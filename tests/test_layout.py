@@ -193,5 +193,5 @@ def test_the_engine_imports_the_standard_library_at_module_level() -> None:
         assert not bad, f"{path.name}: {bad}"
     for path in sorted((PKG / "engine").glob("*.py")):
         bad = {m for m in _top_level_imports(path) if m.split(".")[0] not in std
-               and m not in ("mtpbench", "mtpbench.schema") and not m.startswith("mtpbench.engine")}  # fmt: skip
+               and m not in ("mtpbench", "mtpbench.schema") and not m.startswith("mtpbench.engine")}
         assert not bad, f"engine/{path.name} imports {bad} at module level"

@@ -50,7 +50,7 @@ def _texts(svg: str | None) -> list[str]:
 
 
 def test_the_child_draws_what_the_parent_would(jobs: list[painter.Job], tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     here = {j.name: painter.draw(j) for j in jobs}
     child_jobs = [painter.Job(j.name, j.figure, j.args, True, tmp_path / f"{j.name}.png") for j in jobs]
 
@@ -88,7 +88,7 @@ def test_the_child_draws_what_the_parent_would(jobs: list[painter.Job], tmp_path
     ids=["cannot-start", "no-executable", "exits", "garbage", "dies", "not-a-list", "hangs"],
 )
 def test_what_the_painter_does_not_deliver_is_drawn_here(jobs: list[painter.Job], command: list[str],
-                                                        timeout: float) -> None:  # fmt: skip
+                                                        timeout: float) -> None:
     with painter.Painter.start(command) as p:
         for j in jobs:
             p.submit(j)
@@ -99,7 +99,7 @@ def test_what_the_painter_does_not_deliver_is_drawn_here(jobs: list[painter.Job]
 
 
 def test_a_job_the_child_fails_is_redrawn_here_and_fails_the_same_way(jobs: list[painter.Job],
-                                                                      tmp_path: Path) -> None:  # fmt: skip
+                                                                      tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     job = painter.Job("heatmap", "heatmap", jobs[1].args, False, blocked / "heatmap.png")
@@ -110,7 +110,7 @@ def test_a_job_the_child_fails_is_redrawn_here_and_fails_the_same_way(jobs: list
 
 
 def test_jobs_beyond_the_pipe_budget_are_drawn_here(jobs: list[painter.Job],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # A child that never reads must not block the parent's writes: what does not fit stays in the parent.
     monkeypatch.setattr(painter, "PIPE_BUDGET", 10)
     with painter.Painter.start([sys.executable, "-c", "import time; time.sleep(60)"]) as p:
@@ -124,7 +124,7 @@ def test_jobs_beyond_the_pipe_budget_are_drawn_here(jobs: list[painter.Job],
 def test_report_with_the_painter_writes_the_figures(tmp_path: Path) -> None:
     shutil.copytree(STORED, tmp_path / "run")
     res = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "--html", str(tmp_path / "r.html"),
-                                   "--png", str(tmp_path / "png")])  # fmt: skip
+                                   "--png", str(tmp_path / "png")])
     assert res.exit_code == 0, res.output
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert page.count("<svg") >= 2 and "current/eager/fault" in page
@@ -232,7 +232,7 @@ def test_an_empty_run_draws_a_plain_note_not_an_empty_image(tmp_path: Path) -> N
 @pytest.mark.parametrize(("flag", "make"), [("--html", "dir"), ("--png", "file")])
 def test_report_outputs_that_cannot_be_written_are_named_before_the_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, make: str
-) -> None:  # fmt: skip
+) -> None:
     target = tmp_path / "out"
     target.mkdir() if make == "dir" else target.write_text("")
 

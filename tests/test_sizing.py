@@ -48,6 +48,6 @@ def test_size_command_and_dry_run_show_the_sizing() -> None:
     assert res.exit_code == 0, res.output
     assert "prompts needed" in res.stdout and "current/eager" in res.stdout and "upper bound" in res.stdout
     dry = CliRunner().invoke(app, ["run", str(ROOT / "configs" / "tiny-gemma4-mtp.yaml"), "--dry-run"],
-                             env={"COLUMNS": "200"})  # fmt: skip
+                             env={"COLUMNS": "200"})
     assert dry.exit_code == 0, dry.output
     assert "sizing: to certify no drop ≥ 5 pts" in dry.stdout and "over 9 checks" in dry.stdout

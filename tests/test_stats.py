@@ -145,9 +145,9 @@ def test_spread_across_repeats() -> None:
 
 def test_align_keeps_the_common_prompts_row_for_row_in_the_first_sides_order() -> None:
     a = PromptCounts(("x", "y", "z", "w"), np.array([1, 2, 3, 4]), np.array([3, 6, 9, 12]),
-                     np.array([1, 2, 3, 4]), np.array([[1], [2], [3], [4]]))  # fmt: skip
+                     np.array([1, 2, 3, 4]), np.array([[1], [2], [3], [4]]))
     b = PromptCounts(("w", "q", "y"), np.array([40, 50, 20]), np.array([120, 150, 60]),
-                     np.array([4, 5, 2]), np.array([[40], [50], [20]]))  # fmt: skip
+                     np.array([4, 5, 2]), np.array([[40], [50], [20]]))
     pa, pb = a.align(b)
     assert pa.ids == pb.ids == ("y", "w")
     assert pa.drafts.tolist() == [2, 4] and pb.drafts.tolist() == [20, 40]
@@ -160,7 +160,7 @@ def test_align_keeps_the_common_prompts_row_for_row_in_the_first_sides_order() -
 
 
 @pytest.mark.parametrize(("x", "n", "conf"), [(0, 1, 0.95), (1, 1, 0.95), (81, 263, 0.95), (0, 40, 0.9),
-                                              (40, 40, 0.99), (1347, 1347, 0.95), (3, 10_000, 0.95)])  # fmt: skip
+                                              (40, 40, 0.99), (1347, 1347, 0.95), (3, 10_000, 0.95)])
 def test_wilson_and_t_quantiles_equal_scipy_stats(x: int, n: int, conf: float) -> None:
     """stats.py avoids importing scipy.stats (a second of every compare): its closed forms must agree."""
     from mtpbench.judge.stats import _t

@@ -121,7 +121,7 @@ def test_cpu_greedy_kernel_matches_the_triton_synthetic_rule(patched: object, se
         patched._rejection_greedy_sample_kernel_impl(  # type: ignore[attr-defined]
             mine, b["cu"], b["draft"], b["argmax"], b["bonus"], is_greedy, 3, b["uniform"], CONDITIONAL,
             SYNTHETIC_MODE=True,
-        )  # fmt: skip
+        )
         _triton_greedy(ref, b["cu"], b["draft"], b["argmax"], b["bonus"], is_greedy, 3, b["uniform"], CONDITIONAL)
         assert torch.equal(mine, ref)
 
@@ -135,7 +135,7 @@ def test_cpu_random_kernel_matches_the_triton_synthetic_rule(patched: object, se
     patched._rejection_random_sample_kernel_impl(  # type: ignore[attr-defined]
         mine, b["cu"], b["draft"], None, probs, b["bonus"], b["recovered"], b["uniform"], b["is_greedy"], 3,
         vocab, CONDITIONAL, NO_DRAFT_PROBS=True, SYNTHETIC_MODE=True,
-    )  # fmt: skip
+    )
     _triton_random(ref, b["cu"], b["draft"], b["bonus"], b["recovered"], b["uniform"], b["is_greedy"], CONDITIONAL)
     assert torch.equal(mine, ref)
 
@@ -216,7 +216,7 @@ def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = subprocess.run(
         [sys.executable, "-m", "mtpbench", "run", str(path), "--out", str(out), "--no-compare"],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "MTPBENCH_WIDTH": "200"},
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = [p for p in out.iterdir() if (p / "manifest.json").exists()]
     return run_dir

@@ -33,7 +33,7 @@ TINY_ARGS = [
     "--draft-rollout-fraction", "0.5",  # exercise the corpus half of a drafter batch too
     "--threads", "1",  # tiny ops: a second thread only adds synchronisation
     "-q",
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def _source_files() -> list[str]:
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True,
         text=True, check=True,
-    ).stdout  # fmt: skip
+    ).stdout
     return [f for f in out.splitlines() if (REPO / f).is_file()]
 
 
@@ -49,7 +49,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root / "dist"),
          str(src)],
         check=True, capture_output=True, text=True, timeout=600, env=_clean_env(),
-    )  # fmt: skip
+    )
     (whl,) = (root / "dist").glob("mtpbench-*.whl")
     return whl
 
@@ -57,7 +57,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300,
-                   env=_clean_env())  # fmt: skip
+                   env=_clean_env())
     return venv
 
 
@@ -68,7 +68,7 @@ def core(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", str(wheel)],
         capture_output=True, text=True, timeout=900, env=_clean_env(),
-    )  # fmt: skip
+    )
     assert res.returncode == 0, f"pip could not install the wheel's dependencies:\n{res.stderr[-3000:]}"
     return venv
 
@@ -81,7 +81,7 @@ def with_engine(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     purelib = Path(
         subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
                        text=True, check=True, env=env).stdout.strip()
-    )  # fmt: skip
+    )
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
         check=True, capture_output=True, text=True, timeout=600, env=env,
@@ -132,7 +132,7 @@ import importlib.util, json, sys
 import mtpbench.cli
 print(json.dumps({"absent": [m for m in ("vllm", "torch", "matplotlib", "ray", "pytest")
                              if importlib.util.find_spec(m) is None], "click": "click" in sys.modules}))
-""", cwd=tmp_path)  # fmt: skip
+""", cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout) == {"absent": ["vllm", "torch", "matplotlib", "ray", "pytest"], "click": False}
 
@@ -153,7 +153,7 @@ print(json.dumps({"pkg": mtpbench.__file__, "model": cfg.model, "drafter": cfg.s
                   "prompts": cfg.prompts, "baseline": cfg.baseline, "selftest": str(s.DEFAULT_CONFIG),
                   "sha": load_prompts(cfg.prompts).sha256(),
                   "k": load_baseline(cfg.baseline).fingerprint.num_speculative_tokens}))
-""", cwd=tmp_path)  # fmt: skip
+""", cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     got = json.loads(probe.stdout)
     pkg = Path(got["pkg"]).parent

@@ -21,7 +21,7 @@ def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) ->
         + ", ".join(f"{k} {v:.1f} s" for k, v in est.per_cell_s.items())
         + " per cell-repeat; parallel jobs that share CPU cores run slower than this assumes)",
         highlight=False, soft_wrap=True,
-    )  # fmt: skip
+    )
 
 
 def _render_preflight(checks: list[Any]) -> None:
@@ -37,9 +37,9 @@ def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -
     from mtpbench.store.baseline import load_baseline
 
     ref = cfg.reference_mode or next((m for m, s in cfg.modes.items()
-                                      if s.enforce_eager or s.cudagraph_mode == "NONE"), None)  # fmt: skip
+                                      if s.enforce_eager or s.cudagraph_mode == "NONE"), None)
     family = family_of_config(cfg.speculative.num_speculative_tokens,
-                              [(c.build, c.mode, c.variant) for c in cells], ref)  # fmt: skip
+                              [(c.build, c.mode, c.variant) for c in cells], ref)
     sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family)) is not None]
     console.print(sizing_table(sizes, cfg.gate, prompts))
 
@@ -63,21 +63,21 @@ def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"\n[bold]{p.cell.cell_id}[/] repeat {p.cell.repeat}", highlight=False)
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
-                      markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+                      markup=False, highlight=False, soft_wrap=True)
         if p.job["workload"]["kind"] == "serving":
             from mtpbench.engine.serving import server_command
 
             wl = p.job["workload"]
             policy = wl.get("per_request_metrics", "auto")
             cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
-                                 wl["server_args"], policy != "off")  # fmt: skip
+                                 wl["server_args"], policy != "off")
             cmd[cmd.index("--port") + 1] = "<free port>"
             again = " (auto: once more without the flag if the build refuses it)" if policy == "auto" else ""
             console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
                           f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}{again}",
-                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+                          markup=False, highlight=False, soft_wrap=True)
     if checks:
         console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
         _render_preflight(checks)
     console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
-                                                       if checks else ""))  # fmt: skip
+                                                       if checks else ""))

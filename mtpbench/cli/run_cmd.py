@@ -42,7 +42,7 @@ def run(
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
     ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
     run_dir_file: Annotated[Path | None, typer.Option(help=_H_RUNDIR)] = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
     from mtpbench.run.runner import StopSignals
 
@@ -52,7 +52,7 @@ def run(
             # A CI step reads this file to gate the run it made: a stale one from an earlier job must not stay.
             run_dir_file.unlink(missing_ok=True)
         code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
-                            jobs, devices, executor, address, ray_resource, run_dir_file)  # fmt: skip
+                            jobs, devices, executor, address, ray_resource, run_dir_file)
     if stops.caught and code == 0:
         code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
     raise typer.Exit(code)
@@ -61,7 +61,7 @@ def run(
 def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
                  build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
                  dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
-                 address: str | None, ray_resource: str | None, run_dir_file: Path | None = None) -> int:  # fmt: skip
+                 address: str | None, ray_resource: str | None, run_dir_file: Path | None = None) -> int:
     from mtpbench.run.devices import parse_devices
     from mtpbench.run.runner import RunOptions
 
@@ -71,11 +71,11 @@ def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list
         if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
             raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
         opts = RunOptions(jobs, parse_devices(devices) if devices else None, executor, address,
-                          ray_resource.upper() if ray_resource else None)  # fmt: skip
+                          ray_resource.upper() if ray_resource else None)
         if resume is not None:
             if config is not None or repeats or mode or build or variant or dry_run:
                 raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
-                                "--build, --variant or --dry-run with it")  # fmt: skip
+                                "--build, --variant or --dry-run with it")
             return _resume(resume, opts, baseline, no_compare, run_dir_file)
         if config is None:
             raise UserError("give a CONFIG to run, or --resume RUN")
@@ -85,7 +85,7 @@ def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list
 
 
 def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
-            variants: list[str] | None) -> None:  # fmt: skip
+            variants: list[str] | None) -> None:
     for axis, chosen in (("modes", modes), ("builds", builds), ("variants", variants)):
         have = getattr(cfg, axis)
         for name in chosen or []:
@@ -111,13 +111,13 @@ def _interrupted(exc: Any) -> int:
         f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
         f"{exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}",
         markup=False, highlight=False, soft_wrap=True,
-    )  # fmt: skip
+    )
     return int(exc.exit_code)
 
 
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
          variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
-         opts: Any = None, run_dir_file: Path | None = None) -> int:  # fmt: skip
+         opts: Any = None, run_dir_file: Path | None = None) -> int:
     from mtpbench.config import load_config, load_prompts
     from mtpbench.run import runner
     from mtpbench.store.manifest import ensure_out_dir
@@ -155,7 +155,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
 
 
 def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
-            run_dir_file: Path | None = None) -> int:  # fmt: skip
+            run_dir_file: Path | None = None) -> int:
     from mtpbench.run import runner
 
     manifest, cfg, prompts = runner.load_for_resume(run_dir)
@@ -197,7 +197,7 @@ def _render_time(outcome: Any) -> None:
 def verdict(
     run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool, *, allow_unmatched: bool = False,
     accept_unchecked: bool = False,
-) -> int:  # fmt: skip
+) -> int:
     """The verdict at the end of `run`: the same comparison and exit code as `compare` (or `show`)."""
     from mtpbench.judge import compare as cmp
     from mtpbench.render import report
@@ -208,7 +208,7 @@ def verdict(
         comp = cmp.analyze(r, run_failed=run_failed)
     else:
         comp = cmp.compare(r, base_obj, baseline_name=base_name, baseline_path=base_name, run_failed=run_failed,
-                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)  # fmt: skip
+                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)
     _print_unapplied_fix(r.cell_starts())
     console.print(report.comparison_renderable(comp, ci=wide()))
     _print_serving(r)

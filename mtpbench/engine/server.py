@@ -95,7 +95,7 @@ def engine_args_to_cli(args: dict[str, Any]) -> list[str]:
 
 
 def server_command(python: str, model: str, port: int, speculative: dict[str, Any], engine_args: dict[str, Any],
-                   extra: list[str], per_request: bool = True) -> list[str]:  # fmt: skip
+                   extra: list[str], per_request: bool = True) -> list[str]:
     """The server's command line; `per_request` asks for the per-request spec-decode counts (summary level),
     which only vLLM builds since PR #48915 know."""
     args = dict(engine_args)
@@ -108,7 +108,7 @@ def server_command(python: str, model: str, port: int, speculative: dict[str, An
     return [
         python, "-m", SERVER_MODULE, "--model", model, "--host", LOOPBACK, "--port", str(port),
         "--speculative-config", json.dumps(speculative), *engine_args_to_cli(args), *extra,
-    ]  # fmt: skip
+    ]
 
 
 def _die_with_parent() -> None:
@@ -136,7 +136,7 @@ class Server:
             self.proc = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )  # fmt: skip
+            )
         finally:
             log.close()
 

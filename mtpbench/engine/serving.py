@@ -93,7 +93,7 @@ def run_serving_job(
 
     def new_server() -> Server:
         cmd_ = server_command(sys.executable, job["model"], free_port(), job["speculative_config"],
-                              job["engine_args"], list(wl.get("server_args") or []), per_request)  # fmt: skip
+                              job["engine_args"], list(wl.get("server_args") or []), per_request)
         return Server(cmd_, log_path, env=env)
 
     server = new_server()
@@ -151,16 +151,16 @@ def run_serving_job(
         }
         prompts = job["prompts"]
         warm = asyncio.run(warmup(server.base_url, model_name, prompts, int(wl.get("warmup_requests", 0)),
-                                  job["sampling"], wl, k))  # fmt: skip
+                                  job["sampling"], wl, k))
         if per_request and policy == "auto":
             # A build may take the flag and still answer without the counts: one probe request (the warm-up's
             # first, else one of its own; excluded like the warm-up) decides before anything is recorded.
             probe = warm[:1] or asyncio.run(warmup(server.base_url, model_name, prompts, 1, job["sampling"],
-                                                   {**wl, "concurrency": 1}, k))  # fmt: skip
+                                                   {**wl, "concurrency": 1}, k))
             if probe and probe[0].get("ok") and not carries_counts(probe[0]):
                 per_request = False
                 reason = (f"the server took {PER_REQUEST_FLAG} but a probe response carried no "
-                          "metrics.speculative_decoding")  # fmt: skip
+                          "metrics.speculative_decoding")
         n_warm = sum(1 for r in warm if r.get("ok"))
         mode = SUMMARY if per_request else COUNTERS_ONLY
         append_record(records, {
@@ -171,7 +171,7 @@ def run_serving_job(
             "sampling": job["sampling"], "env": fingerprint(), "engine_start_s": round(startup, 3),
             "server": {"command": cmd, "port": port, "pid": server.pid, "log": str(log_path.name),
                        "models": models},
-        })  # fmt: skip
+        })
         emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches, per_request_metrics=mode)
 
         before = settled_counters(server, k, None)
@@ -183,12 +183,12 @@ def run_serving_job(
 
         def on_result(i: int, prompt: dict[str, str], res: dict[str, Any]) -> None:
             rec = {**base, "prompt_id": f"{prompt['id']}#{i}", "base_prompt_id": prompt["id"], "prompt_index": i,
-                   "workload": "serving"}  # fmt: skip
+                   "workload": "serving"}
             nonlocal finished, generated
             if res.get("ok") and mode == SUMMARY and not carries_counts(res):
                 # Fail closed: this server promised per-request counts (on, or auto after the probe).
                 res = {"ok": False, "error": "response carried no metrics.speculative_decoding",
-                       "e2e_s": res.get("e2e_s")}  # fmt: skip
+                       "e2e_s": res.get("e2e_s")}
             if res.get("ok") and mode == COUNTERS_ONLY:
                 finished += 1
                 generated += int(res["num_generated_tokens"])
@@ -200,7 +200,7 @@ def run_serving_job(
                                                   "output_sha256", "output_head")},
                     "ttft_s": _r(res["ttft_s"]), "tpot_s": _r(res["tpot_s"]), "e2e_s": _r(res["e2e_s"]),
                     "itl_s": res["itl_s"], "wall_s": _r(res["e2e_s"]), "source": COUNTERS_ONLY,
-                })  # fmt: skip
+                })
                 emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"])
             elif res.get("ok"):
                 finished += 1
@@ -212,23 +212,23 @@ def run_serving_job(
                                                   "output_sha256", "output_head", "spec_decode")},
                     "ttft_s": _r(res["ttft_s"]), "tpot_s": _r(res["tpot_s"]), "e2e_s": _r(res["e2e_s"]),
                     "itl_s": res["itl_s"], "wall_s": _r(res["e2e_s"]), "source": "per_request",
-                })  # fmt: skip
+                })
                 emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"], **counts)
             else:
                 failures.append(str(res.get("error")))
                 append_record(records, {**rec, "type": "request_failed", "error": res.get("error"),
-                                        "e2e_s": _r(res.get("e2e_s"))})  # fmt: skip
+                                        "e2e_s": _r(res.get("e2e_s"))})
                 emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res.get("e2e_s"), failed=True)
 
         load = asyncio.run(run_load(server.base_url, model_name, prompts, wl, job["sampling"], k, on_result,
-                                    server.alive, seed=int(job.get("hash_seed", 0))))  # fmt: skip
+                                    server.alive, seed=int(job.get("hash_seed", 0))))
         summed = sum_counts(counted, k) if mode == SUMMARY else None
         metrics_delta: dict[str, Any] | None = None
         if server.alive():
             expected = None if summed is None else (
                 {key: before[key] + summed[key] for key in FAMILIES.values()}
                 | {"accepted_per_pos": [a + b for a, b in zip(before["accepted_per_pos"], summed["accepted_per_pos"],
-                                                              strict=True)]})  # fmt: skip
+                                                              strict=True)]})
             metrics_delta = counts_delta(before, settled_counters(server, k, expected))
         ok = finished
         append_record(records, {
@@ -239,7 +239,7 @@ def run_serving_job(
             "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
             "concurrency": int(wl["concurrency"]), "request_rate": wl.get("request_rate"),
             "per_request_metrics": mode, "per_request_reason": reason,
-        })  # fmt: skip
+        })
         if mode == COUNTERS_ONLY and metrics_delta is not None and not load["server_died"]:
             # The cell-repeat's one unit of acceptance evidence: the counters around the whole load. Its
             # output hash is over the requests' outputs in index order, so identical greedy repeats count once.
@@ -249,14 +249,14 @@ def run_serving_job(
                 "source": "metrics_delta", **metrics_delta,
                 "output_sha256": hashlib.sha256(joined.encode()).hexdigest(), "num_generated_tokens": generated,
                 "wall_s": round(load["wall_s"], 4), "requests": ok,
-            })  # fmt: skip
+            })
         if load["server_died"]:
             raise ServerDied(f"server exited with code {server.returncode()} during the load "
-                             f"({ok} requests finished)\n{server.log_tail()}")  # fmt: skip
+                             f"({ok} requests finished)\n{server.log_tail()}")
         total = time.perf_counter() - t0
         obs = observations_from_log(server.log_text())
         append_record(records, {**base, "type": "cell_end", "wall_s": round(total, 3),
-                                "engine_start_s": round(startup, 3), "patch_observations": obs})  # fmt: skip
+                                "engine_start_s": round(startup, 3), "patch_observations": obs})
         emit("cell_done", wall_s=total, engine_start_s=startup)
         # Failed requests on a live server are a finding of the gate (serving_summary: they fail it), not a
         # failed run: the cell completed and every request's outcome is recorded.
@@ -288,7 +288,7 @@ _BENCH_MAIN = (
 
 def vllm_bench_serve_command(python: str, base_url: str, model: str, tokenizer: str, dataset_jsonl: Path,
                              num_prompts: int, concurrency: int, max_tokens: int, result_dir: Path,
-                             result_name: str) -> list[str]:  # fmt: skip
+                             result_name: str) -> list[str]:
     """`vllm bench serve` with the same load as mtpbench's client: the prompts of `dataset_jsonl` in order
     (custom dataset, no shuffle, no chat template), greedy, ignore_eos, fixed max_tokens, unlimited rate
     at `concurrency`; its per-position acceptance is the /metrics delta around its load."""
@@ -300,7 +300,7 @@ def vllm_bench_serve_command(python: str, base_url: str, model: str, tokenizer: 
         "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency), "--request-rate", "inf",
         "--temperature", "0", "--ignore-eos", "--num-warmups", "0", "--disable-tqdm",
         "--save-result", "--result-dir", str(result_dir), "--result-filename", result_name,
-    ]  # fmt: skip
+    ]
 
 
 def write_bench_dataset(prompts: list[dict[str, str]], n: int, path: Path) -> Path:

@@ -175,7 +175,7 @@ def preflight(plans: Iterable[Any], timeout_s: float = 300.0) -> list[Preflight]
                 proc = subprocess.run(
                     [plan.python, "-c", _PROBE, name], env=env, capture_output=True, text=True,
                     timeout=timeout_s, check=False,
-                )  # fmt: skip
+                )
                 answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
             except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
                 out.append(Preflight(plan.cell.build, name, None, f"probe failed: {type(exc).__name__}: {exc}"))

@@ -59,7 +59,7 @@ class PositionCheck:
 IDENTITY_FIELDS = (
     "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
     "prompts_sha256",
-)  # fmt: skip
+)
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -96,7 +96,7 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
         raise NotComparableError(
             f"run {run.run_id} is not comparable with baseline {name}: " + "; ".join(mismatches),
             run.run_id, name, mismatches, unchecked,
-        )  # fmt: skip
+        )
     return unchecked
 
 
@@ -168,7 +168,7 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     tot = c.evidence.total()
     if tot.num_drafts <= 0 or i >= len(tot.accepted_per_pos):
         return PositionCheck(c.cell, i, None, entry.rates_pct[i] / 100, None, None, Verdict.NO_DATA,
-                             method=COUNTERS_ONLY, entry=label)  # fmt: skip
+                             method=COUNTERS_ONLY, entry=label)
     run_rate = tot.accepted_per_pos[i] / tot.num_drafts
     bc = entry.counts
     pooled = bc is not None and bc.num_drafts > 0
@@ -176,7 +176,7 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     delta = run_rate - base_rate
     verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
     return PositionCheck(c.cell, i, run_rate, base_rate, delta, None, verdict, None, underpowered=True, prompts=0,
-                         method=COUNTERS_ONLY, entry=label)  # fmt: skip
+                         method=COUNTERS_ONLY, entry=label)
 
 
 def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec, alpha: float) -> PositionCheck:
@@ -230,7 +230,7 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec,
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
         prompts=n, method=method, entry=label,
         bound=None if se is None else lower_bound(delta, se, df, alpha), se=se,
-    )  # fmt: skip
+    )
 
 
 def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) -> list[Finding]:
@@ -244,15 +244,15 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
             prompts=max((x.prompts for x in xs), default=0), tolerance_pts=gate.tolerance_pts,
             confidence=gate.confidence, power=gate.power, entry=xs[0].entry if xs else "",
             method=COUNTERS_ONLY if any(x.method == COUNTERS_ONLY for x in xs) else None,
-        )  # fmt: skip
+        )
 
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
     if by[Verdict.REGRESSION]:
         out.append(Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE,
-                           numbers(by[Verdict.REGRESSION])))  # fmt: skip
+                           numbers(by[Verdict.REGRESSION])))
     if by[Verdict.INCONCLUSIVE]:
         out.append(Finding(Kind.INCONCLUSIVE, Severity.FAIL, c.cell, Cause.TOO_LITTLE_EVIDENCE,
-                           numbers(by[Verdict.INCONCLUSIVE], "baseline")))  # fmt: skip
+                           numbers(by[Verdict.INCONCLUSIVE], "baseline")))
     if by[Verdict.IMPROVEMENT]:
         sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
         out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))

@@ -64,7 +64,7 @@ from mtpbench.store.results import Run
 __all__ = [
     "FAIL", "INFO", "KIND_EXIT", "WARN", "Cause", "CellResult", "Comparison", "Finding", "Kind", "PositionCheck",
     "RepeatResult", "Severity", "Verdict", "analyze", "collect", "compare",
-]  # fmt: skip
+]
 
 
 @dataclass
@@ -100,7 +100,7 @@ Measured = Callable[["Comparison"], None]
 
 
 def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
-            measured: Measured | None = None, baseline_checks: int = 0) -> Comparison:  # fmt: skip
+            measured: Measured | None = None, baseline_checks: int = 0) -> Comparison:
     """The run's cells and their diagnoses. `measured(comp)` is called once the cells are known and before
     any diagnosis is made: it may read the cells (and the checks, under compare), nothing else. The report
     draws its figures in another process meanwhile; the diagnoses take as long again as collecting."""
@@ -110,14 +110,14 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     greedy = cfg.sampling.temperature == 0.0
     pairs = _divergence_pairs(cfg, cells, greedy)
     comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy,
-                      family=baseline_checks + sum(c.evidence.k or run.typed.k for c, _ in pairs))  # fmt: skip
+                      family=baseline_checks + sum(c.evidence.k or run.typed.k for c, _ in pairs))
     if measured is not None:
         measured(comp)
     for c in cells:
         comp.diagnoses.extend(_cell_health(c))
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
         comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS,
-                                      RunFailed(excluded=[])))  # fmt: skip
+                                      RunFailed(excluded=[])))
     comp.diagnoses.extend(_serving_diagnoses(run))
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
     comp.diagnoses.extend(_unapplied(u) for u in unapplied(run.cell_starts()))
@@ -163,7 +163,7 @@ def compare(
             "model, drafter or prompt set. Use it only if the run's config names it as its baseline, or pass "
             "--accept-unchecked",
             run.run_id, name, [f"unchecked: {u}" for u in unchecked], unchecked,
-        )  # fmt: skip
+        )
     late: list[Finding] = []  # the checks' findings, after analyze's own
     resolved: dict[str, BaselineEntry] = {}  # cell -> the entry that judged it (acceptance and throughput alike)
 
@@ -177,7 +177,7 @@ def compare(
             identity = [u for u in comp.unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
             by = None if not identity else "config" if named else "flag"
             late.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
-                                Unchecked(fields=comp.unchecked, identity=identity, accepted_by=by)))  # fmt: skip
+                                Unchecked(fields=comp.unchecked, identity=identity, accepted_by=by)))
         emap = dict(run.typed.config.baseline_entry)
         emap.update(entry_map or {})
         for c in comp.cells:

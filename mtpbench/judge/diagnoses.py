@@ -77,7 +77,7 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
     pos = int(np.argmax(spreads))
     n_prompts = int(rows["prompt"].nunique())
     common = {"pos": pos, "spread": float(spreads[pos]), "prompts": n_prompts, "repeats": len(reps),
-              "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)}}  # fmt: skip
+              "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)}}
     if greedy:
         # Deterministic decoding: repeats must agree exactly, prompt by prompt. No test needed.
         distinct = _dedupe(rows, [*SIG, *_pos_cols(k)]).groupby("prompt").size()
@@ -89,7 +89,7 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         texts = rows[rows["prompt"].isin(codes)].groupby("prompt")["sha"].nunique()
         same_text = bool((texts == 1).all())
         payload = Instability(**common, method="exact", prompts_differing=len(names), differing=differing,
-                              same_text=same_text)  # fmt: skip
+                              same_text=same_text)
         fails = spreads[pos] > gate.instability_pts / 100
     else:
         piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *_pos_cols(k)], aggfunc="sum")
@@ -139,7 +139,7 @@ def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec)
         mode=cell.mode, run_rate=rates[i][0], reference_rate=rates[i][1],
         effective_cudagraph_mode=cell.effective.get("cudagraph_mode"), same_text=same_text,
         tolerance_pts=gate.divergence_pts,
-    )  # fmt: skip
+    )
     cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
     return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, payload)
 
@@ -179,7 +179,7 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float)
         reference=ref.cell, reference_mode=ref.mode, mode=cell.mode, run_rate=cell.summary.per_pos[i],
         reference_rate=ref.summary.per_pos[i], effective_cudagraph_mode=cell.effective.get("cudagraph_mode"),
         same_text=same_text, tolerance_pts=gate.divergence_pts,
-    )  # fmt: skip
+    )
     if worst is None:
         return Finding(Kind.INCONCLUSIVE, Severity.FAIL, cell.cell, Cause.TOO_LITTLE_EVIDENCE, payload)
     cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
@@ -206,7 +206,7 @@ def _text_changes(cells: list[CellResult]) -> list[Finding]:
         changed = sorted({p for cell, p in pairs if build_of[cell] == build})
         if changed:
             out.append(Finding(Kind.TEXT_CHANGED, Severity.WARN, f"{build}/*", Cause.TARGET_NUMERICS,
-                               TextChanged(build=build, prompts=changed)))  # fmt: skip
+                               TextChanged(build=build, prompts=changed)))
     return out
 
 
@@ -219,7 +219,7 @@ def _unapplied(u: Unapplied) -> Finding:
         Severity.FAIL if raised else Severity.WARN, u.cell, Cause.PATCH_RAISED if raised else Cause.PATCH_REFUSED,
         PatchNotApplied(patch=u.patch, variant=u.variant, status=u.status, repeats=u.repeats, of=u.of,
                         details=list(u.details)),
-    )  # fmt: skip
+    )
 
 
 def _cell_health(c: CellResult) -> list[Finding]:
@@ -232,7 +232,7 @@ def _cell_health(c: CellResult) -> list[Finding]:
                 RunFailed(excluded=[ExcludedRepeat(r.repeat, r.hash_seed, r.status.value, r.prompts, c.prompts_expected)
                                     for r in left_out], used=len(c.used_repeats), repeats=len(c.repeats)),
             )
-        )  # fmt: skip
+        )
     off = [r for r in c.used_repeats if r.counts.num_drafts == 0]
     if off:
         out.append(
@@ -241,7 +241,7 @@ def _cell_health(c: CellResult) -> list[Finding]:
                 SpeculationOff(hash_seeds=[r.hash_seed for r in off], repeats=len(c.used_repeats),
                                all=len(off) == len(c.used_repeats), prompts=c.prompts_expected),
             )
-        )  # fmt: skip
+        )
     if c.graph_downgraded:
         out.append(
             Finding(
@@ -249,7 +249,7 @@ def _cell_health(c: CellResult) -> list[Finding]:
                 Downgraded(requested=c.requested.get("cudagraph_mode"), effective=c.effective.get("cudagraph_mode"),
                            device_type=c.effective.get("device_type")),
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -264,7 +264,7 @@ def _divergence_pairs(cfg: ManifestConfig, cells: list[CellResult], greedy: bool
         return []
     refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
     return [(c, refs[(c.build, c.variant)]) for c in cells
-            if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]]  # fmt: skip
+            if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]]
 
 
 def _serving_diagnoses(run: Run) -> list[Finding]:

@@ -133,7 +133,7 @@ def _units(ev: PromptCounts) -> tuple[np.ndarray, np.ndarray]:
     n_units = min(ev.g, MAX_UNITS)
     drafts = np.bincount(codes, weights=ev.drafts.astype(np.float64), minlength=n_units)
     accepted = np.stack([np.bincount(codes, weights=ev.per_pos[:, i].astype(np.float64), minlength=n_units)
-                         for i in range(ev.k)], axis=1).reshape(n_units, ev.k)  # fmt: skip
+                         for i in range(ev.k)], axis=1).reshape(n_units, ev.k)
     return drafts.astype(np.int64), accepted.astype(np.int64)
 
 
@@ -167,7 +167,7 @@ def point(run: Run) -> RunPoint:
         git_sha=shas, counts=counts, units=units, patches=patches, effective=effective,
         tool_version=run.manifest.get("tool_version"), status=str(run.manifest.get("status") or ""),
         incomplete=incomplete,
-    )  # fmt: skip
+    )
 
 
 def _what_changed(a: RunPoint, b: RunPoint, cell: str) -> list[str]:
@@ -180,7 +180,7 @@ def _what_changed(a: RunPoint, b: RunPoint, cell: str) -> list[str]:
             out.append(f"{name} git {str(a.git_sha.get(name))[:10]} → {str(b.git_sha.get(name))[:10]}")
     if a.patches.get(cell) != b.patches.get(cell):
         out.append(f"patches [{', '.join(a.patches.get(cell) or []) or 'none'}] → "
-                   f"[{', '.join(b.patches.get(cell) or []) or 'none'}]")  # fmt: skip
+                   f"[{', '.join(b.patches.get(cell) or []) or 'none'}]")
     if a.effective.get(cell) != b.effective.get(cell):
         out.append(f"effective cudagraph_mode {a.effective.get(cell)} → {b.effective.get(cell)}")
     if a.tool_version != b.tool_version:
@@ -232,7 +232,7 @@ def _permutation_p(unit_rates: list[np.ndarray], rng: np.random.Generator) -> fl
 
 
 def _segment(group: HistoryGroup, cell: str, pos: int, lo: int, hi: int, alpha: float, confidence: float,
-             rng: np.random.Generator) -> list[ChangePoint]:  # fmt: skip
+             rng: np.random.Generator) -> list[ChangePoint]:
     idx = [
         n
         for n in range(lo, hi)
@@ -265,7 +265,7 @@ def _segment(group: HistoryGroup, cell: str, pos: int, lo: int, hi: int, alpha: 
                 delta=delta, ci=ci, pvalue=p, units=(sum(len(u) for u in unit_rates[:t]),
                                                      sum(len(u) for u in unit_rates[t:])),
                 changed=_what_changed(group.runs[idx[t - 1]], group.runs[at], cell),
-            ))  # fmt: skip
+            ))
             out += _segment(group, cell, pos, lo, at, alpha, confidence, rng)
             out += _segment(group, cell, pos, at, hi, alpha, confidence, rng)
     return out
@@ -307,7 +307,7 @@ def _point_to_json(pt: RunPoint, fp: dict[str, Any], gate: dict[str, Any]) -> di
         "units": {c: [d.tolist(), a.tolist()] for c, (d, a) in pt.units.items()},
         "patches": pt.patches, "effective": pt.effective, "tool_version": pt.tool_version,
         "status": pt.status, "incomplete": sorted(pt.incomplete),
-    }  # fmt: skip
+    }
 
 
 def _point_from_json(path: Path, d: dict[str, Any], k: int) -> RunPoint:
@@ -318,7 +318,7 @@ def _point_from_json(path: Path, d: dict[str, Any], k: int) -> RunPoint:
                for c, v in d["units"].items()},
         patches={c: list(v) for c, v in d["patches"].items()}, effective=dict(d["effective"]),
         tool_version=d["tool_version"], status=str(d["status"]), incomplete=set(d["incomplete"]),
-    )  # fmt: skip
+    )
 
 
 def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
@@ -370,7 +370,7 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
         key = json.dumps(fp, sort_keys=True, default=str)
         tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
         g = groups.setdefault(key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[],
-                                                tolerance_pts=tol))  # fmt: skip
+                                                tolerance_pts=tol))
         g.runs.append(pt)
     for g in groups.values():
         g.runs.sort(key=lambda r: (r.created, r.run_id))

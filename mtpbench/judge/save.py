@@ -20,7 +20,7 @@ from mtpbench.store.results import Run
 def _counts(c: Counts) -> dict[str, Any]:
     return {"num_drafts": int(c.num_drafts), "num_draft_tokens": int(c.num_draft_tokens),
             "num_accepted_tokens": int(c.num_accepted_tokens),
-            "accepted_per_pos": [int(x) for x in c.accepted_per_pos]}  # fmt: skip
+            "accepted_per_pos": [int(x) for x in c.accepted_per_pos]}
 
 
 def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
@@ -29,7 +29,7 @@ def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
         pid: {"num_drafts": int(ev.drafts[i]), "num_draft_tokens": int(ev.draft_tokens[i]),
               "num_accepted_tokens": int(ev.accepted[i]), "accepted_per_pos": [int(x) for x in ev.per_pos[i]]}
         for i, pid in enumerate(ev.ids)
-    }  # fmt: skip
+    }
 
 
 def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
@@ -43,7 +43,7 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
     if off:
         # A baseline that records "no speculation" would call every build that lost its drafter a pass.
         raise UserError(f"{run.path}: {', '.join(off)} recorded zero drafts: speculative decoding did not run, "
-                        "so there is no acceptance to keep as a baseline")  # fmt: skip
+                        "so there is no acceptance to keep as a baseline")
     per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant) for c in cells}
     return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)

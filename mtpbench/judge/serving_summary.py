@@ -126,7 +126,7 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
         mine = [r for r in run.records if r.get("cell") == cell]
         # Requests: per-request prompt records, or (counters-only) request records without counts.
         reqs = [r for r in mine if (r.get("type") == "prompt" and r.get("source") != "metrics_delta")
-                or r.get("type") == "request"]  # fmt: skip
+                or r.get("type") == "request"]
         starts = [r for r in mine if r.get("type") == "cell_start"]
         ev = judged[cell]
         pooled = any(r.get("type") == "prompt" and r.get("source") == "metrics_delta" for r in mine)
@@ -266,9 +266,9 @@ def diagnoses(run: Run) -> list[Finding]:
             out.append(Finding(Kind.FAILED_REQUESTS, Severity.FAIL, c.cell, Cause.REQUESTS_FAILED, FailedRequests(
                 ok=c.requests_ok, total=c.requests_total, failed=c.requests_failed, not_finished=max(missing, 0),
                 server_died=c.server_died, first_error=c.errors[0] if c.errors else None,
-            )))  # fmt: skip
+            )))
         for rep, (match, delta, summed) in enumerate(zip(c.counts_match, c.metrics_delta, c.per_request_sum,
-                                                          strict=True)):  # fmt: skip
+                                                          strict=True)):
             if match is False:
                 out.append(Finding(Kind.COUNT_MISMATCH, Severity.WARN, c.cell, Cause.COUNTERS_DISAGREE,
                                    CountMismatch(repeat=rep, metrics_delta=delta, per_request_sum=summed)))
@@ -293,7 +293,7 @@ def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry]) -> list[Fi
             sev = Severity.FAIL if wl.get("fail_on_throughput_drop") else Severity.WARN
             out.append(Finding(Kind.THROUGHPUT_DROP, sev, c.cell, Cause.SLOWER_SERVING, ThroughputDrop(
                 req_per_s=c.req_per_s, baseline_req_per_s=entry.serving.req_per_s, drop=drop, tolerance_pct=tol,
-            )))  # fmt: skip
+            )))
     return out
 
 

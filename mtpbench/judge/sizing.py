@@ -66,7 +66,7 @@ def prompts_for(se: float, g: int, drop: float, alpha: float, power: float) -> i
 
 
 def size_from_ses(entry: str, prompts: int, drafts_per_prompt: float, ses: list[float | None], gate: GateSpec,
-                  checks: int, source: str) -> Sizing:  # fmt: skip
+                  checks: int, source: str) -> Sizing:
     alpha = gate.false_alarm / max(checks, 1)
     drop = gate.tolerance_pts / 100
     out = []
@@ -75,7 +75,7 @@ def size_from_ses(entry: str, prompts: int, drafts_per_prompt: float, ses: list[
             out.append(PositionSize(i, se, None, None))
             continue
         out.append(PositionSize(i, se, detectable_drop(se, prompts - 1, alpha, gate.power),
-                                prompts_for(se, prompts, drop, alpha, gate.power)))  # fmt: skip
+                                prompts_for(se, prompts, drop, alpha, gate.power)))
     return Sizing(entry, prompts, drafts_per_prompt, checks, alpha, source, out)
 
 
@@ -91,7 +91,7 @@ def size_entry(entry: BaselineEntry, gate: GateSpec, checks: int) -> Sizing | No
         se = clustered_ratio(per_pos[:, i], drafts).se
         ses.append(None if se is None else math.sqrt(2) * se)
     return size_from_ses(f"{entry.build}/{entry.mode}", len(ids), float(drafts.mean()) if len(ids) else 0.0, ses,
-                         gate, checks, "baseline spread x sqrt(2), an upper bound")  # fmt: skip
+                         gate, checks, "baseline spread x sqrt(2), an upper bound")
 
 
 def size_pilot(comp: Comparison) -> list[Sizing]:
@@ -105,7 +105,7 @@ def size_pilot(comp: Comparison) -> list[Sizing]:
         g = c.evidence.g
         drafts = float(c.evidence.drafts.mean()) if g else 0.0
         out.append(size_from_ses(cell, xs[0].prompts, drafts, [x.se for x in xs], comp.gate, comp.family,
-                                 "pilot run against the baseline, paired"))  # fmt: skip
+                                 "pilot run against the baseline, paired"))
     return out
 
 

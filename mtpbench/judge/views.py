@@ -130,7 +130,7 @@ def _rows_for(run: Run, prompts: np.ndarray, max_rows: int) -> tuple[np.ndarray,
 
 
 def heatmap(run: Run, cells: list[CellResult], k: int, max_rows: int = MAX_HEATMAP_ROWS,
-            changed: set[tuple[str, str]] | None = None) -> Heatmap:  # fmt: skip
+            changed: set[tuple[str, str]] | None = None) -> Heatmap:
     """Per (cell, row) the evidence stage's per-prompt counts summed (complete repeats, identical greedy
     repeats once: the numbers `show` and `compare` judge); `changed`: evidence.changed_text(cells)."""
     cols = [f"pos{i}" for i in range(k)]
@@ -155,7 +155,7 @@ def heatmap(run: Run, cells: list[CellResult], k: int, max_rows: int = MAX_HEATM
     g = long.groupby(["cell", "row"], sort=False).agg(
         drafts=("drafts", "sum"), prompts=("prompt", "nunique"), changed=("changed", "any"),
         **{c: (c, "sum") for c in cols},
-    ).reset_index()  # fmt: skip
+    ).reset_index()
     d = g["drafts"].to_numpy(dtype=np.float64)
     for c in cols:
         g[c] = np.divide(g[c].to_numpy(dtype=np.float64), d, out=np.full(len(g), np.nan), where=d > 0)

@@ -68,7 +68,7 @@ def group_tables(g: HistoryGroup) -> list[Table]:
                 _status(r, cell),
                 Text(", ".join(f"pos{cp.pos} {100 * cp.delta:+.1f}" for cp in moved), style="bold red")
                 if (cell, n) in marks else "",
-            )  # fmt: skip
+            )
         out.append(t)
     return out
 
@@ -79,12 +79,12 @@ def history_renderable(h: History) -> Group:
         head = Text(f"group {gi}: {len(g.runs)} run(s) of {key_text(g)}", style="bold")
         if gi > 1:
             head.append(f"\n  not comparable with group 1 ({_differs(h.groups[0], g)} differ): shown apart",
-                        style="yellow")  # fmt: skip
+                        style="yellow")
         parts.append(head)
         parts.extend(group_tables(g))
         if not g.change_points:
             parts.append(Text(f"no change point: no position moved by more than {g.tolerance_pts:g} pts with support",
-                              style="green"))  # fmt: skip
+                              style="green"))
         for cp in g.change_points:
             parts.append(Text(f"CHANGE {cp.cell} at run #{cp.index} {cp.run_id}: {cp.why}", style="red"))
         first = g.first
@@ -122,7 +122,7 @@ def history_json(h: History) -> str:
             for g in h.groups
         ],
         "skipped": h.skipped,
-    }  # fmt: skip
+    }
     return json.dumps(data, indent=2)
 
 
@@ -133,9 +133,9 @@ def _html_page(h: History, svgs: list[str]) -> str:
         body.append(f"<h2>Group {gi}: {len(g.runs)} run(s)</h2><p class='meta'>{e(key_text(g))}</p>")
         if gi > 1:
             body.append(f"<p class='apart'>Not comparable with group 1 ({e(_differs(h.groups[0], g))} differ): "
-                        "shown apart.</p>")  # fmt: skip
+                        "shown apart.</p>")
         cps = "".join(f"<li><b>{e(c.cell)}</b> at run <code>{e(c.run_id)}</code>: {e(c.why)}</li>"
-                      for c in g.change_points) or "<li>no change point</li>"  # fmt: skip
+                      for c in g.change_points) or "<li>no change point</li>"
         body.append(f"<ul>{cps}</ul><figure class='trend'>{svg}</figure>")
         for cell in g.cells:
             head = "".join(f"<th>pos{i} %</th>" for i in range(g.k))
@@ -146,13 +146,13 @@ def _html_page(h: History, svgs: list[str]) -> str:
                 for n, r in enumerate(g.runs)
             )
             body.append(f"<h3>{e(cell)}</h3><table><tr><th>#</th><th>created</th><th>run</th><th>build</th>{head}"
-                        f"</tr>{rows}</table>")  # fmt: skip
+                        f"</tr>{rows}</table>")
     css = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:1.5rem auto;padding:0 1rem}"
            "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2rem .5rem}.meta{color:#555}"
-           ".apart{color:#8d6e00}figure svg{max-width:100%;height:auto}")  # fmt: skip
+           ".apart{color:#8d6e00}figure svg{max-width:100%;height:auto}")
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>mtpbench history</title>"
             f"<style>{css}</style></head><body><h1>mtpbench history</h1>{''.join(body)}"
-            f"<p class='meta'>mtpbench {e(__version__)}</p></body></html>\n")  # fmt: skip
+            f"<p class='meta'>mtpbench {e(__version__)}</p></body></html>\n")
 
 
 def write_outputs(h: History, html_path: Path | None, png_dir: Path | None) -> list[Path]:

@@ -117,7 +117,7 @@ def _diagnoses(comp: Comparison) -> str:
 def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
     k = max((c.summary.counts.k for c in comp.cells), default=0)
     head = ["cell", "graph mode requested", "effective", "compilation", "patches", "repeats", "drafts",
-            *[f"pos{i} %" for i in range(k)], "mean %", "AL", "changed text"]  # fmt: skip
+            *[f"pos{i} %" for i in range(k)], "mean %", "AL", "changed text"]
     rows = []
     for c in comp.cells:
         s = c.summary
@@ -139,7 +139,7 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
             f"<td>{_pct(s.mean)}</td>",
             f"<td>{'–' if s.acceptance_length is None else f'{s.acceptance_length:.2f}'}</td>",
             f'<td class="l{" changed" if prompts else ""}">{_e(", ".join(prompts) or "none")}</td>',
-        ]  # fmt: skip
+        ]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     th = "".join(f'<th class="l">{_e(h)}</th>' if n < 5 else f"<th>{_e(h)}</th>" for n, h in enumerate(head))
     return f'<table id="cells"><tr>{th}</tr>{"".join(rows)}</table>'
@@ -196,13 +196,13 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
         + (f" · baseline <code>{_e(comp.baseline)}</code>" if comp.baseline else " · no baseline")
     )
     run_keys = ("run_id", "created", "finished", "status", "command", "config_path", "tool_version", "model",
-                "drafter")  # fmt: skip
+                "drafter")
     provenance = {
         "run": {**{key: m.get(key) for key in run_keys}, "prompts": _prompts_summary(m.get("prompts"))},
         "config": cfg,
         "baseline": {"file": comp.baseline, "provenance": comp.baseline_provenance},
         "report": {"tool": "mtpbench", "version": __version__},
-    }  # fmt: skip
+    }
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -235,7 +235,7 @@ drop is the drafter's.</figcaption></figure></section>
 
 
 def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None,
-                 figures: Figures | None = None) -> Rendered:  # fmt: skip
+                 figures: Figures | None = None) -> Rendered:
     """Write the HTML and/or the PNGs. `figures`: already handed to a painter (cli's report); without
     them the figures are drawn here, in this process."""
     if figures is None:

@@ -85,7 +85,7 @@ class Painter:
             return cls(None)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    env=env)  # fmt: skip
+                                    env=env)
         except OSError:
             return cls(None)
         return cls(proc)

@@ -65,7 +65,7 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
         xs = list(range(k))
         heights = [_pct(r) for r in v.rates]
         colors = [VERDICT_COLOR.get(vd, BAR_COLOR) if vd in ("regression", "improvement") else BAR_COLOR
-                  for vd in v.verdicts]  # fmt: skip
+                  for vd in v.verdicts]
         ax.bar(xs, [0 if math.isnan(h) else h for h in heights], color=colors, width=0.6, zorder=1)
         lo = [h - _pct(c[0]) if c else 0 for h, c in zip(heights, v.ci, strict=True)]
         hi = [_pct(c[1]) - h if c else 0 for h, c in zip(heights, v.ci, strict=True)]
@@ -73,11 +73,11 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
         base = [_pct(b) for b in v.baseline]
         if any(not math.isnan(b) for b in base):
             ax.hlines(base, [x - 0.38 for x in xs], [x + 0.38 for x in xs], colors="black", lw=2.2, zorder=4,
-                      label="baseline")  # fmt: skip
+                      label="baseline")
         for j, (label, rates) in enumerate(v.repeats):
             off = (j - (len(v.repeats) - 1) / 2) * 0.09
             ax.scatter([x + off for x in xs], [_pct(r) for r in rates], s=16, zorder=5, edgecolors="white",
-                       linewidths=0.5, label=label)  # fmt: skip
+                       linewidths=0.5, label=label)
         ax.set_xticks(xs, [f"pos{i}" for i in xs])
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3, zorder=0)
@@ -137,7 +137,7 @@ def history_figure(group: HistoryGroup) -> Figure:
     plt = require()
     cells = group.cells
     fig, axes = plt.subplots(len(cells), 1, figsize=(max(5.0, 0.7 * len(group.runs) + 3), 2.4 * len(cells)),
-                             squeeze=False, sharex=True)  # fmt: skip
+                             squeeze=False, sharex=True)
     xs = list(range(len(group.runs)))
     for ax, cell in zip(axes[:, 0], cells, strict=True):
         for i in range(group.k):

@@ -109,7 +109,7 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
 def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Column], list[list[Cell]]]:
     """One row per cell × position; `ci` adds the interval and prompt columns (they need ~100 columns)."""
     cols: list[Column] = [("cell", "", "left"), ("pos", "", "right"), ("run", "%", "right"),
-                          ("base", "%", "right"), ("Δ", "pts", "right")]  # fmt: skip
+                          ("base", "%", "right"), ("Δ", "pts", "right")]
     if ci:
         cols += [("Δ 95% CI", "pts", "right"), ("prompts", "", "right")]
     cols += [("MDE", "pts", "right"), ("verdict", "", "left")]
@@ -118,11 +118,11 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
         weak = x.underpowered and x.verdict == Verdict.PASS
         note = f" ({COUNTERS_ONLY})" if x.method == COUNTERS_ONLY else " (underpowered)" if weak else ""
         row: list[Cell] = [(x.cell, "", ""), (str(x.pos), "", ""), (pct(x.run_rate), "", ""),
-                           (pct(x.base_rate), "", ""), (pts(x.delta), "", "")]  # fmt: skip
+                           (pct(x.base_rate), "", ""), (pts(x.delta), "", "")]
         if ci:
             pooled = x.method == COUNTERS_ONLY  # one /metrics count per repeat: no prompts, no interval
             row += [(ci_text(x.ci), "", ""), (COUNTERS_ONLY if pooled else str(x.prompts) if x.prompts else "–",
-                                              "", "")]  # fmt: skip
+                                              "", "")]
         row += [
             ("–" if x.mde is None else f"{100 * x.mde:.1f}", "", "yellow" if weak else ""),
             (x.verdict.value + note, "", VERDICT_STYLE.get(x.verdict, "")),
@@ -133,10 +133,10 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
 
 def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
     t = Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-              collapse_padding=True)  # fmt: skip
+              collapse_padding=True)
     for i, (name, sub, justify) in enumerate(cols):
         t.add_column(f"{name}\n{sub}" if sub else name, justify=justify,  # type: ignore[arg-type]
-                     no_wrap=i > 0, min_width=20 if i == 0 else None)  # fmt: skip
+                     no_wrap=i > 0, min_width=20 if i == 0 else None)
     for row in rows:
         cells = []
         for main, detail, style in row:

@@ -36,5 +36,5 @@ def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None
             ok = p.prompts_needed is not None and n >= p.prompts_needed
             t.add_row(s.entry, str(s.prompts), f"{s.drafts_per_prompt:.0f}", f"pos{p.pos}", _pts(p.se),
                       _pts(p.detectable), "–" if p.prompts_needed is None else str(p.prompts_needed),
-                      Text("enough" if ok else "too few", style="green" if ok else "yellow"))  # fmt: skip
+                      Text("enough" if ok else "too few", style="green" if ok else "yellow"))
     return Group(head, t)

@@ -104,7 +104,7 @@ def _positions(n: PositionChecks, with_ci: bool = True) -> str:
 
 def _mdes(n: PositionChecks) -> str:
     return ", ".join(f"pos{p} {'n/a' if m is None else f'{100 * m:.1f}'}" for p, m in zip(n.positions, n.mdes,
-                                                                                        strict=True))  # fmt: skip
+                                                                                        strict=True))
 
 
 # The method, and what it means for a verdict (compare._counters_only_check).
@@ -116,7 +116,7 @@ COUNTERS_ONLY_TEXT = (
 def _msg_regression(n: PositionChecks) -> str:
     if n.method == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}; tolerance {n.tolerance_pts:g} pts, entry {n.entry}; "
-                f"{COUNTERS_ONLY_TEXT}")  # fmt: skip
+                f"{COUNTERS_ONLY_TEXT}")
     return f"{_positions(n)}; tolerance {n.tolerance_pts:g} pts, {n.prompts} prompts, entry {n.entry}"
 
 
@@ -136,7 +136,7 @@ def _msg_inconclusive(n: PositionChecks | Divergence) -> str:
 def _msg_underpowered(n: PositionChecks) -> str:
     if n.method == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
-                f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")  # fmt: skip
+                f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")
     return (
         f"could not have caught a drop of {n.tolerance_pts:g} pts with {100 * n.power:g} % power: smallest such "
         f"drop {_mdes(n)} pts ({n.prompts} prompts)"
@@ -165,7 +165,7 @@ def _msg_run_failed(n: RunFailed) -> str:
     if not n.excluded:
         return "the run did not finish"
     parts = [f"r{e.repeat} (PYTHONHASHSEED={e.hash_seed}) {e.status}, {e.prompts}/{e.expected} prompts"
-             for e in n.excluded]  # fmt: skip
+             for e in n.excluded]
     return (
         f"{len(n.excluded)} of {n.repeats} repeats left out of every verdict: {'; '.join(parts)}; "
         f"verdicts use the {n.used} complete one(s)"
@@ -235,19 +235,19 @@ def _msg_failed_requests(n: FailedRequests) -> str:
 
 def _msg_count_mismatch(n: CountMismatch) -> str:
     return (f"repeat {n.repeat}: /metrics spec-decode deltas {n.metrics_delta} differ from the sum of the "
-            f"per-request counts {n.per_request_sum}; the per-request counts are what the verdicts use")  # fmt: skip
+            f"per-request counts {n.per_request_sum}; the per-request counts are what the verdicts use")
 
 
 def _msg_throughput_drop(n: ThroughputDrop) -> str:
     return (f"{n.req_per_s:.2f} req/s vs baseline {n.baseline_req_per_s:.2f} req/s (-{100 * n.drop:.1f} %, "
-            f"tolerance {n.tolerance_pct:g} %)")  # fmt: skip
+            f"tolerance {n.tolerance_pct:g} %)")
 
 
 def _msg_not_applied(n: PatchNotApplied) -> str:
     what = "fix not applied" if is_fix(n.patch) else "patch not applied"
     why = "; ".join(d.removeprefix("fix not applied: ") for d in n.details)
     return (f"{n.patch}: {what} in {n.repeats} of {n.of} repeats ({n.status}: {why}); this cell measured the "
-            "build without it, whatever its variant's name says")  # fmt: skip
+            "build without it, whatever its variant's name says")
 
 
 MESSAGES: dict[Kind, Callable[[Any], str]] = {
@@ -276,9 +276,9 @@ def check_message(x: PositionCheck) -> str:
     mde = "–" if x.mde is None else f"{100 * x.mde:.1f}"
     if x.method == COUNTERS_ONLY:
         return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts; "
-                f"{COUNTERS_ONLY_TEXT}): {x.verdict.value}")  # fmt: skip
+                f"{COUNTERS_ONLY_TEXT}): {x.verdict.value}")
     return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "
-            f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}")  # fmt: skip
+            f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}")
 
 
 def finding_message(f: Finding) -> str:

@@ -93,7 +93,7 @@ def supervise(spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> d
             proc = subprocess.Popen(
                 spec.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
-            )  # fmt: skip
+            )
         except OSError as exc:
             entry.update(status="failed", error=f"cannot start {spec.command[0]}: {exc}", wall_s=0.0)
             return entry
@@ -235,7 +235,7 @@ class RayExecutor:
             ray.init(
                 address=address, runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
                 log_to_driver=False, logging_level="ERROR", configure_logging=False,
-            )  # fmt: skip
+            )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UserError(f"cannot connect to the Ray cluster at {address or 'RAY_ADDRESS/auto'}: {exc}") from None
         self.task = ray.remote(max_retries=0)(_ray_task_body)
@@ -282,12 +282,12 @@ class RayExecutor:
         except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as exc:
             if stop.is_set():
                 return {"status": "interrupted", "error": "interrupted: the Ray task was cancelled",
-                        "wall_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+                        "wall_s": round(time.monotonic() - t0, 3)}
             return {"status": "failed", "error": f"Ray task failed: {str(exc).splitlines()[0]}",
-                    "wall_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+                    "wall_s": round(time.monotonic() - t0, 3)}
         except ray.exceptions.RayError as exc:
             return {"status": "failed", "error": f"Ray: {str(exc).splitlines()[0]}",
-                    "wall_s": round(time.monotonic() - t0, 3)}  # fmt: skip
+                    "wall_s": round(time.monotonic() - t0, 3)}
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.log_path).write_text(res["log"], encoding="utf-8")
         if res["records"]:

@@ -193,7 +193,7 @@ def _schedule(
                     c = manifest["cells"][i]
                     c.update(status="running", attempt=int(pl.job.get("attempt", 1)), devices=devs or None,
                              started=now_iso(), queued_s=round(time.monotonic() - t_start, 3),
-                             log=str(Path(spec.log_path).relative_to(run_dir)))  # fmt: skip
+                             log=str(Path(spec.log_path).relative_to(run_dir)))
                     write_json_atomic(mpath, manifest)
                     th = threading.Thread(target=work, args=(i, spec), name=f"cell-{i}", daemon=True)
                     active[i] = (th, devs)
@@ -261,7 +261,7 @@ def execute(
 
 
 def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_path: str, cells: list[Cell],
-             on_event: EventCallback, opts: RunOptions, stops: StopSignals) -> RunOutcome:  # fmt: skip
+             on_event: EventCallback, opts: RunOptions, stops: StopSignals) -> RunOutcome:
     setup = _setup(cfg, cells, opts)
     executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
     stops.rearm()
@@ -290,7 +290,7 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
             {"cell": pl.cell.cell_id, "build": pl.cell.build, "mode": pl.cell.mode, "variant": pl.cell.variant,
              "repeat": pl.cell.repeat, "hash_seed": pl.cell.hash_seed, "status": "pending", "attempt": 1}
             for pl in plans
-        ]  # fmt: skip
+        ]
         write_json_atomic(run_dir / MANIFEST, manifest)
         on_event("run_start", {"path": run_dir, "cells": len(plans), "prompts": len(prompts.prompts)})
         todo = list(range(len(plans)))
@@ -331,7 +331,7 @@ def load_for_resume(run_dir: Path) -> tuple[dict[str, Any], ExperimentConfig, Pr
 
 
 def resume(run_dir: Path, on_event: EventCallback = lambda kind, payload: None,
-           options: RunOptions | None = None) -> RunOutcome:  # fmt: skip
+           options: RunOptions | None = None) -> RunOutcome:
     """Run again, in the same folder, the cell-repeats that did not finish (pending, failed, timed out,
     interrupted, or `running` when the runner itself was killed); each is a new attempt whose records
     supersede the earlier attempt's."""
@@ -346,7 +346,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
     try:
         manifest, cfg, prompts = load_for_resume(run_dir)
         cells = [Cell(c["build"], c["mode"], c["variant"], int(c["repeat"]), int(c["hash_seed"]))
-                 for c in manifest["cells"]]  # fmt: skip
+                 for c in manifest["cells"]]
         setup = _setup(cfg, cells, opts)
         plans = plan(cfg, prompts, cells, str(manifest["run_id"]), str((run_dir / RECORDS).resolve()))
         todo = [i for i, c in enumerate(manifest["cells"]) if c.get("status", "pending") in RERUN]
@@ -358,7 +358,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
             attempt = int(c.get("attempt", 1)) + (c.get("status", "pending") != "pending")
             keep = {k: c[k] for k in ("cell", "build", "mode", "variant", "repeat", "hash_seed")}
             manifest["cells"][i] = {**keep, "status": "pending", "attempt": attempt,
-                                    "previous": {"status": c.get("status"), "error": c.get("error")}}  # fmt: skip
+                                    "previous": {"status": c.get("status"), "error": c.get("error")}}
         for i, pl in enumerate(plans):
             pl.job["attempt"] = int(manifest["cells"][i].get("attempt", 1))
         manifest.update(status="running", finished=None)
@@ -385,4 +385,4 @@ __all__ = [
     "LOCK", "RERUN", "STOP_SIGNALS", "Cell", "CellPlan", "Estimate", "EventCallback", "RunInterrupted", "RunOptions",
     "RunOutcome", "StopSignals", "engine_args_for", "estimate", "execute", "expand", "load_for_resume",
     "plan", "resume", "time_breakdown",
-]  # fmt: skip
+]

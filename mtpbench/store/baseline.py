@@ -101,7 +101,7 @@ class BaselineEntry(Strict):
                 from_prompts = 100.0 * acc / drafts if drafts else 0.0
                 if abs(rate - from_prompts) > RATE_SLACK_PTS:
                     raise ValueError(f"rates_pct: position {i} says {rate} % but the per-prompt counts give "
-                                     f"{from_prompts:.3f} % ({acc}/{drafts})")  # fmt: skip
+                                     f"{from_prompts:.3f} % ({acc}/{drafts})")
         if self.counts is None:
             return self
         c = self.counts

@@ -37,7 +37,7 @@ _SCALARS = (
     "cell", "build", "mode", "variant", "repeat", "hash_seed", "prompt_id", "prompt_index",
     "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_prompt_tokens", "num_generated_tokens",
     "finish_reason", "output_sha256", "output_head", "wall_s", "source", "attempt",
-)  # fmt: skip
+)
 
 
 _NOT_LOADED = ("output_head", "extra_json")

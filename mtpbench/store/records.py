@@ -25,7 +25,7 @@ PROMPT_COLUMNS = [
     "cell", "build", "mode", "variant", "repeat", "hash_seed", "prompt_id", "prompt_index",
     "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos",
     "num_generated_tokens", "output_sha256", "wall_s",
-]  # fmt: skip
+]
 
 # Bounds that no real run comes near, so that 10**30 or a bool is a typed error, not a silent number:
 # counts stay exact as JSON numbers (2**53), repeats and PYTHONHASHSEED within what the runner can set.
@@ -131,7 +131,7 @@ class TornMark(_OnDisk):
 # Records of other types (added by newer writers of the same schema) are checked against RecordBase.
 RECORD_MODELS: dict[str, type[_OnDisk]] = {
     "prompt": PromptRecord, "cell_start": CellStart, "cell_end": CellEnd, TORN: TornMark,
-}  # fmt: skip
+}
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -212,7 +212,7 @@ def scan_records(path: Path, k: int | None = None, run_id: str | None = None) ->
             continue
         if run_id is not None and checked.get("run_id") not in (None, run_id):
             raise UserError(f"{where}: a record of run {checked['run_id']!r} in run {run_id!r}: records of two "
-                            "runs cannot be judged as one")  # fmt: skip
+                            "runs cannot be judged as one")
         if checked["type"] == "prompt":
             key = (checked.get("cell"), checked.get("repeat"), checked.get("attempt", 1), checked.get("prompt_id"))
             if key in seen:

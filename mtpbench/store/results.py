@@ -50,7 +50,7 @@ from mtpbench.store.records import PROMPT_COLUMNS, RECORDS, scan_records
 __all__ = [
     "MANIFEST", "RECORDS", "DataWarning", "Manifest", "Run", "ensure_out_dir", "load_run", "new_manifest",
     "new_run_dir", "now_iso", "write_json_atomic",
-]  # fmt: skip
+]
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Run:
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
             recs = scan_records(self.path / RECORDS, self.meta.k if self.meta else None,
-                                self.meta.run_id if self.meta else None)  # fmt: skip
+                                self.meta.run_id if self.meta else None)
             self._records = current_attempts(recs.records, self.manifest["cells"])
         return self._records
 
@@ -113,7 +113,7 @@ def load_run(path: str | Path) -> Run:
             warnings.warn(w, DataWarning, stacklevel=2)
         cells = manifest["cells"]
         return Run(p, manifest, None, meta, said, frame=current_attempts_frame(frame, cells),
-                   meta_records=current_attempts(meta_records, cells))  # fmt: skip
+                   meta_records=current_attempts(meta_records, cells))
     recs = scan_records(p / RECORDS, meta.k, meta.run_id)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)
