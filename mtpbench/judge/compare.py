@@ -41,6 +41,7 @@ from mtpbench.judge.diagnoses import (
     _serving_diagnoses,
     _text_changes,
     _unapplied,
+    sampler_broken,
 )
 from mtpbench.judge.evidence import CellResult, RepeatResult, collect
 from mtpbench.judge.findings import (
@@ -121,6 +122,7 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     comp.diagnoses.extend(_serving_diagnoses(run))
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
     comp.diagnoses.extend(_unapplied(u) for u in unapplied(run.cell_starts()))
+    comp.diagnoses.extend(sampler_broken(run.cell_starts()))
     for c in cells:
         d = _instability(c, gate, greedy)
         if d:

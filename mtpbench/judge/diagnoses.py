@@ -27,6 +27,7 @@ from mtpbench.judge.findings import (
     Kind,
     PatchNotApplied,
     RunFailed,
+    SamplerBroken,
     Severity,
     SpeculationOff,
     TextChanged,
@@ -220,6 +221,23 @@ def _unapplied(u: Unapplied) -> Finding:
         PatchNotApplied(patch=u.patch, variant=u.variant, status=u.status, repeats=u.repeats, of=u.of,
                         details=list(u.details)),
     )
+
+
+def sampler_broken(cell_starts: list[dict[str, Any]]) -> list[Finding]:
+    """Cells whose sampled repeats ran on an expand kernel that leaves the per-token temperature unwritten
+    (the worker's probe, recorded in cell_start for sampled jobs): their acceptance measures leftover
+    memory, not the drafter (docs/cpu-sampling.md). A named bug of the build: it fails the gate."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for s in cell_starts:
+        probe = s.get("sampled_expand")
+        if isinstance(probe, dict) and probe.get("status") == "broken":
+            by.setdefault(str(s.get("cell")), []).append(s)
+    return [
+        Finding(Kind.SAMPLER_BROKEN, Severity.FAIL, cell, Cause.CPU_EXPAND_KERNEL,
+                SamplerBroken(hash_seeds=[s.get("hash_seed") for s in starts],
+                              detail=str(starts[0]["sampled_expand"].get("detail", ""))))
+        for cell, starts in by.items()
+    ]
 
 
 def _cell_health(c: CellResult) -> list[Finding]:

