@@ -155,7 +155,11 @@ def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "mtpbench", "run", str(path), "--out", str(out), "--no-compare"],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "MTPBENCH_WIDTH": "200"},
     )  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # The stock cell's sampler is broken, and the run says so (exit 1: its numbers mean nothing); the
+    # patched cell is not flagged.
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    flagged = [ln for ln in res.stdout.splitlines() if ln.startswith("FAIL sampled-acceptance-not-meaningful ")]
+    assert len(flagged) == 1 and "current/eager/stock:" in flagged[0], res.stdout[-3000:]
     (run_dir,) = [p for p in out.iterdir() if (p / "manifest.json").exists()]
     return run_dir
 
@@ -165,7 +169,11 @@ def test_patched_sampled_acceptance_is_not_collapsed(sampled_run: Path) -> None:
     from mtpbench.judge.compare import collect
     from mtpbench.store.results import load_run
 
-    cells = {c.variant: c for c in collect(load_run(sampled_run), confidence=0.99)}
+    run = load_run(sampled_run)
+    cells = {c.variant: c for c in collect(run, confidence=0.99)}
+    # The worker's probe of the expand kernel, recorded for sampled jobs: broken stock, working patched.
+    probes = {s["variant"]: s["sampled_expand"]["status"] for s in run.cell_starts()}
+    assert probes == {"stock": "broken", "expand": "ok"}, probes
     patched, stock = cells["expand"], cells["stock"]
     assert patched.patches[0]["status"] == "applied", patched.patches
     seen = (patched.summary.per_pos, stock.summary.per_pos)
