@@ -51,3 +51,9 @@ def test_size_command_and_dry_run_show_the_sizing() -> None:
                              env={"COLUMNS": "200"})
     assert dry.exit_code == 0, dry.output
     assert "sizing: to certify no drop ≥ 5 pts" in dry.stdout and "over 9 checks" in dry.stdout
+
+
+def test_size_refuses_a_tolerance_that_is_not_a_finite_number() -> None:
+    for bad in ("inf", "nan", "-1"):
+        res = CliRunner().invoke(app, ["size", str(TINY), "--tolerance", bad], env={"COLUMNS": "200"})
+        assert res.exit_code == 2 and "Traceback" not in res.output and "internal error" not in res.output, res.output

@@ -167,7 +167,7 @@ def size(
     baseline: Annotated[Path, typer.Argument(help="A baseline with per-prompt counts (baseline save keeps them).")],
     pilot: Annotated[Path | None, typer.Option("--run", help="A pilot run: size from its paired spread.")] = None,
     checks: Annotated[int, typer.Option(help="Checks the run makes (k per cell, k per graph cell).", min=1)] = 6,
-    tolerance: Annotated[float | None, typer.Option(help="δ, points (default: the gate's).", min=0)] = None,
+    tolerance: ToleranceOpt = None,
 ) -> int:
     """How many prompts the gate needs to certify no drop of δ at each position (exit 0; 2 on bad input)."""
     from mtpbench.config import GateSpec
@@ -175,17 +175,14 @@ def size(
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
-    b = load_baseline(baseline)
+    _check_options(tolerance, None)  # a finite number of points, as compare and report take it
     if pilot is not None:
-        from mtpbench.judge.compare import compare
         from mtpbench.store.results import load_run
 
-        run = load_run(pilot)
-        gate = run.typed.config.gate
-        gate = gate if tolerance is None else gate.model_copy(update={"tolerance_pts": tolerance})
-        comp = compare(run, b, gate, str(baseline), baseline_path=baseline, accept_unchecked=True)
+        comp = _judge(load_run(pilot), baseline, tolerance, accept_unchecked=True)
         console.print(sizing_table(size_pilot(comp), comp.gate, None))
         return 0
+    b = load_baseline(baseline)
     gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
     console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks)) is not None], gate))
     return 0
