@@ -119,7 +119,7 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
         comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS,
                                       RunFailed(excluded=[])))
-    comp.diagnoses.extend(_serving_diagnoses(run))
+    comp.diagnoses.extend(_serving_diagnoses(run, cells))
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
     comp.diagnoses.extend(_unapplied(u) for u in unapplied(run.cell_starts()))
     comp.diagnoses.extend(sampler_broken(run.cell_starts()))
@@ -206,5 +206,5 @@ def compare(
     n_checks = run.typed.k * len({c.cell for c in run.typed.cells})
     comp = analyze(run, gate, run_failed, measured=judge, baseline_checks=n_checks)
     comp.diagnoses.extend(late)
-    comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, resolved))
+    comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, resolved, comp.cells))
     return comp

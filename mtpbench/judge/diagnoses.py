@@ -285,6 +285,6 @@ def _divergence_pairs(cfg: ManifestConfig, cells: list[CellResult], greedy: bool
             if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]]
 
 
-def _serving_diagnoses(run: Run) -> list[Finding]:
+def _serving_diagnoses(run: Run, cells: list[CellResult]) -> list[Finding]:
     # Serving workload (mtpbench/judge/serving_summary.py): failed requests, /metrics vs per-request counts.
-    return serving_summary.diagnoses(run)
+    return serving_summary.diagnoses(run, cells)

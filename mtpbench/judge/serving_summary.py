@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import NotComparableError
-from mtpbench.judge.evidence import collect
+from mtpbench.judge.evidence import CellResult, collect
 from mtpbench.judge.findings import (
     Cause,
     CountMismatch,
@@ -109,7 +109,9 @@ def _pcts(values: list[float]) -> Percentiles:
     return Percentiles(float(np.percentile(arr, 50)), float(np.percentile(arr, 99)))
 
 
-def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
+def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult] | None = None) -> list[ServingCell]:
+    """Per cell: requests, throughput, latencies and both acceptance definitions. `cells`: the evidence stage's
+    cells when the caller has them (compare, baseline save), so the records are not collected again."""
     wl = workload_of(run)
     k = run.typed.k
     order: list[str] = []
@@ -120,7 +122,7 @@ def summarize_serving(run: Run, confidence: float = 0.95) -> list[ServingCell]:
             meta[c.cell] = {"build": c.build, "mode": c.mode, "variant": c.variant}
     # Acceptance from the evidence stage (complete repeats, the same clustered interval as the offline table):
     # the serving table, the checks and `baseline save` cannot disagree on what a cell accepted.
-    judged = {c.cell: c for c in collect(run, confidence)}
+    judged = {c.cell: c for c in (collect(run, confidence) if cells is None else cells)}
     out: list[ServingCell] = []
     for cell in order:
         mine = [r for r in run.records if r.get("cell") == cell]
@@ -220,12 +222,14 @@ def _max_tokens(run: Run) -> int | None:
     return run.typed.config.sampling.max_tokens
 
 
-def baseline_fields(run: Run, build: str, mode: str, variant: str | None = None) -> dict[str, Any] | None:
-    """What `baseline save` stores for a serving cell (None for an offline run)."""
+def baseline_fields(run: Run, build: str, mode: str, variant: str | None = None,
+                    served: list[ServingCell] | None = None) -> dict[str, Any] | None:
+    """What `baseline save` stores for a serving cell (None for an offline run); `served`: the run's
+    summarize_serving, when the caller has it."""
     if not is_serving(run):
         return None
     wl = workload_of(run)
-    cells = summarize_serving(run)
+    cells = summarize_serving(run) if served is None else served
     cell = next((c for c in cells if (c.build, c.mode) == (build, mode) and variant in (None, c.variant)), None)
     if cell is None:
         return None
@@ -252,13 +256,13 @@ def _round(x: float | None, n: int) -> float | None:
 # --- checks -----------------------------------------------------------------------------------------------
 
 
-def diagnoses(run: Run) -> list[Finding]:
+def diagnoses(run: Run, cells: list[CellResult] | None = None) -> list[Finding]:
     """Serving findings that need no baseline (failed requests, /metrics vs per-request counts)."""
     if not is_serving(run):
         return []
     out: list[Finding] = []
     incomplete = {c.cell for c in run.typed.cells if c.status != CellStatus.OK}
-    for c in summarize_serving(run):
+    for c in summarize_serving(run, cells=cells):
         missing = c.requests_total - c.requests_ok - c.requests_failed
         # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the
         # run-failed warning), not a gate finding; its recorded requests are still shown in the table.
@@ -275,13 +279,14 @@ def diagnoses(run: Run) -> list[Finding]:
     return out
 
 
-def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry]) -> list[Finding]:
+def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry],
+                         cells: list[CellResult] | None = None) -> list[Finding]:
     """req/s below the baseline entry's by more than the workload's tolerance (same NUM only)."""
     if not is_serving(run):
         return []
     wl = workload_of(run)
     out: list[Finding] = []
-    for c in summarize_serving(run):
+    for c in summarize_serving(run, cells=cells):
         entry = entries.get(c.cell)  # the entry compare judged the cell's acceptance by (resolve_entry)
         if entry is None or entry.serving is None or entry.serving.req_per_s is None or c.req_per_s is None:
             continue

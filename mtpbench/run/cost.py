@@ -10,9 +10,7 @@ from typing import Any
 
 from mtpbench.config import ExperimentConfig
 from mtpbench.run.cells import Cell
-from mtpbench.store.results import (
-    MANIFEST,
-)
+from mtpbench.store.manifest import MANIFEST
 
 
 def time_breakdown(manifest: dict[str, Any]) -> dict[str, float]:

@@ -32,15 +32,9 @@ from mtpbench.run.cost import Estimate, estimate, time_breakdown
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
 from mtpbench.store.baseline import model_identity
-from mtpbench.store.results import (
-    MANIFEST,
-    RECORDS,
-    new_manifest,
-    new_run_dir,
-    now_iso,
-    refresh_copy,
-    write_json_atomic,
-)
+from mtpbench.store.manifest import MANIFEST, new_manifest, new_run_dir, now_iso, write_json_atomic
+from mtpbench.store.records import RECORDS
+from mtpbench.store.results import refresh_copy
 
 EventCallback = Callable[[str, dict[str, Any]], None]
 

@@ -33,24 +33,8 @@ import pandas as pd
 
 from mtpbench.config import path_kind
 from mtpbench.errors import DataWarning, UserError
-from mtpbench.store.manifest import (
-    MANIFEST,
-    Manifest,
-    ensure_out_dir,
-    new_manifest,
-    new_run_dir,
-    now_iso,
-    read_manifest,
-    write_json_atomic,
-)
+from mtpbench.store.manifest import MANIFEST, Manifest, read_manifest
 from mtpbench.store.records import PROMPT_COLUMNS, RECORDS, scan_records
-
-# ensure_out_dir, new_manifest, new_run_dir, now_iso and write_json_atomic are manifest.py's: importable from
-# here until run/runner.py and cli.py import them from there.
-__all__ = [
-    "MANIFEST", "RECORDS", "DataWarning", "Manifest", "Run", "ensure_out_dir", "load_run", "new_manifest",
-    "new_run_dir", "now_iso", "write_json_atomic",
-]
 
 
 @dataclass
