@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from mtpbench.cli import app
 from mtpbench.judge.compare import analyze, compare
-from mtpbench.render import ci, report
+from mtpbench.render import ci, junit
 from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
@@ -44,16 +44,18 @@ def stored(tmp_path: Path) -> Path:
 
 def test_junit_of_a_failing_gate_validates(schema: xmlschema.XMLSchema, stored: Path) -> None:
     comp = compare(load_run(stored), load_baseline(TINY_BASELINE))
-    xml = report.comparison_junit(comp)
+    xml = junit.comparison_junit(comp)
     schema.validate(xml)
-    # Five prompts against a pooled baseline: every position inconclusive (6 checks), the fault's exact
-    # cross-process instability; the gate's verdict is the instability's exit 1.
-    assert 'failures="7"' in xml and 'errors="0"' in xml and comp.exit_code == 1
+    # Five prompts against a pooled baseline: each cell's acceptance length inconclusive (2 failing checks;
+    # the positions' inconclusive is a diagnosis under the default gate), the fault's exact cross-process
+    # instability; the gate's verdict is the instability's exit 1.
+    assert 'failures="3"' in xml and 'errors="0"' in xml and comp.exit_code == 1
+    assert xml.count('name="acceptance-length"') == 2
 
 
 def test_junit_with_skipped_checks_validates(schema: xmlschema.XMLSchema, make_run: Callable[..., Path]) -> None:
     run = make_run({"ascend/NONE/stock": [[98.0, 96.0, 90.0]], "ascend/eager/stock": [[98.0, 96.0, 90.0]]})
-    xml = report.comparison_junit(compare(load_run(run), load_baseline(PUBLISHED)))
+    xml = junit.comparison_junit(compare(load_run(run), load_baseline(PUBLISHED)))
     schema.validate(xml)
     assert "<skipped" in xml and 'skipped="3"' in xml
 

@@ -39,8 +39,9 @@ def test_compare_regression_exit_1_with_table_and_junit(make_run: Callable[..., 
     assert "regression" in res.stdout and "cross-process-instability" in res.stdout
     assert "FAIL: cross-process-instability, regression in 1 cell(s) (exit 1)" in res.stdout
     xml = junit.read_text()
-    # 3 positions + 3 signatures + the unchecked-baseline note + the gate's verdict; 3 regressions + instability.
-    assert xml.count("<testcase") == 3 + 3 + 1 + 1 and xml.count("<failure") == 4
+    # AL + 3 positions + 3 signatures + the unchecked-baseline note + the gate's verdict; AL and 3 position
+    # regressions + instability.
+    assert xml.count("<testcase") == 1 + 3 + 3 + 1 + 1 and xml.count("<failure") == 5
 
 
 def test_compare_pass_exit_0_json_and_markdown(make_run: Callable[..., Path]) -> None:
@@ -51,9 +52,11 @@ def test_compare_pass_exit_0_json_and_markdown(make_run: Callable[..., Path]) ->
     assert data["exit_code"] == 0 and data["cells"][0]["summary"]["per_pos"] == pytest.approx([0.982, 0.963, 0.899])
     md = invoke("compare", run, "--baseline", PUBLISHED, "--markdown")
     assert md.exit_code == 0
-    assert "| `ascend/NONE/stock` | 0 | 98.2 | 98.2 | +0.0 | [-0.3,0.3] | 5 | 0.8 | pass |" in md.stdout
+    assert "| `ascend/NONE/stock` | 0 | 98.2 | 98.2 | +0.0 | [-0.3,0.3] | 5 | 0.9 | pass |" in md.stdout
+    assert "| `ascend/NONE/stock` | 3.844 | 3.844 | +0.000 | [-0.008,+0.008] | 5 | 0.192 | 0.021 | pass |" in md.stdout
     # What the pass certifies, in words (issue 19).
-    assert "no drop ≥ 5 pts at pos0-2 in 1 cell(s), 99 % confidence over the run's 3 checks" in md.stdout
+    assert ("no drop ≥ 5 % in acceptance length (baseline 3.84 tokens/step) in 1 cell(s), 95 % confidence over "
+            "the run's 1 primary check(s); per position, a 5-pt drop is also ruled out at pos0-2") in md.stdout
 
 
 def test_compare_tolerance_option(make_run: Callable[..., Path]) -> None:
@@ -243,7 +246,8 @@ def test_a_certified_pass_is_not_underpowered(make_run: Callable[..., Path], tmp
     invoke("baseline", "save", make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), "--out", saved)
     run = make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}, baseline=str(saved))
     res = invoke("compare", run, "--baseline", saved)
-    assert res.exit_code == 0 and "underpowered" not in res.stdout and "no drop ≥ 5 pts at pos0-2" in res.stdout
+    assert res.exit_code == 0 and "underpowered" not in res.stdout
+    assert "no drop ≥ 5 % in acceptance length" in res.stdout and "5-pt drop is also ruled out at pos0-2" in res.stdout
     assert invoke("compare", run, "--baseline", saved, "--fail-underpowered").exit_code == 0
 
 

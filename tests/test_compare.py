@@ -12,6 +12,7 @@ from conftest import PUBLISHED
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge.compare import Cause, Kind, Severity, Verdict, analyze, collect, compare
 from mtpbench.render.words import CAUSE_TEXT, finding_message
+from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import baseline_from_cells, load_baseline, write_baseline
 from mtpbench.store.results import load_run
 
@@ -131,15 +132,26 @@ def test_a_check_that_cannot_certify_states_its_smallest_detectable_drop(make_ru
     # test's mixed with the run's spread that pairing removes; `underpowered` only where δ was not certified.
     cell = "cpu/eager/stock"
     base = load_baseline(save_baseline(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), tmp_path / "b.yaml"))
-    moved = compare(load_run(make_run({cell: [GOOD]}, per_prompt={cell: [SWAPPED]})), base)
+    moved_run = load_run(make_run({cell: [GOOD]}, per_prompt={cell: [SWAPPED]}))
+    moved = compare(moved_run, base, GateSpec(primary="positions"))
     assert all(x.verdict == Verdict.INCONCLUSIVE and x.underpowered for x in moved.checks)
     assert all(x.mde is not None and x.mde > moved.gate.tolerance_pts / 100 for x in moved.checks)
-    (d,) = [d for d in moved.diagnoses if d.kind == Kind.INCONCLUSIVE]
+    (d,) = [d for d in moved.diagnoses if d.kind == Kind.INCONCLUSIVE and d.severity == Severity.FAIL]
     assert d.cause == Cause.TOO_LITTLE_EVIDENCE and d.numbers["positions"] == [0, 1, 2]
     assert moved.exit_code == ExitCode.INCONCLUSIVE
+    # The default gate certifies acceptance length: the same pooled AL, but its paired spread cannot exclude a
+    # 5 % drop, so the AL check is the failing one and the positions are an info-level diagnosis.
+    moved = compare(moved_run, base)
+    (al,) = moved.lengths
+    assert al.verdict == Verdict.INCONCLUSIVE and al.underpowered and al.delta == pytest.approx(0.0)
+    assert al.mde is not None and al.mde > al.tolerance == pytest.approx(0.05 * al.base_al)
+    fails = [d for d in moved.diagnoses if d.severity == Severity.FAIL]
+    assert [(d.kind, d.numbers["check"]) for d in fails] == [(Kind.INCONCLUSIVE, "acceptance-length")]
+    (info,) = [d for d in moved.diagnoses if d.kind == Kind.INCONCLUSIVE and d.severity == Severity.INFO]
+    assert info.numbers["check"] == "positions" and moved.exit_code == ExitCode.INCONCLUSIVE
     # A bit-identical rerun, prompt by prompt: the paired spread is zero, a drop of δ is excluded, no warning.
     same = compare(load_run(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]})), base)
-    assert all(x.verdict == Verdict.PASS and not x.underpowered and x.mde == 0 for x in same.checks)
+    assert all(x.verdict == Verdict.PASS and not x.underpowered and x.mde == 0 for x in same.checks + same.lengths)
     assert same.exit_code == ExitCode.OK and not [d for d in same.diagnoses if d.severity != Severity.INFO]
 
 

@@ -15,7 +15,7 @@ from conftest import PUBLISHED, write_run
 
 from mtpbench import __version__
 from mtpbench.judge.compare import Comparison, compare
-from mtpbench.render import report
+from mtpbench.render import junit, report
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
 
@@ -59,7 +59,7 @@ CASES: dict[str, Callable[[Path], Comparison]] = {
     "clean-pass": clean_pass,
     "frozen-selftest": frozen_selftest,
 }
-RENDER = {"json": report.comparison_json, "md": report.comparison_markdown, "xml": report.comparison_junit}
+RENDER = {"json": report.comparison_json, "md": report.comparison_markdown, "xml": junit.comparison_junit}
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -198,7 +198,10 @@ def test_counters_only_collapse_fails_the_gate_with_exit_1(tmp_path: Path) -> No
     assert comp.exit_code == ExitCode.REGRESSION
     assert {ch.verdict for ch in comp.checks} == {"regression"}
     assert all(ch.method == "counters-only" and ch.ci is None for ch in comp.checks)
-    (reg,) = [d for d in comp.diagnoses if d.kind == "regression"]
+    al, reg = [d for d in comp.diagnoses if d.kind == "regression"]
+    assert al.numbers["check"] == "acceptance-length" and al.numbers["method"] == "counters-only"
+    (length,) = comp.lengths
+    assert length.verdict == "regression" and length.ci is None and length.underpowered
     assert reg.numbers["method"] == "counters-only"
     assert "counters-only: pooled over the load, no per-request clustering" in finding_message(reg)
     _, rows = check_rows(comp.checks)

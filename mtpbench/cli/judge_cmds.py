@@ -84,12 +84,13 @@ def _judge(r: Any, baseline: Path | None, tolerance: float | None = None, allow_
 def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> int:
     """Render a comparison in the asked format (and JUnit beside it); its exit code, the one every format shows."""
     from mtpbench.judge import serving_summary as ss
+    from mtpbench.render import junit as junit_xml
     from mtpbench.render import report
     from mtpbench.render import serving as rs
 
     serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
     if junit is not None:
-        _write(junit, report.comparison_junit(comp))
+        _write(junit, junit_xml.comparison_junit(comp))
     if as_json:
         text = report.comparison_json(comp)
         sys.stdout.write((rs.add_to_json(text, serving) if serving else text) + "\n")
@@ -143,6 +144,7 @@ def compare_cmd(
 ) -> int:
     """Check a run against a baseline; the exit code is the CI gate's verdict."""
     from mtpbench.errors import NotComparableError
+    from mtpbench.render import junit as junit_xml
     from mtpbench.render import report
     from mtpbench.store.results import load_run
 
@@ -153,7 +155,7 @@ def compare_cmd(
     except NotComparableError as exc:
         # CI still reads a document: the same verdict as the exit code, in every format asked for.
         if junit is not None:
-            _write(junit, report.not_comparable_junit(exc))
+            _write(junit, junit_xml.not_comparable_junit(exc))
         if as_json:
             sys.stdout.write(report.not_comparable_json(exc) + "\n")
         raise

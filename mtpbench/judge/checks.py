@@ -8,6 +8,7 @@ calls these; the checks become structured findings here. Nothing here prints.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 
 from mtpbench.errors import NotComparableError, UserError
 from mtpbench.judge.evidence import CellResult
-from mtpbench.judge.findings import Cause, Finding, Kind, PositionChecks, Severity, Verdict
+from mtpbench.judge.findings import Cause, Finding, Kind, LengthChecks, PositionChecks, Severity, Verdict
 from mtpbench.judge.stats import (
     Estimate,
     Interval,
@@ -28,6 +29,7 @@ from mtpbench.judge.stats import (
     lower_bound,
     mover_diff,
     paired_diff,
+    two_sided,
     welch_df,
     wilson,
 )
@@ -53,6 +55,28 @@ class PositionCheck:
     entry: str = ""  # build/mode of the baseline entry
     bound: float | None = None  # one-sided lower bound on delta at the check's share of the false-alarm rate
     se: float | None = None  # of delta (the paired one when paired)
+
+
+@dataclass
+class LengthCheck:
+    """The primary endpoint of a cell against its baseline entry: acceptance length (AL, tokens per draft
+    step). `delta`, `ci`, `mde`, `bound` and `tolerance` are in tokens; `tolerance` is δ (tolerance_al_pct %
+    of the baseline's AL)."""
+
+    cell: str
+    run_al: float | None
+    base_al: float | None
+    delta: float | None
+    ci: Interval | None
+    verdict: Verdict
+    tolerance: float = 0.0
+    mde: float | None = None
+    underpowered: bool = False
+    prompts: int = 0
+    method: str = ""
+    entry: str = ""
+    bound: float | None = None
+    se: float | None = None
 
 
 # Fingerprint fields that identify what was measured; a baseline that leaves one null cannot vouch for it.
@@ -136,22 +160,23 @@ def resolve_entry(
     return e, ("baseline" if e is not None else "")
 
 
-def _decide(delta: float, se: float | None, df: float | None, gate: GateSpec, alpha: float) -> Verdict:
-    """The gate's rule for one check (δ = gate.tolerance_pts, α = the run's false-alarm rate split over its
-    checks): regression when the estimate is below −θ, θ = max(t_{1−α}·se, δ − t_{power}·se) (significant,
-    and a δ drop is caught with the gate's power); pass when the one-sided lower bound Δ − t_{1−α}·se is above
-    −δ (a drop of δ is excluded: "we would have seen it"); improvement when above +θ; otherwise
-    inconclusive. The two cannot both hold while t_{1−α} > t_{power}. Without a standard error (one prompt)
-    nothing can be certified: inconclusive."""
+def _decide(delta: float, se: float | None, df: float | None, drop: float, gate: GateSpec, alpha: float,
+            cert_alpha: float) -> Verdict:
+    """The gate's rule for one check (δ = `drop`; α = the run's false-alarm rate split over its checks; the
+    certification share = 1 − gate.confidence split over the run's primary checks): regression when the
+    estimate is below −θ, θ = max(t_{1−α}·se, δ − t_{power}·se) (significant, and a δ drop is caught with
+    the gate's power); pass when the one-sided lower bound Δ − t_{1−cert}·se is above −δ (a drop of δ is
+    excluded at the stated confidence: "we would have seen it"); improvement when above +θ; otherwise
+    inconclusive. Regression is decided first: it is the error the gate's α controls. Without a standard
+    error (one prompt) nothing can be certified: inconclusive."""
     if se is None:
         return Verdict.INCONCLUSIVE
-    drop = gate.tolerance_pts / 100
     theta = gate_threshold(se, df, drop, alpha, gate.power)
     if delta < -theta:
         return Verdict.REGRESSION
     if delta > theta:
         return Verdict.IMPROVEMENT
-    if lower_bound(delta, se, df, alpha) > -drop:
+    if lower_bound(delta, se, df, cert_alpha) > -drop:
         return Verdict.PASS
     return Verdict.INCONCLUSIVE
 
@@ -179,62 +204,140 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
                          method=COUNTERS_ONLY, entry=label)
 
 
-def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec, alpha: float) -> PositionCheck:
-    ev, conf, tol = c.evidence, gate.confidence, gate.tolerance_pts / 100
+@dataclass(frozen=True)
+class _Diff:
+    """One estimand (a position's rate, or accepted tokens per draft) of a cell against its baseline entry."""
+
+    run: float
+    base: float
+    delta: float | None
+    ci: Interval | None
+    method: str
+    prompts: int
+    se: float | None
+    df: float | None
+
+
+Column = Callable[[np.ndarray], np.ndarray]  # (G, k) accepted per position -> (G,) the estimand's numerator
+
+
+def _base_prompts(entry: BaselineEntry) -> PromptCounts | None:
+    if not entry.prompts:
+        return None
+    ids = list(entry.prompts)
+    return PromptCounts(
+        tuple(ids),
+        np.array([entry.prompts[p].num_drafts for p in ids]),
+        np.array([entry.prompts[p].num_draft_tokens for p in ids]),
+        np.array([entry.prompts[p].num_accepted_tokens for p in ids]),
+        np.array([entry.prompts[p].accepted_per_pos for p in ids]).reshape(len(ids), -1),
+    )
+
+
+def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, conf: float,
+          positions: list[int]) -> _Diff | None:
+    """The cell's estimate minus the baseline's, by the best method the entry allows: paired prompt by prompt
+    (per-prompt counts: the prompts' own difficulty cancels), against pooled counts (MOVER with Wilson for one
+    position; a normal interval on the summed positions, whose pooled se is bounded by the sum of the
+    positions' binomial ones), or against published rates taken as exact. None: the run has no estimate."""
+    ev = c.evidence
+    run_est = clustered_ratio(col(ev.per_pos), ev.drafts, conf) if ev.g else Estimate(None)
+    if run_est.value is None:
+        return None
+    base_prompts = _base_prompts(entry)
+    a, b = ev.align(base_prompts) if base_prompts is not None else (ev, ev)
+    if base_prompts is not None and a.g:
+        est = paired_diff(col(a.per_pos), a.drafts, col(b.per_pos), b.drafts, conf)
+        ea = clustered_ratio(col(a.per_pos), a.drafts, conf)
+        eb = clustered_ratio(col(b.per_pos), b.drafts, conf)
+        run = run_est.value if ea.value is None else ea.value
+        return _Diff(run, exact_base if eb.value is None else eb.value, est.value, est.ci, "paired", a.g, est.se,
+                     est.df)
+    bc = entry.counts
+    if bc is not None and bc.num_drafts > 0:
+        base = sum(bc.accepted_per_pos[i] for i in positions) / bc.num_drafts
+        delta = run_est.value - base
+        se_b = sum(binomial_se(bc.accepted_per_pos[i], bc.num_drafts) or 0.0 for i in positions)
+        se = None if run_est.se is None else math.sqrt(run_est.se**2 + se_b**2)
+        df = None if run_est.se is None else welch_df(run_est.se, run_est.df, se_b, math.inf)
+        if len(positions) == 1:
+            wb = wilson(bc.accepted_per_pos[positions[0]], bc.num_drafts, conf)
+            ci = mover_diff(run_est.value, run_est.ci, base, wb) if run_est.ci and wb else None
+        else:
+            ci = None if se is None else two_sided(delta, se, df, conf)
+        return _Diff(run_est.value, base, delta, ci, "pooled-baseline", ev.g, se, df)
+    ci = None if run_est.ci is None else Interval(run_est.ci.low - exact_base, run_est.ci.high - exact_base)
+    return _Diff(run_est.value, exact_base, run_est.value - exact_base, ci, "exact-baseline", ev.g, run_est.se,
+                 run_est.df)
+
+
+def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec, alpha: float,
+                    cert_alpha: float) -> PositionCheck:
+    tol = gate.tolerance_pts / 100
     label = f"{entry.build}/{entry.mode}"
     if c.counters_only:
         return _counters_only_check(c, i, entry, tol, label)
     base_rate = entry.rates_pct[i] / 100
-    run_est = clustered_ratio(ev.per_pos[:, i], ev.drafts, conf) if ev.g else Estimate(None)
-    if run_est.value is None:
-        return PositionCheck(c.cell, i, None, base_rate, None, None, Verdict.NO_DATA, entry=label)
-    base_prompts = None
-    if entry.prompts:
-        ids = list(entry.prompts)
-        base_prompts = PromptCounts(
-            tuple(ids),
-            np.array([entry.prompts[p].num_drafts for p in ids]),
-            np.array([entry.prompts[p].num_draft_tokens for p in ids]),
-            np.array([entry.prompts[p].num_accepted_tokens for p in ids]),
-            np.array([entry.prompts[p].accepted_per_pos for p in ids]).reshape(len(ids), -1),
-        )
-    a, b = ev.align(base_prompts) if base_prompts is not None else (ev, ev)
-    if base_prompts is not None and a.g:
-        # Paired prompt by prompt: the prompts' own difficulty cancels, the spread left is the change's.
-        est = paired_diff(a.per_pos[:, i], a.drafts, b.per_pos[:, i], b.drafts, conf)
-        ea = clustered_ratio(a.per_pos[:, i], a.drafts, conf)
-        eb = clustered_ratio(b.per_pos[:, i], b.drafts, conf)
-        run_rate, base_rate = ea.value, base_rate if eb.value is None else eb.value
-        delta, ci, method, n, se, df = est.value, est.ci, "paired", a.g, est.se, est.df
-    elif entry.counts is not None and entry.counts.num_drafts > 0:
-        bc = entry.counts
-        base_rate = bc.accepted_per_pos[i] / bc.num_drafts
-        wb = wilson(bc.accepted_per_pos[i], bc.num_drafts, conf)
-        run_rate, delta = run_est.value, run_est.value - base_rate
-        ci = mover_diff(run_est.value, run_est.ci, base_rate, wb) if run_est.ci and wb else None
-        method, n = "pooled-baseline", ev.g
-        se_b = binomial_se(bc.accepted_per_pos[i], bc.num_drafts) or 0.0
-        se = None if run_est.se is None else math.sqrt(run_est.se**2 + se_b**2)
-        df = None if run_est.se is None else welch_df(run_est.se, run_est.df, se_b, math.inf)
-    else:
-        run_rate, delta = run_est.value, run_est.value - base_rate
-        ci = None if run_est.ci is None else Interval(run_est.ci.low - base_rate, run_est.ci.high - base_rate)
-        method, n, se, df = "exact-baseline", ev.g, run_est.se, run_est.df
-    if delta is None:
-        return PositionCheck(c.cell, i, run_rate, base_rate, None, None, Verdict.NO_DATA, entry=label)
-    verdict = _decide(delta, se, df, gate, alpha)
-    smallest = detectable_drop(se, df, alpha, gate.power)
+    d = _diff(c, entry, lambda m: m[:, i], base_rate, gate.confidence, [i])
+    if d is None or d.delta is None:
+        return PositionCheck(c.cell, i, None if d is None else d.run, base_rate, None, None, Verdict.NO_DATA,
+                             entry=label)
+    verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
+    smallest = detectable_drop(d.se, d.df, alpha, gate.power)
     return PositionCheck(
-        c.cell, i, run_rate, base_rate, delta, ci, verdict, smallest,
+        c.cell, i, d.run, d.base, d.delta, d.ci, verdict, smallest,
         # Only a check that could not certify δ is underpowered: a pass has certified it.
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=n, method=method, entry=label,
-        bound=None if se is None else lower_bound(delta, se, df, alpha), se=se,
+        prompts=d.prompts, method=d.method, entry=label,
+        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha), se=d.se,
     )
 
 
-def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) -> list[Finding]:
+def _length_check(c: CellResult, entry: BaselineEntry, gate: GateSpec, alpha: float,
+                  cert_alpha: float) -> LengthCheck:
+    """The primary endpoint: acceptance length (1 + accepted tokens per draft step, over all k positions of
+    the entry) against the entry's, δ = gate.tolerance_al_pct % of the entry's AL, by the same rule."""
+    k = len(entry.rates_pct)
+    label = f"{entry.build}/{entry.mode}"
+    exact = 1.0 + sum(entry.rates_pct) / 100
+    if not c.counters_only and c.evidence.g and c.evidence.k < k:
+        return LengthCheck(c.cell, None, exact, None, None, Verdict.NO_DATA, entry=label)
+    if c.counters_only:
+        tot = c.evidence.total()
+        if tot.num_drafts <= 0 or len(tot.accepted_per_pos) < k:
+            return LengthCheck(c.cell, None, exact, None, None, Verdict.NO_DATA, method=COUNTERS_ONLY, entry=label)
+        bc = entry.counts
+        base = 1.0 + sum(bc.accepted_per_pos[:k]) / bc.num_drafts if bc is not None and bc.num_drafts > 0 else exact
+        run = 1.0 + sum(tot.accepted_per_pos[:k]) / tot.num_drafts
+        tol = gate.tolerance_al_pct / 100 * base
+        delta = run - base
+        verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
+        return LengthCheck(c.cell, run, base, delta, None, verdict, tol, underpowered=True, method=COUNTERS_ONLY,
+                           entry=label)
+    d = _diff(c, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)))
+    if d is None or d.delta is None:
+        return LengthCheck(c.cell, None if d is None else 1.0 + d.run, exact, None, None, Verdict.NO_DATA,
+                           entry=label)
+    base = 1.0 + d.base
+    tol = gate.tolerance_al_pct / 100 * base
+    verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
+    smallest = detectable_drop(d.se, d.df, alpha, gate.power)
+    return LengthCheck(
+        c.cell, 1.0 + d.run, base, d.delta, d.ci, verdict, tol, smallest,
+        underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
+        prompts=d.prompts, method=d.method, entry=label,
+        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha), se=d.se,
+    )
+
+
+def _check_findings(c: CellResult, checks: list[PositionCheck], length: LengthCheck | None,
+                    gate: GateSpec) -> list[Finding]:
+    """The cell's checks as findings. The primary endpoint (gate.primary) is what a pass certifies: its
+    inconclusive fails (exit 5) and its underpowered pass warns. The other endpoint is a diagnosis: a drop
+    it finds significant and relevant still fails (exit 1: it is in the run's false-alarm budget), and what
+    it could not certify is said (info), not failed."""
     out: list[Finding] = []
+    al_primary = gate.primary == "acceptance_length"
 
     def numbers(xs: list[PositionCheck], check: str | None = None) -> PositionChecks:
         return PositionChecks(
@@ -246,21 +349,42 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], gate: GateSpec) 
             method=COUNTERS_ONLY if any(x.method == COUNTERS_ONLY for x in xs) else None,
         )
 
+    def weak_sev() -> Severity:
+        return Severity.FAIL if gate.fail_on_underpowered else Severity.WARN
+
+    # More prompts would not help a counters-only cell: per-request counts would.
+    weak_why = Cause.NO_PER_REQUEST_COUNTS if c.counters_only else Cause.TOO_LITTLE_EVIDENCE
+    if length is not None:
+        n = LengthChecks(
+            run_al=length.run_al, base_al=length.base_al, delta=length.delta,
+            ci=None if length.ci is None else [length.ci.low, length.ci.high], mde=length.mde,
+            prompts=length.prompts, tolerance=length.tolerance, tolerance_pct=gate.tolerance_al_pct,
+            confidence=gate.confidence, power=gate.power, entry=length.entry, primary=al_primary,
+            method=COUNTERS_ONLY if length.method == COUNTERS_ONLY else None,
+        )
+        if length.verdict == Verdict.REGRESSION:
+            out.append(Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE, n))
+        elif length.verdict == Verdict.INCONCLUSIVE:
+            sev = Severity.FAIL if al_primary else Severity.INFO
+            out.append(Finding(Kind.INCONCLUSIVE, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, n))
+        elif length.verdict == Verdict.IMPROVEMENT:
+            sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
+            out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, n))
+        elif length.verdict == Verdict.PASS and length.underpowered and al_primary:
+            out.append(Finding(Kind.UNDERPOWERED, weak_sev(), c.cell, weak_why, n))
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
     if by[Verdict.REGRESSION]:
         out.append(Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE,
                            numbers(by[Verdict.REGRESSION])))
     if by[Verdict.INCONCLUSIVE]:
-        out.append(Finding(Kind.INCONCLUSIVE, Severity.FAIL, c.cell, Cause.TOO_LITTLE_EVIDENCE,
-                           numbers(by[Verdict.INCONCLUSIVE], "baseline")))
+        sev = Severity.INFO if al_primary else Severity.FAIL
+        check = "positions" if al_primary else "baseline"
+        out.append(Finding(Kind.INCONCLUSIVE, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE,
+                           numbers(by[Verdict.INCONCLUSIVE], check)))
     if by[Verdict.IMPROVEMENT]:
         sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
         out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))
     weak = [x for x in by[Verdict.PASS] if x.underpowered]
-    if weak:
-        sev = Severity.FAIL if gate.fail_on_underpowered else Severity.WARN
-        # More prompts would not help a counters-only cell: per-request counts would.
-        why = Cause.NO_PER_REQUEST_COUNTS if c.counters_only else Cause.TOO_LITTLE_EVIDENCE
-        out.append(Finding(Kind.UNDERPOWERED, sev, c.cell, why, numbers(weak)))
+    if weak and not al_primary:
+        out.append(Finding(Kind.UNDERPOWERED, weak_sev(), c.cell, weak_why, numbers(weak)))
     return out
-

@@ -26,8 +26,10 @@ from mtpbench.fixes.status import unapplied
 from mtpbench.judge import serving_summary
 from mtpbench.judge.checks import (
     IDENTITY_FIELDS,
+    LengthCheck,
     PositionCheck,
     _check_findings,
+    _length_check,
     _position_check,
     check_comparable,
     config_names_baseline,
@@ -73,6 +75,7 @@ class Comparison:
     run_id: str
     cells: list[CellResult]
     checks: list[PositionCheck] = field(default_factory=list)
+    lengths: list[LengthCheck] = field(default_factory=list)  # acceptance length per cell against the baseline
     diagnoses: list[Finding] = field(default_factory=list)
     baseline: str | None = None
     baseline_provenance: dict[str, Any] = field(default_factory=dict)
@@ -82,6 +85,9 @@ class Comparison:
     # The run's statistical checks (positions x cells against the baseline, graph divergence): its
     # false-alarm rate is split evenly among them (Bonferroni), so a harmless run fails at most that often.
     family: int = 1
+    # The checks a pass certifies (gate.primary: a cell's AL, or its k positions, per cell): the certificate's
+    # confidence (gate.confidence) is simultaneous over them (Bonferroni).
+    primary: int = 1
 
     @property
     def findings(self) -> list[Finding]:
@@ -93,6 +99,11 @@ class Comparison:
         return self.gate.false_alarm / max(self.family, 1)
 
     @property
+    def cert_alpha(self) -> float:
+        """One primary check's share of 1 − confidence: the one-sided level of the lower bound a pass needs."""
+        return (1.0 - self.gate.confidence) / max(self.primary, 1)
+
+    @property
     def exit_code(self) -> ExitCode:
         return combine_exit_codes(f.exit_code for f in self.diagnoses)
 
@@ -101,7 +112,7 @@ Measured = Callable[["Comparison"], None]
 
 
 def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
-            measured: Measured | None = None, baseline_checks: int = 0) -> Comparison:
+            measured: Measured | None = None, baseline_checks: int = 0, primary_checks: int = 1) -> Comparison:
     """The run's cells and their diagnoses. `measured(comp)` is called once the cells are known and before
     any diagnosis is made: it may read the cells (and the checks, under compare), nothing else. The report
     draws its figures in another process meanwhile; the diagnoses take as long again as collecting."""
@@ -110,7 +121,7 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     cells = collect(run, gate.confidence)
     greedy = cfg.sampling.temperature == 0.0
     pairs = _divergence_pairs(cfg, cells, greedy)
-    comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy,
+    comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy, primary=primary_checks,
                       family=baseline_checks + sum(c.evidence.k or run.typed.k for c, _ in pairs))
     if measured is not None:
         measured(comp)
@@ -196,15 +207,22 @@ def compare(
                 late.append(Finding(Kind.NO_BASELINE, sev, c.cell, Cause.NO_BASELINE_ENTRY,
                                     NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries)))
                 continue
-            checks = [_position_check(c, i, entry, comp.gate, comp.alpha) for i in range(len(entry.rates_pct))]
+            checks = [_position_check(c, i, entry, comp.gate, comp.alpha, comp.cert_alpha)
+                      for i in range(len(entry.rates_pct))]
             comp.checks.extend(checks)
-            late.extend(_check_findings(c, checks, comp.gate))
+            length = _length_check(c, entry, comp.gate, comp.alpha, comp.cert_alpha)
+            comp.lengths.append(length)
+            late.extend(_check_findings(c, checks, length, comp.gate))
         if measured is not None:
             measured(comp)
 
-    # Every cell x position is one check against the baseline (a cell without an entry too: it fails anyway).
-    n_checks = run.typed.k * len({c.cell for c in run.typed.cells})
-    comp = analyze(run, gate, run_failed, measured=judge, baseline_checks=n_checks)
+    # Every cell's AL and each of its positions is one check against the baseline (a cell without an entry
+    # too: it fails anyway); the primary ones are what a pass certifies.
+    n_cells, k = len({c.cell for c in run.typed.cells}), run.typed.k
+    g = gate or run.typed.config.gate
+    n_primary = n_cells * (k if g.primary == "positions" else 1)
+    comp = analyze(run, gate, run_failed, measured=judge, baseline_checks=n_cells * (k + 1),
+                   primary_checks=n_primary)
     comp.diagnoses.extend(late)
     comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, resolved, comp.cells))
     return comp

@@ -155,6 +155,28 @@ class PositionChecks(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LengthChecks(Payload):
+    """Regression, inconclusive, underpowered or improvement of a cell's acceptance length (AL, tokens per
+    draft step) against its baseline entry: `delta`, `ci`, `mde` and `tolerance` in tokens, `tolerance_pct`
+    the δ it came from (% of the baseline's AL)."""
+
+    check: str = "acceptance-length"
+    run_al: float | None
+    base_al: float | None
+    delta: float | None
+    ci: list[float] | None
+    mde: float | None
+    prompts: int
+    tolerance: float
+    tolerance_pct: float
+    confidence: float
+    power: float
+    entry: str
+    primary: bool  # the run's primary endpoint (a pass certifies it) or a diagnosis
+    method: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Divergence(Payload):
     """A graph (or compiled) mode against the eager reference of the same build and variant."""
 

@@ -268,6 +268,12 @@ def gate_threshold(se: float, df: float | None, drop: float, alpha: float, power
     return max(_t(1 - alpha, df) * se, drop - _t(power, df) * se)
 
 
+def two_sided(delta: float, se: float, df: float | None, confidence: float) -> Interval:
+    """The t (or normal, df None) interval delta ± t_{(1+c)/2}·se."""
+    h = _t(0.5 + confidence / 2, df) * se
+    return Interval(delta - h, delta + h)
+
+
 def lower_bound(delta: float, se: float, df: float | None, alpha: float) -> float:
     """One-sided (1 − α) lower confidence bound on a difference."""
     return delta - _t(1 - alpha, df) * se

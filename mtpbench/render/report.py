@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import xml.etree.ElementTree as ET
 from enum import Enum
 from typing import Any
 
@@ -23,14 +22,12 @@ from rich.text import Text
 
 from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
-from mtpbench.judge.compare import CellResult, Comparison, Finding, Kind, PositionCheck, Severity, Verdict
-from mtpbench.judge.findings import PositionChecks
+from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
+from mtpbench.render.lengths import length_rows
+from mtpbench.render.verdicts import verdict_text
 from mtpbench.render.words import (
     cause_text,
-    certified_text,
-    check_message,
     ci_text,
-    finding_line,
     finding_message,
     pct,
     pts,
@@ -185,24 +182,6 @@ def diagnosis_text(d: Finding) -> Text:
 
 
 
-def verdict_text(comp: Comparison) -> str:
-    code = comp.exit_code
-    fails = [d for d in comp.diagnoses if d.exit_code == code and d.severity == Severity.FAIL]
-    ncells = len({d.cell for d in fails})
-    kinds = ", ".join(sorted({d.name for d in fails}))
-    if code == ExitCode.OK:
-        warns = sum(1 for d in comp.diagnoses if d.severity == Severity.WARN)
-        tail = f", {warns} warning(s)" if warns else ""
-        return f"PASS: {len(comp.cells)} cells, {certified_text(comp)}; no regression or bug signature{tail} (exit 0)"
-    if code == ExitCode.REGRESSION:
-        return f"FAIL: {kinds} in {ncells} cell(s) (exit 1)"
-    if code == ExitCode.NOT_COMPARABLE:
-        return f"NOT COMPARABLE: {ncells} cell(s) have no baseline entry to judge them by (exit 4)"
-    if code == ExitCode.INCONCLUSIVE:
-        return f"INCONCLUSIVE: {kinds} in {ncells} cell(s); the data can neither confirm nor rule out a drop (exit 5)"
-    return "INCOMPLETE: some repeats did not finish and were left out of the verdicts (exit 3)"
-
-
 def verdict_line(comp: Comparison) -> Text:
     style = {ExitCode.OK: "bold green", ExitCode.REGRESSION: "bold red"}.get(comp.exit_code, "bold yellow")
     return Text(verdict_text(comp), style=style)
@@ -211,6 +190,9 @@ def verdict_line(comp: Comparison) -> Text:
 def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool = True) -> Group:
     parts: list[Any] = [summary_table(comp.cells, title=f"run {comp.run_id}", ci=ci)]
     if comp.baseline and show_checks:
+        if comp.lengths:
+            primary = comp.gate.primary == "acceptance_length"
+            parts.append(rich_table(*length_rows(comp.lengths, primary, ci), f"acceptance length vs {comp.baseline}"))
         parts.append(checks_table(comp.checks, comp.baseline, ci))
         prov = comp.baseline_provenance
         if prov:
@@ -263,6 +245,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "baseline_provenance": _jsonable(comp.baseline_provenance),
         "unchecked": comp.unchecked,
         "cells": _jsonable(comp.cells),
+        "lengths": _jsonable(comp.lengths),
         "checks": _jsonable(comp.checks),
         "findings": [
             {
@@ -289,6 +272,8 @@ def comparison_markdown(comp: Comparison) -> str:
     lines += [f"**{verdict_text(comp)}**", ""]
     lines += markdown_table(*summary_rows(comp.cells, ci=True))
     if comp.baseline:
+        if comp.lengths:
+            lines += ["", *markdown_table(*length_rows(comp.lengths, comp.gate.primary == "acceptance_length"))]
         lines += ["", *markdown_table(*check_rows(comp.checks))]
     if comp.diagnoses:
         lines.append("")
@@ -296,74 +281,6 @@ def comparison_markdown(comp: Comparison) -> str:
             cause = f" — likely cause: {cause_text(d)}" if cause_text(d) else ""
             lines.append(f"- **{d.severity.value.upper()} {d.name}** `{d.cell}`: {finding_message(d)}{cause}")
     return "\n".join(lines) + "\n"
-
-
-# Checks whose verdict is a failure of the gate on their own; NO_DATA / NO_BASELINE checks are skipped
-# testcases because the cell-level finding (speculation-off, run-failed, no-baseline) carries the failure.
-_CHECK_FAILS = {Verdict.REGRESSION, Verdict.INCONCLUSIVE}
-# Signatures every cell is tested for, so a pass shows up as a passing testcase.
-_CELL_SIGNATURES = (Kind.SPECULATION_OFF, Kind.INSTABILITY, Kind.GRAPH_DIVERGENCE)
-
-
-def comparison_junit(comp: Comparison) -> str:
-    """One testcase per cell × position, per cell × signature, and per other finding. A testcase fails
-    exactly when a finding breaks the gate, so `failures > 0` iff the exit code is not 0."""
-    suite = ET.Element("testsuite", name=f"mtpbench.{comp.run_id}")
-    n = failures = 0
-    failing_improvement = {d.cell for d in comp.diagnoses if d.kind == Kind.IMPROVEMENT and d.severity == Severity.FAIL}
-
-    def case(classname: str, name: str) -> ET.Element:
-        nonlocal n
-        n += 1
-        return ET.SubElement(suite, "testcase", classname=f"mtpbench.{classname}", name=name)
-
-    def fail(el: ET.Element, kind: str, message: str, text: str = "") -> None:
-        nonlocal failures
-        failures += 1
-        ET.SubElement(el, "failure", message=message, type=kind).text = text or None
-
-    for x in comp.checks:
-        el = case(x.cell, f"pos{x.pos}")
-        desc = check_message(x)
-        if x.verdict in _CHECK_FAILS or (x.verdict == Verdict.IMPROVEMENT and x.cell in failing_improvement):
-            fail(el, x.verdict.value, desc)
-        elif x.verdict in (Verdict.NO_DATA, Verdict.NO_BASELINE):
-            ET.SubElement(el, "skipped", message=f"{x.verdict.value}: {desc}")
-        else:
-            ET.SubElement(el, "system-out").text = f"{x.verdict.value}: {desc}"
-    covered: set[int] = set()
-    for c in comp.cells:
-        for kind in _CELL_SIGNATURES:
-            el = case(c.cell, kind.value)
-            for i, d in enumerate(comp.diagnoses):
-                if d.kind == kind and d.cell == c.cell:
-                    covered.add(i)
-                    if d.severity == Severity.FAIL:
-                        fail(el, kind.value, finding_message(d), cause_text(d))
-                    else:
-                        ET.SubElement(el, "system-out").text = finding_line(d)
-    for i, d in enumerate(comp.diagnoses):
-        by_checks = d.kind in (Kind.REGRESSION, Kind.IMPROVEMENT) or (
-            d.kind == Kind.INCONCLUSIVE and isinstance(d.payload, PositionChecks)
-        )
-        if i in covered or by_checks:
-            continue  # already a testcase: its cell × signature, or its cell × position checks
-        el = case(d.cell, d.name)
-        if d.severity == Severity.FAIL:
-            fail(el, d.name, finding_message(d), cause_text(d))
-        else:
-            ET.SubElement(el, "system-out").text = finding_line(d)
-    el = case("gate", "verdict")
-    if comp.exit_code != ExitCode.OK and failures == 0:  # defensive: the file must never read green
-        fail(el, "verdict", verdict_text(comp))
-    ET.SubElement(el, "system-out").text = verdict_text(comp)
-    suite.set("tests", str(n))
-    suite.set("failures", str(failures))
-    # Jenkins' JUnit schema requires `errors` (tests/data/junit-jenkins.xsd); a gate check never errors.
-    suite.set("errors", "0")
-    suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
-    ET.indent(suite)
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
 # --- not comparable: no comparison exists, but CI still reads a document -----------------------------
@@ -388,11 +305,3 @@ def not_comparable_document(exc: NotComparableError) -> dict[str, Any]:
 
 def not_comparable_json(exc: NotComparableError) -> str:
     return json.dumps(not_comparable_document(exc), indent=2, ensure_ascii=False)
-
-
-def not_comparable_junit(exc: NotComparableError) -> str:
-    suite = ET.Element("testsuite", name=f"mtpbench.{exc.run_id or 'run'}", tests="1", failures="1")
-    el = ET.SubElement(suite, "testcase", classname="mtpbench.gate", name="comparable")
-    ET.SubElement(el, "failure", message=str(exc), type="not-comparable")
-    ET.indent(suite)
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -13,13 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from mtpbench.fixes.status import is_fix
-from mtpbench.judge.compare import Cause, Comparison, Finding, Kind, PositionCheck, Verdict
+from mtpbench.judge.checks import LengthCheck
+from mtpbench.judge.compare import Cause, Finding, Kind, PositionCheck
 from mtpbench.judge.findings import (
     CountMismatch,
     Divergence,
     Downgraded,
     FailedRequests,
     Instability,
+    LengthChecks,
     NoBaseline,
     PatchNotApplied,
     PositionChecks,
@@ -117,27 +119,65 @@ COUNTERS_ONLY_TEXT = (
 )
 
 
-def _msg_regression(n: PositionChecks) -> str:
+def _al(n: LengthChecks, with_ci: bool = True) -> str:
+    run = "–" if n.run_al is None else f"{n.run_al:.3f}"
+    base = "–" if n.base_al is None else f"{n.base_al:.3f}"
+    delta = "–" if n.delta is None else f"{n.delta:+.3f}"
+    s = f"acceptance length {run} vs baseline {base} tokens/step ({delta}"
+    if with_ci and n.method != COUNTERS_ONLY:
+        ci = "no interval (fewer than 2 prompts with drafts)" if n.ci is None else f"[{n.ci[0]:+.3f}, {n.ci[1]:+.3f}]"
+        s += f", {100 * n.confidence:g} % CI {ci}"
+    return s + ")"
+
+
+def _al_tol(n: LengthChecks) -> str:
+    return f"{n.tolerance_pct:g} % of the baseline's AL ({n.tolerance:.3f} tokens/step)"
+
+
+def _al_role(n: LengthChecks) -> str:
+    return "" if n.primary else " (a diagnosis: the gate certifies per position)"
+
+
+def _msg_regression(n: PositionChecks | LengthChecks) -> str:
+    if isinstance(n, LengthChecks):
+        tail = COUNTERS_ONLY_TEXT if n.method == COUNTERS_ONLY else f"{n.prompts} prompts"
+        return f"{_al(n)}; tolerance {_al_tol(n)}, {tail}, entry {n.entry}{_al_role(n)}"
     if n.method == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}; tolerance {n.tolerance_pts:g} pts, entry {n.entry}; "
                 f"{COUNTERS_ONLY_TEXT}")
     return f"{_positions(n)}; tolerance {n.tolerance_pts:g} pts, {n.prompts} prompts, entry {n.entry}"
 
 
-def _msg_inconclusive(n: PositionChecks | Divergence) -> str:
+def _msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
     if isinstance(n, Divergence):
         return (
             f"{n.mode} differs from {n.reference_mode} by {pts(n.delta)} pts at pos{n.pos}, beyond the "
             f"{n.tolerance_pts:g}-pt divergence tolerance, but the data cannot support it (CI "
             f"{_ci_list(n.ci)}, {n.prompts} prompts)"
         )
+    if isinstance(n, LengthChecks):
+        mde = "n/a" if n.mde is None else f"{n.mde:.3f}"
+        return (f"{_al(n)}: the data neither rule out a drop of {_al_tol(n)} nor confirm one ({n.prompts} "
+                f"prompts; the smallest drop this run catches with {100 * n.power:g} % power: {mde} tokens/step)"
+                f"{_al_role(n)}")
+    if n.check == "positions":
+        return (f"{_positions(n)}: not certified per position (a drop of {n.tolerance_pts:g} pts is neither "
+                f"ruled out nor confirmed; smallest drop caught with {100 * n.power:g} % power: {_mdes(n)} pts, "
+                f"{n.prompts} prompts); a diagnosis, the gate certifies acceptance length")
     return (
         f"{_positions(n)}: the data neither rule out a drop of {n.tolerance_pts:g} pts nor confirm one "
         f"({n.prompts} prompts; the smallest drop this run catches with {100 * n.power:g} % power: {_mdes(n)} pts)"
     )
 
 
-def _msg_underpowered(n: PositionChecks) -> str:
+def _msg_underpowered(n: PositionChecks | LengthChecks) -> str:
+    if isinstance(n, LengthChecks):
+        if n.method == COUNTERS_ONLY:
+            return (f"{_al(n, with_ci=False)}: within {_al_tol(n)}, but the power to detect a drop that large is "
+                    f"unknown; {COUNTERS_ONLY_TEXT}")
+        mde = "n/a" if n.mde is None else f"{n.mde:.3f}"
+        return (f"could not have caught a drop of {_al_tol(n)} with {100 * n.power:g} % power: smallest such "
+                f"drop {mde} tokens/step ({n.prompts} prompts)")
     if n.method == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
                 f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")
@@ -147,7 +187,9 @@ def _msg_underpowered(n: PositionChecks) -> str:
     )
 
 
-def _msg_improvement(n: PositionChecks) -> str:
+def _msg_improvement(n: PositionChecks | LengthChecks) -> str:
+    if isinstance(n, LengthChecks):
+        return f"{_al(n, with_ci=False)}: better than the baseline beyond {_al_tol(n)}"
     return f"{_positions(n, with_ci=False)}: better than the baseline beyond the {n.tolerance_pts:g}-pt tolerance"
 
 
@@ -292,6 +334,19 @@ def check_message(x: PositionCheck) -> str:
             f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}")
 
 
+def length_message(x: LengthCheck) -> str:
+    """One cell's acceptance-length check in words (JUnit)."""
+    run = "–" if x.run_al is None else f"{x.run_al:.3f}"
+    base = "–" if x.base_al is None else f"{x.base_al:.3f}"
+    delta = "–" if x.delta is None else f"{x.delta:+.3f}"
+    if x.method == COUNTERS_ONLY:
+        return f"AL {run} vs baseline {base} tokens/step ({delta}; {COUNTERS_ONLY_TEXT}): {x.verdict.value}"
+    ci = "none" if x.ci is None else f"[{x.ci.low:+.3f}, {x.ci.high:+.3f}]"
+    mde = "–" if x.mde is None else f"{x.mde:.3f}"
+    return (f"AL {run} vs baseline {base} tokens/step ({delta}, CI {ci}, MDE {mde}, tolerance {x.tolerance:.3f}, "
+            f"{x.prompts} prompts): {x.verdict.value}")
+
+
 def finding_message(f: Finding) -> str:
     return MESSAGES[f.kind](f.payload)
 
@@ -303,19 +358,3 @@ def cause_text(f: Finding) -> str:
 def finding_line(f: Finding) -> str:
     """One line, e.g. for a CI annotation: severity, kind, cell, what was seen."""
     return f"{f.severity.value.upper()} {f.name} {f.cell}: {finding_message(f)}"
-
-def certified_text(comp: Comparison) -> str:
-    """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
-    if not comp.checks:
-        return "no baseline given, so no drop is ruled out"
-    certified = [x for x in comp.checks if x.verdict == Verdict.PASS and x.method != COUNTERS_ONLY]
-    if not certified:
-        return "no drop is ruled out (no check could certify one)"
-    pos = sorted({x.pos for x in certified})
-    where = f"pos{pos[0]}-{pos[-1]}" if len(pos) > 1 and pos == list(range(pos[0], pos[-1] + 1)) else (
-        ", ".join(f"pos{p}" for p in pos))
-    cells = len({x.cell for x in certified})
-    left = len(comp.checks) - len(certified)
-    note = f"; {left} check(s) not certified" if left else ""
-    confidence = f"{100 * (1 - comp.gate.false_alarm):g} % confidence over the run's {comp.family} checks"
-    return f"no drop ≥ {comp.gate.tolerance_pts:g} pts at {where} in {cells} cell(s), {confidence}{note}"

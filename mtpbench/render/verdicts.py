@@ -1,0 +1,55 @@
+"""The verdict in words: what a pass certifies (the drop ruled out, where, at what confidence) and the one
+verdict line every output leads with. Beside words.py, which words each finding."""
+
+from __future__ import annotations
+
+from mtpbench.errors import ExitCode
+from mtpbench.judge.compare import Comparison, Severity, Verdict
+from mtpbench.schema import COUNTERS_ONLY
+
+
+def certified_text(comp: Comparison) -> str:
+    """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
+    if not comp.checks and not comp.lengths:
+        return "no baseline given, so no drop is ruled out"
+    conf = f"{100 * comp.gate.confidence:g} % confidence over the run's {comp.primary} primary check(s)"
+    pos_ok = [x for x in comp.checks if x.verdict == Verdict.PASS and x.method != COUNTERS_ONLY]
+    pos = sorted({x.pos for x in pos_ok})
+    where = f"pos{pos[0]}-{pos[-1]}" if len(pos) > 1 and pos == list(range(pos[0], pos[-1] + 1)) else (
+        ", ".join(f"pos{p}" for p in pos))
+    if comp.gate.primary == "acceptance_length":
+        al_ok = [x for x in comp.lengths if x.verdict == Verdict.PASS and x.method != COUNTERS_ONLY]
+        if not al_ok:
+            return "no drop is ruled out (no check could certify one)"
+        left = len(comp.lengths) - len(al_ok)
+        base = ", ".join(dict.fromkeys(f"{x.base_al:.2f}" for x in al_ok if x.base_al is not None))
+        also = (f"; per position, a {comp.gate.tolerance_pts:g}-pt drop is also ruled out at {where} in "
+                f"{len(pos_ok)} of {len(comp.checks)} checks" if pos_ok else
+                "; no position could rule out a drop of its own")
+        note = f"; {left} cell(s) not certified" if left else ""
+        return (f"no drop ≥ {comp.gate.tolerance_al_pct:g} % in acceptance length (baseline {base} tokens/step) in "
+                f"{len(al_ok)} cell(s), {conf}{note}{also}")
+    if not pos_ok:
+        return "no drop is ruled out (no check could certify one)"
+    cells = len({x.cell for x in pos_ok})
+    left = len(comp.checks) - len(pos_ok)
+    note = f"; {left} check(s) not certified" if left else ""
+    return f"no drop ≥ {comp.gate.tolerance_pts:g} pts at {where} in {cells} cell(s), {conf}{note}"
+
+
+def verdict_text(comp: Comparison) -> str:
+    code = comp.exit_code
+    fails = [d for d in comp.diagnoses if d.exit_code == code and d.severity == Severity.FAIL]
+    ncells = len({d.cell for d in fails})
+    kinds = ", ".join(sorted({d.name for d in fails}))
+    if code == ExitCode.OK:
+        warns = sum(1 for d in comp.diagnoses if d.severity == Severity.WARN)
+        tail = f", {warns} warning(s)" if warns else ""
+        return f"PASS: {len(comp.cells)} cells, {certified_text(comp)}; no regression or bug signature{tail} (exit 0)"
+    if code == ExitCode.REGRESSION:
+        return f"FAIL: {kinds} in {ncells} cell(s) (exit 1)"
+    if code == ExitCode.NOT_COMPARABLE:
+        return f"NOT COMPARABLE: {ncells} cell(s) have no baseline entry to judge them by (exit 4)"
+    if code == ExitCode.INCONCLUSIVE:
+        return f"INCONCLUSIVE: {kinds} in {ncells} cell(s); the data can neither confirm nor rule out a drop (exit 5)"
+    return "INCOMPLETE: some repeats did not finish and were left out of the verdicts (exit 3)"
