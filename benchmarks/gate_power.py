@@ -251,6 +251,26 @@ def simulate(
     return drafts, acc
 
 
+AL_DELTA = 5.0  # the gate's δ on acceptance length, % (GateSpec.tolerance_al_pct)
+AL_DROPS = (3.0, 5.0, 8.0)
+
+
+def al_scale(t: Truth, pct_: float) -> np.ndarray:
+    """The common factor s on every position's conditional rate (position j's unconditional rate times
+    s^(j+1)) that lowers the truth's pooled acceptance length by `pct_` % (bisection on the expected AL)."""
+    d = t.expected_drafts
+    powers = np.arange(1, K + 1)
+
+    def al(s_: float) -> float:
+        return 1.0 + float(((t.rates * s_**powers) * d[:, None]).sum() / d.sum())
+
+    want, lo, hi = al(1.0) * (1 - pct_ / 100), 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if al(mid) > want else (mid, hi)
+    return np.full(K, (lo + hi) / 2)
+
+
 def drop_scale(t: Truth, pos: int, pts: float) -> np.ndarray:
     """The factor on position `pos`'s conditional rate that lowers its pooled unconditional rate by `pts`."""
     s = np.ones(K)
@@ -340,6 +360,7 @@ class Outcome:
     underpowered_check: bool  # some check could not certify δ (PositionCheck.underpowered)
     deltas: list[float] = field(default_factory=list)  # eager cell's Δ per position, points (spread figures)
     mdes: list[float] = field(default_factory=list)  # eager cell's smallest detectable drop per position, points
+    al: tuple[float, float] | None = None  # eager cell's AL Δ and MDE, % of the baseline's AL
 
 
 def judge(run_dir: Path, baseline: Any) -> Outcome:
@@ -350,7 +371,9 @@ def judge(run_dir: Path, baseline: Any) -> Outcome:
     eager = [c for c in comp.checks if c.cell == CELLS[0]]
     deltas = [100 * float(c.delta) for c in eager if c.delta is not None]
     mdes = [100 * float(m) for c in eager if (m := getattr(c, "mde", None)) is not None]
-    return Outcome(int(comp.exit_code), kinds, under_f, under_c, deltas, mdes)
+    ls = [x for x in getattr(comp, "lengths", []) if x.cell == CELLS[0] and x.delta is not None and x.base_al]
+    al = None if not ls else (100 * ls[0].delta / ls[0].base_al, 100 * (ls[0].mde or math.nan) / ls[0].base_al)
+    return Outcome(int(comp.exit_code), kinds, under_f, under_c, deltas, mdes, al)
 
 
 # --- scenarios ---------------------------------------------------------------------------------------
@@ -364,6 +387,7 @@ class Scenario:
     pts: float = 0.0
     cells: int = 0  # cells with the drop
     shift: bool = False
+    al: bool = False  # a drop of `pts` % of the acceptance length (every position's conditional rate scaled)
 
 
 def scenarios(deltas: list[float], gate_drop: float, both_cells: bool) -> list[Scenario]:
@@ -372,6 +396,10 @@ def scenarios(deltas: list[float], gate_drop: float, both_cells: bool) -> list[S
         Scenario("harmless", "harmless"),
         Scenario("harmless+shift", "harmless", shift=True),
     ]
+    for pct_ in AL_DROPS:
+        out.append(Scenario(f"AL drop {pct_:g} %, 1 cell", "drop", -1, pct_, 1, al=True))
+    if both_cells:
+        out.append(Scenario(f"AL drop {AL_DELTA:g} %, 2 cells", "drop", -1, AL_DELTA, 2, al=True))
     for pts in deltas:
         for pos in range(K):
             out.append(Scenario(f"drop {pts:g} pts pos{pos}, 1 cell", "drop", pos, pts, 1))
@@ -432,7 +460,7 @@ def run_setting(
                 draws[c] = (bd[j][0][:n], bd[j][1][:n])
                 continue
             dropped = sc.kind == "drop" and (sc.cells == 2 or c == GRAPH_CELL)
-            scale = drop_scale(t, sc.pos, sc.pts) if dropped else np.ones(K)
+            scale = (al_scale(t, sc.pts) if sc.al else drop_scale(t, sc.pos, sc.pts)) if dropped else np.ones(K)
             draws[c] = simulate(t, scale, b, n, rng, shift=sc.shift)
         outs = []
         for r in range(n):
@@ -447,10 +475,14 @@ def run_setting(
         kinds = Counter(k for o in outs for k in o.kinds)
         d = np.array([o.deltas for o in outs if len(o.deltas) == K]).reshape(-1, K)
         m = np.array([o.mdes for o in outs if len(o.mdes) == K]).reshape(-1, K)
+        a = np.array([o.al for o in outs if o.al is not None]).reshape(-1, 2)
         entry = {
             "kind": sc.kind,
+            "al": sc.al,
             "pos": sc.pos,
             "pts": sc.pts,
+            "eager_al_delta_sd_pct": round(float(a[:, 0].std(ddof=1)), 3) if len(a) > 1 else None,
+            "eager_al_mde_median_pct": round(float(np.median(a[:, 1])), 3) if len(a) else None,
             "cells": sc.cells,
             "shift": sc.shift,
             "n": n,
@@ -503,20 +535,16 @@ def plan(quick: bool) -> tuple[list[Setting], int, int, list[float]]:
     if quick:
         return [Setting("tiny", 40, "bursty", "main")], 30, 30, [20.0]
     settings = [
-        Setting("tiny", 40, "bursty", "main"),
+        Setting("tiny", 160, "bursty", "main"),
         Setting("gemma4-like", 40, "bursty", "main"),
         Setting("tiny", 5, "bursty", "small"),
-        Setting("gemma4-like", 5, "bursty", "small"),
-        Setting("tiny", 40, "independent", "burstiness"),
-        Setting("tiny", 40, "very-bursty", "burstiness"),
-        Setting("gemma4-like", 40, "independent", "burstiness"),
-        Setting("gemma4-like", 40, "very-bursty", "burstiness"),
+        Setting("tiny", 40, "bursty", "sizing"),
         Setting("tiny", 80, "bursty", "sizing"),
-        Setting("tiny", 160, "bursty", "sizing"),
-        Setting("gemma4-like", 80, "bursty", "sizing"),
-        Setting("gemma4-like", 160, "bursty", "sizing"),
+        Setting("gemma4-like", 20, "bursty", "sizing"),
+        Setting("tiny", 160, "very-bursty", "burstiness"),
+        Setting("gemma4-like", 40, "very-bursty", "burstiness"),
     ]
-    return settings, 0, 0, [3.0, 5.0, 8.0]
+    return settings, 0, 0, [5.0]
 
 
 def gate_fields() -> dict[str, Any]:
@@ -594,6 +622,9 @@ def render(data: dict[str, Any]) -> str:
         "- **Harmless change**: every prompt's trajectory re-drawn from the same truth. **harmless+shift**: also "
         f"each prompt's rejection rate times exp(ε), ε ~ N(0, {SHIFT_SIGMA}²) per prompt and run, rescaled so the "
         "pooled rates stay the truth's (helps some prompts, hurts others, averages to zero).",
+        "- **AL drop of d %**: every prompt's conditional rates at every position scaled by one common factor s "
+        "(position j's unconditional rate by s^(j+1)) so that the truth's pooled acceptance length falls by d %; in "
+        "the graph cell only (`1 cell`) or in both cells.",
         "- **Drop of d pts at position j**: every prompt's conditional rate at j scaled so that the pooled rate at "
         "j falls by d points (later positions fall with it); in the graph cell only (`1 cell`) or in both cells.",
         "",
@@ -602,15 +633,18 @@ def render(data: dict[str, Any]) -> str:
         "## Summary",
         "",
         f"Goals: at most {GOAL_FALSE_ALARM:.0%} of harmless runs fail (any non-zero exit), with and without "
-        f"per-prompt shifts, and at least {GOAL_POWER:.0%} of runs with a δ = {drop:g} pt drop at any one position "
-        "(in one cell) exit 1. *Met* = every point estimate meets its goal; the Wilson 95 % intervals say how "
-        "sure that is. Bold: the shipped default's size and the Gemma4-sized run, the settings the goals are for. "
-        "*harmless exit 1*: harmless runs called a regression or graph divergence (the failures the run's false-alarm "
-        "budget controls); the rest of *harmless fails* is exit 5, inconclusive (the run could not certify δ).",
+        f"per-prompt shifts, and at least {GOAL_POWER:.0%} of runs with a drop of the δ the gate certifies exit 1: "
+        f"the default gate certifies acceptance length, δ = {AL_DELTA:g} % of the baseline's AL (`AL δ caught`, the "
+        "drop in one cell). *Met* = every point estimate meets its goal; the Wilson 95 % intervals say how sure "
+        "that is. The per-position columns are the diagnoses' reach: a 5-pt drop at one position alone (pos2 alone "
+        "moves AL by ~1.3 %, well under δ) fails the run only when its own check finds it significant. Bold: the "
+        "shipped default's size and the Gemma4-sized run. *harmless exit 1*: harmless runs called a regression or "
+        "graph divergence (what the run's false-alarm budget controls); the rest of *harmless fails* is exit 5, "
+        "inconclusive (the run could not certify δ).",
         "",
-        "| setting | harmless fails | harmless+shift fails | δ caught pos0 | δ caught pos1 | δ caught pos2 | "
-        "goals met | harmless exit 1 |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| setting | harmless fails | harmless+shift fails | AL δ caught | {drop:g} pts pos0 caught | "
+        f"{drop:g} pts pos1 caught | {drop:g} pts pos2 caught | goals met | harmless exit 1 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     bursts, truths = list(BURSTS), ["tiny", "gemma4-like"]
     rows = sorted(
@@ -626,22 +660,23 @@ def render(data: dict[str, Any]) -> str:
     for r in rows:
         sc = r["scenarios"]
         fa = [sc[k]["any_nonzero"] for k in ("harmless", "harmless+shift")]
+        al = next(v["exit1"] for v in sc.values() if v.get("al") and v["pts"] == AL_DELTA and v["cells"] == 1)
         pw = [
             next(
                 v["exit1"]
                 for v in sc.values()
-                if v["kind"] == "drop" and v["pts"] == drop and v["cells"] == 1 and v["pos"] == pos
+                if v["kind"] == "drop" and not v.get("al") and v["pts"] == drop and v["cells"] == 1 and v["pos"] == pos
             )
             for pos in range(K)
         ]
-        met = all(f["rate"] <= GOAL_FALSE_ALARM for f in fa) and all(p["rate"] >= GOAL_POWER for p in pw)
+        met = all(f["rate"] <= GOAL_FALSE_ALARM for f in fa) and al["rate"] >= GOAL_POWER
         if r["setting"]["burst"] == "bursty" and met:
             smallest.setdefault(r["setting"]["truth"], []).append(r["setting"]["prompts"])
         label = r["setting"]["label"]
         label = f"**{label}**" if r["setting"]["role"] == "main" else label
         ex1 = sc["harmless"]["exit1"]
         out.append(
-            f"| {label} | {' | '.join(pct(x) for x in (*fa, *pw))} | {'yes' if met else '**no**'} | {pct(ex1)} |"
+            f"| {label} | {' | '.join(pct(x) for x in (*fa, al, *pw))} | {'yes' if met else '**no**'} | {pct(ex1)} |"
         )
     out += [""]
     for t in truths:
@@ -660,7 +695,7 @@ def render(data: dict[str, Any]) -> str:
         out.append("")
     out += [""]
     titles = {
-        "main": "The shipped default's size (tiny, 40 prompts) and a Gemma4-sized run",
+        "main": "The shipped default's size and a Gemma4-sized run",
         "small": "5 prompts",
         "sizing": "Sizing: how many prompts certify δ",
         "burstiness": "Burstiness",
@@ -681,7 +716,9 @@ def render(data: dict[str, Any]) -> str:
                 + ", ".join(f"{x:.2f}" for x in h["eager_delta_sd_pts"] or [])
                 + " pts; median smallest detectable drop (the rule's MDE) "
                 + ", ".join(f"{x:.2f}" for x in h["eager_mde_median_pts"] or [])
-                + " pts.",
+                + " pts. Acceptance length: Δ SD "
+                + f"{h.get('eager_al_delta_sd_pct') or 0:.2f} % of the baseline's AL, median MDE "
+                + f"{h.get('eager_al_mde_median_pct') or 0:.2f} % (δ = {AL_DELTA:g} %).",
                 "",
                 "`identical`: the run is its baseline's own records, so every Δ is 0; its two cells are still "
                 "independent draws, so only the graph-divergence check can fail it.",

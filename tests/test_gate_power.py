@@ -93,3 +93,16 @@ def test_quick_mode_runs_end_to_end_and_catches_a_20_point_drop(gp: ModuleType, 
         assert lo - 1e-9 <= v["any_nonzero"]["rate"] <= hi + 1e-9 and sum(v["exit_codes"].values()) == v["n"]
     text = md.read_text()
     assert "python benchmarks/gate_power.py --quick" in text and "## Summary" in text and "Wilson" in text
+
+
+def test_an_al_drop_lowers_the_acceptance_length_by_the_percent_asked(gp: ModuleType) -> None:
+    # The scenario the default gate's power is measured on: AL (1 + accepted tokens per draft) falls by 5 %.
+    t, b = gp.truth_for("tiny", 40), gp.BURSTS["bursty"]
+
+    def al(draw: tuple[np.ndarray, np.ndarray]) -> float:
+        drafts, acc = draw
+        return float(1 + (acc.sum(axis=(1, 2)) / drafts.sum(axis=1)).mean())
+
+    same = al(gp.simulate(t, np.ones(gp.K), b, 600, np.random.default_rng(3)))
+    dropped = al(gp.simulate(t, gp.al_scale(t, 5.0), b, 600, np.random.default_rng(4)))
+    assert 100 * (1 - dropped / same) == pytest.approx(5.0, abs=0.5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
@@ -30,17 +31,29 @@ def test_prompts_for_is_the_smallest_count_whose_detectable_drop_reaches_delta()
 
 
 def test_family_counts_baseline_and_divergence_checks() -> None:
+    # AL + k positions per cell against the baseline, k per graph cell against its eager reference.
     cells = [("b", "eager", "stock"), ("b", "compiled", "stock"), ("b", "eager", "stock")]
-    assert family_of_config(3, cells, "eager") == 3 * (2 + 1)
-    assert family_of_config(3, cells, None) == 3 * 2
+    assert family_of_config(3, cells, "eager") == (3 + 1) * 2 + 3
+    assert family_of_config(3, cells, None) == (3 + 1) * 2
 
 
-def test_the_shipped_baseline_is_sized_per_position() -> None:
-    (s, _) = [size_entry(e, GateSpec(), 6) for e in load_baseline(TINY).entries]
-    assert s is not None and s.prompts == 40 and len(s.positions) == 3
+def test_the_shipped_baseline_is_sized_for_acceptance_length_and_per_position() -> None:
+    (s, _) = [size_entry(e, GateSpec(), 11, 2) for e in load_baseline(TINY).entries]
+    assert s is not None and s.prompts == 40 and [p.pos for p in s.positions] == [-1, 0, 1, 2]
+    al, *pos = s.positions
+    assert al.primary and not any(p.primary for p in pos) and s.prompts_needed == al.prompts_needed
+    assert al.drop == pytest.approx(0.05 * (1 + sum(load_baseline(TINY).entries[0].rates_pct) / 100), rel=0.01)
     # Later positions vary more between prompts: they need more prompts.
-    need = [p.prompts_needed for p in s.positions]
+    need = [p.prompts_needed for p in pos]
     assert all(n is not None for n in need) and need[0] < need[1] < need[2]  # type: ignore[operator]
+    # The primary endpoint is also held to certifying δ on a harmless run: it never needs fewer prompts than
+    # the power alone asks.
+    assert al.se is not None and al.prompts_needed is not None
+    alone = prompts_for(al.se, 40, al.drop, s.alpha, 0.9)
+    assert al.prompts_needed >= alone
+    # Under the positions gate the positions are primary and the sizing is theirs.
+    (p2, _) = [size_entry(e, GateSpec(primary="positions"), 9, 6) for e in load_baseline(TINY).entries]
+    assert p2 is not None and p2.prompts_needed == max(p.prompts_needed or 0 for p in p2.positions if p.pos >= 0)
 
 
 def test_size_command_and_dry_run_show_the_sizing() -> None:
@@ -50,7 +63,8 @@ def test_size_command_and_dry_run_show_the_sizing() -> None:
     dry = CliRunner().invoke(app, ["run", str(ROOT / "configs" / "tiny-gemma4-mtp.yaml"), "--dry-run"],
                              env={"COLUMNS": "200"})
     assert dry.exit_code == 0, dry.output
-    assert "sizing: to certify no drop ≥ 5 pts" in dry.stdout and "over 9 checks" in dry.stdout
+    assert "sizing: to certify no drop ≥ 5 % in acceptance length" in dry.stdout and "over 11 checks" in dry.stdout
+    assert "AL (primary)" in dry.stdout and "pos2 (diagnosis)" in dry.stdout
 
 
 def test_size_refuses_a_tolerance_that_is_not_a_finite_number() -> None:

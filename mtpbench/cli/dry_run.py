@@ -32,7 +32,7 @@ def _render_preflight(checks: list[Any]) -> None:
 
 
 def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -> None:
-    from mtpbench.judge.sizing import family_of_config, size_entry
+    from mtpbench.judge.sizing import family_of_config, primary_count, size_entry
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
@@ -40,7 +40,9 @@ def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -
                                       if s.enforce_eager or s.cudagraph_mode == "NONE"), None)
     family = family_of_config(cfg.speculative.num_speculative_tokens,
                               [(c.build, c.mode, c.variant) for c in cells], ref)
-    sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family)) is not None]
+    n_cells = len({(c.build, c.mode, c.variant) for c in cells})
+    primary = primary_count(cfg.gate, n_cells, cfg.speculative.num_speculative_tokens)
+    sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family, primary)) is not None]
     console.print(sizing_table(sizes, cfg.gate, prompts))
 
 

@@ -168,12 +168,13 @@ def compare_cmd(
 def size(
     baseline: Annotated[Path, typer.Argument(help="A baseline with per-prompt counts (baseline save keeps them).")],
     pilot: Annotated[Path | None, typer.Option("--run", help="A pilot run: size from its paired spread.")] = None,
-    checks: Annotated[int, typer.Option(help="Checks the run makes (k per cell, k per graph cell).", min=1)] = 6,
+    checks: Annotated[int, typer.Option(help="Checks the run makes (AL + k per cell, k per graph cell).", min=1)] = 11,
+    cells: Annotated[int, typer.Option(help="Cells the run judges (its primary checks: one AL each).", min=1)] = 2,
     tolerance: ToleranceOpt = None,
 ) -> int:
-    """How many prompts the gate needs to certify no drop of δ at each position (exit 0; 2 on bad input)."""
+    """How many prompts the gate needs to certify δ: acceptance length, each position (exit 0; 2 on bad input)."""
     from mtpbench.config import GateSpec
-    from mtpbench.judge.sizing import size_entry, size_pilot
+    from mtpbench.judge.sizing import primary_count, size_entry, size_pilot
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
@@ -186,7 +187,8 @@ def size(
         return 0
     b = load_baseline(baseline)
     gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
-    console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks)) is not None], gate))
+    primary = primary_count(gate, cells, len(b.entries[0].rates_pct) if b.entries else 1)
+    console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks, primary)) is not None], gate))
     return 0
 
 

@@ -289,6 +289,15 @@ def detectable_drop(se: float | None, df: float | None, alpha: float, power: flo
     return (_t(1 - alpha, df) + _t(power, df)) * se
 
 
+def certifiable_drop(se: float | None, df: float | None, cert_alpha: float, harmless_alpha: float) -> float | None:
+    """The smallest δ a harmless run (a true Δ of 0) certifies with probability 1 − harmless_alpha: its lower
+    bound Δ − t_{1−cert}·se is above −δ unless Δ falls below −t_{1−harmless}·se. Sizing holds the primary
+    endpoint to it, so that a harmless run is inconclusive (exit 5) at most that often. None without se."""
+    if se is None or (df is not None and df < 1):
+        return None
+    return (_t(1 - cert_alpha, df) + _t(1 - harmless_alpha, df)) * se
+
+
 def permutation_spread_pvalue(
     accepted: np.ndarray, drafts: np.ndarray, n_perm: int = 4000, seed: int = 0
 ) -> tuple[float, float] | None:

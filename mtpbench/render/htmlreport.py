@@ -166,6 +166,14 @@ def _checks_table(comp: Comparison) -> str:
             tds.append(f"<td{_cls(cls)}>{_e(text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     extra = ""
+    if comp.lengths:
+        # The primary endpoint of the default gate (render/lengths.py: the console's and Markdown's rows).
+        from mtpbench.render.lengths import length_rows
+
+        lcols, lrows = length_rows(comp.lengths, comp.gate.primary == "acceptance_length")
+        lhead = "".join(f"<th>{_e(title)}{' ' + _e(sub) if sub else ''}</th>" for title, sub, _ in lcols)
+        lbody = "".join("<tr>" + "".join(f"<td>{_e(text)}</td>" for text, _d, _s in row) + "</tr>" for row in lrows)
+        extra += f'<table id="lengths"><tr>{lhead}</tr>{lbody}</table>'
     if comp.unchecked:
         extra = f"<p class='meta'>Not checked (the baseline lacks them): {_e(', '.join(comp.unchecked))}</p>"
     return f'<table id="checks"><tr>{head}</tr>{"".join(body)}</table>{extra}'
