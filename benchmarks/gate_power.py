@@ -64,6 +64,7 @@ from mtpbench.store.records import RECORDS  # noqa: E402
 from mtpbench.store.results import load_run  # noqa: E402
 
 K = 3
+# The shipped default's baseline (configs/tiny-gemma4-mtp.yaml names it); --tiny-baseline takes another.
 TINY_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
 REPORT_MD = REPO / "benchmarks" / "gate-power-report.md"
 REPORT_JSON = REPO / "benchmarks" / "gate-power-report.json"
@@ -107,6 +108,8 @@ class Truth:
 def tiny_truth() -> Truth:
     """The shipped baseline's eager entry, prompt by prompt."""
     entry = next(e for e in load_baseline(TINY_BASELINE).entries if e.mode == "eager")
+    global TINY_PROMPTS
+    TINY_PROMPTS = len(entry.prompts or {})
     assert entry.prompts, f"{TINY_BASELINE}: the eager entry has no per-prompt counts"
     ids = tuple(entry.prompts)
     drafts = np.array([entry.prompts[p].num_drafts for p in ids], dtype=float)
@@ -251,6 +254,7 @@ def simulate(
     return drafts, acc
 
 
+TINY_PROMPTS = 40  # prompts of the tiny baseline (set when it is read)
 AL_DELTA = 5.0  # the gate's δ on acceptance length, % (GateSpec.tolerance_al_pct)
 AL_DROPS = (3.0, 5.0, 8.0)
 
@@ -534,14 +538,15 @@ RULE_FILES = ("mtpbench/judge", "mtpbench/specs.py", "mtpbench/config.py", "mtpb
 def plan(quick: bool) -> tuple[list[Setting], int, int, list[float]]:
     if quick:
         return [Setting("tiny", 40, "bursty", "main")], 30, 30, [20.0]
+    n_tiny = len(tiny_truth().ids)
     settings = [
-        Setting("tiny", 160, "bursty", "main"),
+        Setting("tiny", n_tiny, "bursty", "main"),
         Setting("gemma4-like", 40, "bursty", "main"),
         Setting("tiny", 5, "bursty", "small"),
         Setting("tiny", 40, "bursty", "sizing"),
         Setting("tiny", 80, "bursty", "sizing"),
         Setting("gemma4-like", 20, "bursty", "sizing"),
-        Setting("tiny", 160, "very-bursty", "burstiness"),
+        Setting("tiny", n_tiny, "very-bursty", "burstiness"),
         Setting("gemma4-like", 40, "very-bursty", "burstiness"),
     ]
     return settings, 0, 0, [5.0]
@@ -607,7 +612,8 @@ def render(data: dict[str, Any]) -> str:
             f"{v['drafts_per_prompt'][1]} a prompt, pooled {'/'.join(f'{x:g}' for x in v['pooled_pct'])} %)"
             for v in data["truths"].values()
         )
-        + ". `tiny` is the eager entry of `baselines/tiny-gemma4-mtp-cpu.yaml`; `gemma4-like` is drawn from a "
+        + f". `tiny` is the eager entry of `{data.get('tiny_baseline', 'baselines/tiny-gemma4-mtp-cpu.yaml')}`; "
+        "`gemma4-like` is drawn from a "
         "fixed seed (per-prompt conditional rates from Beta(25m, 25(1-m)), rejections rescaled to the pooled "
         "target, draft counts log-uniform in 32-231). 5 prompts: an evenly spaced subset; 80 and 160: the tiny "
         "prompts repeated under new ids, the Gemma4-like generator drawn further.",
@@ -755,6 +761,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--drop", type=int, default=None, help="runs per drop scenario there (default 100)")
     ap.add_argument("--seed", type=int, default=19)
+    ap.add_argument("--tiny-baseline", type=Path, default=None, help="the baseline whose eager entry is `tiny`")
     ap.add_argument("--only", default=None, help="run the settings whose label contains this text")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here (default: beside the report)")
     ap.add_argument("--md", type=Path, default=None, help="write the report here")
@@ -764,6 +771,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         (args.md or REPORT_MD).write_text(render(json.loads(args.render.read_text())))
         return 0
+    global TINY_BASELINE
+    if args.tiny_baseline is not None:
+        TINY_BASELINE = args.tiny_baseline.resolve()
     settings, nh, nd, deltas = plan(args.quick)
     if not args.quick:
         nh, nd = 400, 100
@@ -789,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
         f" --{k} {v}"
         for k, v in (("harmless", args.harmless), ("drop", args.drop), ("only", args.only))
         if v is not None
-    ) + (f" --seed {args.seed}" if args.seed != 19 else "")
+    ) + (f" --seed {args.seed}" if args.seed != 19 else "") + (
+        f" --tiny-baseline {args.tiny_baseline}" if args.tiny_baseline else "")
     data = {
         "command": cmd,
         "seed": args.seed,
@@ -802,7 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         "gate_drop_pts": drop,
         "gate_drop_field": field_name,
         "goals": {"harmless_fail_max": GOAL_FALSE_ALARM, "power_min": GOAL_POWER},
-        "truths": {r["truth"]["name"]: r["truth"] for r in results if r["setting"]["prompts"] == 40},
+        "truths": {r["truth"]["name"]: r["truth"] for r in results if r["setting"]["role"] == "main"},
+        "tiny_baseline": str(TINY_BASELINE.relative_to(REPO) if TINY_BASELINE.is_relative_to(REPO) else TINY_BASELINE),
         "bursts": {k: b.__dict__ | {"model": b.describe()} for k, b in BURSTS.items()},
         "results": results,
     }
