@@ -103,6 +103,9 @@ def test_the_server_effective_config_and_log_are_kept(serving_run: Any) -> None:
     assert start["server"]["command"][start["server"]["command"].index("--host") + 1] == "127.0.0.1"
     log = run_dir / "logs" / start["server"]["log"]
     assert "Initializing a V1 LLM engine" in log.read_text()
+    # The server's compiled starts are served from inductor's cache as the offline worker's are (issue 19
+    # item 6): the switch is set before the server starts and recorded.
+    assert start["env"]["compile_env"]["VLLM_USE_AOT_COMPILE"] == "0"
 
 
 def test_no_server_process_is_left_and_the_port_is_free(serving_run: Any) -> None:

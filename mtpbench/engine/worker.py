@@ -261,6 +261,8 @@ def run_job(job: dict[str, Any]) -> int:
         # Serving workload (mtpbench/engine/serving.py): the build's own server owns the engine and the patches.
         from mtpbench.engine.serving import run_serving_job
 
+        cpu_compile_cache()  # set here, inherited by the server process (serving copies this environment)
+
         return run_serving_job({**job, "schema": SCHEMA_VERSION}, emit, append_record, environment_fingerprint)
 
     from mtpbench.patches import apply_all
