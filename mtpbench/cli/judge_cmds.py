@@ -49,7 +49,9 @@ def _check_report_paths(html: Path | None, png: Path | None) -> None:
 
 
 # How a run is judged: the same options for `compare` (the gate) and `report` (which shows its verdict).
-ToleranceOpt = Annotated[float | None, typer.Option(help="Allowed drop per position, points (>= 0).")]
+ToleranceOpt = Annotated[
+    float | None, typer.Option(help="δ per position, points (>= 0); the AL δ is the config's gate.tolerance_al_pct.")
+]
 AllowUnmatchedOpt = Annotated[
     bool, typer.Option("--allow-unmatched", help="A cell with no baseline entry warns instead of exit 4.")
 ]
@@ -142,7 +144,14 @@ def compare_cmd(
     accept_unchecked: AcceptUncheckedOpt = False,
     fail_underpowered: FailUnderpoweredOpt = False,
 ) -> int:
-    """Check a run against a baseline; the exit code is the CI gate's verdict."""
+    """Check a run against a baseline; the exit code is the CI gate's verdict.
+
+    A pass (exit 0) certifies, at the gate's confidence (95 %, simultaneous over the cells), that no cell's
+    acceptance length (1 + accepted tokens per draft step) fell by 5 % of the baseline's or more; a drop at
+    one position that is significant and 5 pts or more fails too (gate.primary: positions certifies every
+    position instead). The run's false-alarm rate (1 %) is split over all of its checks; `mtpbench size` says
+    how many prompts make a 5 % drop fail with 90 % power (benchmarks/gate-power-report.md measures both).
+    """
     from mtpbench.errors import NotComparableError
     from mtpbench.render import junit as junit_xml
     from mtpbench.render import report
