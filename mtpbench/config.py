@@ -311,6 +311,8 @@ def load_config(path: str | Path) -> ExperimentConfig:
         cfg.speculative.model = _resolve(base, cfg.speculative.model, must_exist=False)
     if cfg.baseline:
         cfg.baseline = _resolve(base, cfg.baseline, must_exist=True)
+    if cfg.workload.kind == "soak" and cfg.workload.other_prompts:
+        cfg.workload.other_prompts = _resolve(base, cfg.workload.other_prompts, must_exist=True)
     for b in cfg.builds.values():
         if b.python and ("/" in b.python):
             b.python = _resolve(base, b.python, must_exist=False)

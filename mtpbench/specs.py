@@ -1,6 +1,6 @@
 """The parts an experiment config is made of, each a strict pydantic model (unknown keys rejected, integers
 and booleans strict, NaN and infinity refused): the speculative config, sampling, a build, a mode, the gate
-and the workload (offline or serving). config.py assembles them into `ExperimentConfig` and loads it.
+and the workload (offline, serving or soak). config.py assembles them into `ExperimentConfig` and loads it.
 """
 
 from __future__ import annotations
@@ -201,4 +201,37 @@ class ServingWorkload(Strict):
         return v
 
 
-Workload = Annotated[OfflineWorkload | ServingWorkload, Field(discriminator="kind")]
+# A soak round sends one of these sets: the config's prompts (A), them in a shuffled order (A-shuffled,
+# seeded by the round index), or the workload's `other_prompts` (B). Round 0 must be A: it is the fresh
+# engine's measurement, the one the baseline judges and every later round is compared with.
+SOAK_SETS = ("A", "A-shuffled", "B")
+
+
+class SoakWorkload(Strict):
+    """One engine kept alive for `rounds` rounds (mtpbench/engine/soak.py), to see drift within a process:
+    round r sends the set order[r % len(order)], and every round is recorded with its index."""
+
+    kind: Literal["soak"]
+    rounds: StrictInt = Field(4, ge=2, le=10_000, description="rounds through one engine (round 0 included)")
+    order: list[Literal["A", "A-shuffled", "B"]] = Field(
+        default_factory=lambda: ["A"], min_length=1, max_length=64,
+        description="sets cycled over the rounds, e.g. [A, B] for A→B→A→B…; round 0 is A",
+    )
+    other_prompts: PathStr | None = Field(None, description="prompt file of set B (ids recorded as B:<id>)")
+    prefix_caching: StrictBool | None = Field(None, description="enable_prefix_caching; none = the engine's default")
+    repeated_prefix: str = Field(
+        "", max_length=1_000_000,
+        description="text put before every prompt of every round, so that requests share cached prefix blocks",
+    )
+    round_timeout_s: float = Field(600.0, gt=0, le=86_400, description="a round past this is a stall")
+
+    @model_validator(mode="after")
+    def _round_zero_is_a(self) -> SoakWorkload:
+        if self.order[0] != "A":
+            raise ValueError("order: round 0 must send A (the fresh engine's measurement)")
+        if "B" in self.order and self.other_prompts is None:
+            raise ValueError("order: B needs other_prompts")
+        return self
+
+
+Workload = Annotated[OfflineWorkload | ServingWorkload | SoakWorkload, Field(discriminator="kind")]

@@ -313,8 +313,14 @@ def run_job(job: dict[str, Any]) -> int:
     emit("engine_ready", engine_start_s=engine_start_s, effective=eff, patches=outcomes)
 
     sp = SamplingParams(**job["sampling"])
-    run_prompts = run_batched if prompt_mode == "batched" else run_sequential
-    cross_check = run_prompts(llm, sp, job["prompts"], k, base, records)
+    if (job.get("workload") or {}).get("kind") == "soak":
+        # One engine, many rounds (mtpbench/engine/soak.py): drift within a process.
+        from mtpbench.engine.soak import run_soak
+
+        cross_check = run_soak(sys.modules[__name__], llm, sp, job, k, base, records, prompt_mode == "batched")
+    else:
+        run_prompts = run_batched if prompt_mode == "batched" else run_sequential
+        cross_check = run_prompts(llm, sp, job["prompts"], k, base, records)
     total = time.perf_counter() - t0
     from mtpbench.patches import observations
 

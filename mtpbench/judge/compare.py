@@ -45,6 +45,7 @@ from mtpbench.judge.diagnoses import (
     _unapplied,
     sampler_broken,
 )
+from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import CellResult, RepeatResult, collect
 from mtpbench.judge.findings import (
     FAIL,
@@ -138,6 +139,10 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
         d = _instability(c, gate, greedy)
         if d:
             comp.diagnoses.append(d)
+    # Soak cells: drift between the rounds of one engine, rounds that accepted nothing, stalls (judge/drift.py).
+    soak = [c for c in cells if c.rounds is not None or c.round_ends]
+    for c in soak:
+        comp.diagnoses.extend(drift_findings(c, gate, greedy, gate.false_alarm / len(soak)))
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return comp

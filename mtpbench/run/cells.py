@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtpbench.config import ExperimentConfig, PromptSet
+from mtpbench.config import ExperimentConfig, PromptSet, load_prompts
 from mtpbench.errors import ExitCode
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.run.pythonpath import worker_pythonpath
@@ -100,9 +100,12 @@ def plan(
 ) -> list[CellPlan]:
     plans: list[CellPlan] = []
     sampling = cfg.sampling.model_dump(exclude_none=True)
+    soak = soak_job_fields(cfg)
     for c in cells:
         build = cfg.builds[c.build]
         engine_args, requested = engine_args_for(cfg, c.mode)
+        if soak.get("prefix_caching") is not None:
+            engine_args["enable_prefix_caching"] = soak["prefix_caching"]
         patches = cfg.variants[c.variant]
         pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
         env = {
@@ -132,8 +135,19 @@ def plan(
             "records_path": records_path,
             # A build with its own interpreter must not import vLLM from this environment (the worker checks).
             "foreign_prefix": sys.prefix if build.python else None,
-            # offline | serving (mtpbench/engine/serving.py); the worker dispatches on its kind.
+            # offline | serving (engine/serving.py) | soak (engine/soak.py); the worker dispatches on its kind.
             "workload": cfg.workload.model_dump(mode="json"),
+            **({"soak_other_prompts": soak["other"]} if soak else {}),
         }
         plans.append(CellPlan(c, build.python or sys.executable, env, job))
     return plans
+
+
+def soak_job_fields(cfg: ExperimentConfig) -> dict[str, Any]:
+    """A soak workload's set B (read here, so a bad file is a usage error before any engine starts) and its
+    prefix-caching switch; empty for other workloads."""
+    wl = cfg.workload
+    if wl.kind != "soak":
+        return {}
+    other = load_prompts(wl.other_prompts).prompts if wl.other_prompts else []
+    return {"other": [p.model_dump() for p in other], "prefix_caching": wl.prefix_caching}

@@ -24,7 +24,7 @@ RECORDS = "records.jsonl"
 PROMPT_COLUMNS = [
     "cell", "build", "mode", "variant", "repeat", "hash_seed", "prompt_id", "prompt_index",
     "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos",
-    "num_generated_tokens", "output_sha256", "wall_s",
+    "num_generated_tokens", "output_sha256", "wall_s", "round",
 ]
 
 # Bounds that no real run comes near, so that 10**30 or a bool is a typed error, not a silent number:
@@ -100,6 +100,24 @@ class PromptRecord(RecordBase, Counts):
     num_generated_tokens: Count | None = None
     wall_s: Seconds | None = None
     per_request: Counts | None = None
+    round: RepeatIndex | None = None  # a soak round (engine/soak.py); offline and serving records have none
+    uptime_s: Seconds | None = None
+
+
+class RoundEnd(RecordBase):
+    """A soak round's end (engine/soak.py): its wall time, whether it stalled past its deadline, and what
+    the engine's metrics said (null where this vLLM does not expose them)."""
+
+    type: Literal["round_end"]
+    round: RepeatIndex
+    set: str | None = None
+    prompts: Count | None = None
+    wall_s: Seconds | None = None
+    deadline_s: Seconds | None = None
+    stalled: bool = False
+    unfinished: list[str] = Field(default_factory=list)
+    uptime_s: Seconds | None = None
+    kv_cache_usage_max: Annotated[float, Field(ge=0, le=1.5, allow_inf_nan=False)] | None = None
 
 
 class CellStart(RecordBase):
@@ -130,7 +148,7 @@ class TornMark(_OnDisk):
 
 # Records of other types (added by newer writers of the same schema) are checked against RecordBase.
 RECORD_MODELS: dict[str, type[_OnDisk]] = {
-    "prompt": PromptRecord, "cell_start": CellStart, "cell_end": CellEnd, TORN: TornMark,
+    "prompt": PromptRecord, "cell_start": CellStart, "cell_end": CellEnd, TORN: TornMark, "round_end": RoundEnd,
 }
 
 
@@ -214,10 +232,14 @@ def scan_records(path: Path, k: int | None = None, run_id: str | None = None) ->
             raise UserError(f"{where}: a record of run {checked['run_id']!r} in run {run_id!r}: records of two "
                             "runs cannot be judged as one")
         if checked["type"] == "prompt":
-            key = (checked.get("cell"), checked.get("repeat"), checked.get("attempt", 1), checked.get("prompt_id"))
+            # A soak repeat sends its prompts once per round (`round`, engine/soak.py): once per round each.
+            key = (checked.get("cell"), checked.get("repeat"), checked.get("attempt", 1), checked.get("prompt_id"),
+                   checked.get("round", 0))
             if key in seen:
+                where_round = f" round {key[4]}" if "round" in checked else ""
                 raise UserError(
-                    f"{where}: prompt {key[3]!r} of {key[0]} repeat {key[1]} (attempt {key[2]}) is recorded again "
+                    f"{where}: prompt {key[3]!r} of {key[0]} repeat {key[1]}{where_round} (attempt {key[2]}) is "
+                    "recorded again "
                     f"(first at line {seen[key]}): each prompt is appended once, so the file was concatenated "
                     "or copied into"
                 )

@@ -18,7 +18,8 @@ Format history (`schema.SCHEMA_VERSION`), pyperf-style:
   config_path, prompts{name, sha256, ids}, cells[{cell, build, mode, variant, repeat, hash_seed,
   status, error, log, wall_s, engine_start_s}]}; records: one JSON object a line, `type` in
   cell_start | prompt | cell_end | torn (the line before it was cut off by a crash), every line carries
-  `schema`.
+  `schema`. The soak workload (same schema) adds `round` and `uptime_s` to its prompt records (a prompt is
+  then recorded once per round) and a `round_end` record per round.
 Files of another schema are refused with a message saying whether they are newer or older, never guessed at.
 """
 
@@ -75,8 +76,15 @@ class Run:
         return pd.DataFrame(rows, columns=[*PROMPT_COLUMNS, "per_request", "output_head"] if not rows else None)
 
     def cell_starts(self) -> list[dict[str, Any]]:
+        return self._meta("cell_start")
+
+    def round_ends(self) -> list[dict[str, Any]]:
+        """A soak's round_end records (engine/soak.py), in the order they were written."""
+        return self._meta("round_end")
+
+    def _meta(self, kind: str) -> list[dict[str, Any]]:
         meta = self.meta_records if self.meta_records is not None else self.records
-        return [r for r in meta if r.get("type") == "cell_start"]
+        return [r for r in meta if r.get("type") == kind]
 
 def load_run(path: str | Path) -> Run:
     p = Path(path)
