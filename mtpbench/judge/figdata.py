@@ -38,3 +38,16 @@ class HeatmapGrid:
     k: int
     grid: np.ndarray
     changed: np.ndarray
+
+
+@dataclass(frozen=True)
+class RoundsView:
+    """The soak figure: per cell, acceptance per round (fractions, None without drafts) for each position and
+    the mean; the rounds that stalled, and the first round that drifted (None: none)."""
+
+    cells: list[str]
+    rounds: list[list[int]]
+    per_pos: list[list[list[float | None]]]  # [cell][pos][round index]
+    mean: list[list[float | None]]
+    stalled: list[list[int]]
+    drift_round: list[int | None]

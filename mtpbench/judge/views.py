@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 
 from mtpbench.judge.compare import Comparison
+from mtpbench.judge.drift import drift_findings, round_stats
 from mtpbench.judge.evidence import CellResult, changed_text
-from mtpbench.judge.figdata import CellView, HeatmapGrid
+from mtpbench.judge.figdata import CellView, HeatmapGrid, RoundsView
+from mtpbench.judge.findings import Kind
 from mtpbench.store.results import Run
 
 
@@ -187,3 +189,24 @@ def fingerprint(run: Run, cells: list[CellResult]) -> list[dict[str, Any]]:
     if not rows:
         rows = [{"cell": c.cell, "requested": c.requested, "effective": c.effective} for c in cells]
     return rows
+
+
+def rounds_view(comp: Comparison) -> RoundsView | None:
+    """The soak figure's data (judge/drift.py's round_stats); None when no cell of the run is a soak cell."""
+    cells = [(c, round_stats(c)) for c in comp.cells]
+    cells = [(c, st) for c, st in cells if st]
+    if not cells:
+        return None
+    # Drawn before compare's diagnoses exist (the `measured` hook): the drift judgement is asked here, as is.
+    alpha = comp.gate.false_alarm / len(cells)
+    first = {c.cell: getattr(d.payload, "first_round", None) for c, _ in cells
+             for d in drift_findings(c, comp.gate, comp.greedy, alpha) if d.kind == Kind.DRIFT}
+    k = max(len(st[0].per_pos) for _, st in cells)
+    return RoundsView(
+        cells=[c.cell for c, _ in cells],
+        rounds=[[r.round for r in st] for _, st in cells],
+        per_pos=[[[r.per_pos[i] / r.drafts if r.drafts else None for r in st] for i in range(k)] for _, st in cells],
+        mean=[[r.mean for r in st] for _, st in cells],
+        stalled=[[r.round for r in st if r.stalled] for _, st in cells],
+        drift_round=[first.get(c.cell) for c, _ in cells],
+    )

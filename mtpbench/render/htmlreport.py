@@ -92,6 +92,9 @@ class Figures:
         hm = views.heatmap(run, comp.cells, k, changed=self.changed)
         what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
         self._submit("heatmap", (hm.grid(k), f"acceptance per {what} and position (pooled over repeats)"))
+        rv = views.rounds_view(comp)
+        if rv is not None:  # a soak run: acceptance per round of one engine
+            self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
 
     def drawn(self) -> dict[str, Drawn]:
         return self.painter.results()
@@ -231,6 +234,7 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 <figcaption>Acceptance % per prompt and position, pooled over repeats. ≠ marks a prompt whose greedy text
 differs from the rest of its build (the target's numerics changed); without ≠ the text is identical and a
 drop is the drafter's.</figcaption></figure></section>
+{_rounds_section(figures.get("rounds"))}
 <section><h2>Cells: graph mode requested vs effective</h2>{_cells_table(comp, changed)}</section>
 <section><h2>Checks against the baseline</h2>{_checks_table(comp)}</section>
 <h2>Fingerprint and provenance</h2>
@@ -251,13 +255,23 @@ def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Pa
     if not figures.painter.jobs:  # not measured yet (drawn here) or analysis never called the hook
         figures.measured(run, comp)
     drawn = figures.drawn()
-    order = ["acceptance", "heatmap"]
+    order = ["acceptance", "heatmap", "rounds"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
     if html_path is not None:
-        page = render_html(run, comp, {n: drawn[n].svg or "" for n in order}, figures.changed)
+        page = render_html(run, comp, {n: drawn[n].svg or "" for n in order if n in drawn or n != "rounds"}, figures.changed)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
             html_path.write_text(page, encoding="utf-8")
         except OSError as exc:
             raise UserError(f"{html_path}: cannot write the HTML report: {exc}") from None
     return Rendered(html_path, pngs)
+
+
+def _rounds_section(svg: str | None) -> str:
+    if not svg:
+        return ""
+    return f"""<section><h2>Per-round acceptance (soak)</h2>
+<figure id="fig-rounds">{svg}
+<figcaption>Acceptance per round of one long-lived engine, per position and the mean (black). Under greedy
+decoding every round must repeat round 0 exactly; a dashed red line marks the first round that drifted, a
+cross a round that stalled past its deadline.</figcaption></figure></section>"""

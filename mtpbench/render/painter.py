@@ -35,7 +35,7 @@ class Job:
     """One figure: `plots.<figure>_figure(*args)`, as inline SVG and/or a PNG file."""
 
     name: str
-    figure: str  # "acceptance" | "heatmap"
+    figure: str  # "acceptance" | "heatmap" | "rounds" (a soak run's)
     args: tuple[Any, ...]
     svg: bool
     png: Path | None
@@ -54,7 +54,8 @@ def draw(job: Job) -> Drawn:
     from mtpbench.render import plots
 
     plt = plots.require()
-    make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure}[job.figure]
+    make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure,
+            "rounds": plots.rounds_figure}[job.figure]
     fig = make(*job.args)
     try:
         png = plots.save_png(fig, job.png, close=False) if job.png is not None else None

@@ -17,7 +17,7 @@ from mtpbench.errors import UserError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from mtpbench.judge.figdata import CellView, HeatmapGrid
+    from mtpbench.judge.figdata import CellView, HeatmapGrid, RoundsView
     from mtpbench.judge.history import HistoryGroup
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
@@ -156,6 +156,36 @@ def history_figure(group: HistoryGroup) -> Figure:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower left")
     axes[-1][0].set_xticks(xs, [r.label for r in group.runs], rotation=30, ha="right", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def rounds_figure(rv: RoundsView, title: str = "") -> Figure:
+    """A soak: acceptance per round of one engine, one panel per cell (per position, and the mean in black);
+    a red dashed line before the first round that drifted, a cross on a round that stalled."""
+    plt = require()
+    n = len(rv.cells)
+    fig, axes = plt.subplots(n, 1, figsize=(max(5.5, 0.35 * max(map(len, rv.rounds)) + 3.5), 2.4 * n), squeeze=False)
+    for j, ax in enumerate(axes[:, 0]):
+        xs = rv.rounds[j]
+        for i, ys in enumerate(rv.per_pos[j]):
+            ax.plot(xs, [_pct(y) for y in ys], marker="o", ms=3, lw=1, label=f"pos{i}")
+        ax.plot(xs, [_pct(y) for y in rv.mean[j]], color="black", marker="s", ms=3, lw=1.5, label="mean")
+        if rv.drift_round[j] is not None:
+            ax.axvline(rv.drift_round[j] - 0.5, color="#c62828", ls="--", lw=1)
+            ax.annotate(f"drift from round {rv.drift_round[j]}", (rv.drift_round[j] - 0.45, 4), fontsize=7,
+                        color="#c62828")
+        for r in rv.stalled[j]:
+            ax.plot([r], [2], marker="x", color="#c62828", ms=8)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("%")
+        ax.set_title(rv.cells[j], fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_xticks(xs if len(xs) <= 20 else xs[:: max(len(xs) // 20, 1)])
+    axes[-1][0].set_xlabel("round (one engine)")
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -24,14 +24,10 @@ from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
 from mtpbench.render.lengths import length_rows
+from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
+from mtpbench.render.rounds import rounds_cell, rounds_document
 from mtpbench.render.verdicts import verdict_text
-from mtpbench.render.words import (
-    cause_text,
-    ci_text,
-    finding_message,
-    pct,
-    pts,
-)
+from mtpbench.render.words import cause_text, ci_text, finding_message, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
 
 # Version of the JSON document `--json` writes. History: 1: cells/checks/diagnoses with free-text messages;
@@ -81,6 +77,8 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
     cols: list[Column] = [("cell", "graph mode", "left"), ("rep", "drafts", "right"), ("prompts", "", "right")]
     cols += [(f"pos{i} %", "[95% CI]" if ci else "", "right") for i in range(k)]
     cols += [("mean", "%", "right"), ("avg", "acc", "right"), ("AL", "", "right"), ("spread", "pts", "right")]
+    soak = any(c.rounds is not None for c in cells)  # a soak run: mean acceptance per round of one engine
+    cols += [ROUNDS_COLUMN] if soak else []
     rows: list[list[Cell]] = []
     for c in cells:
         s = c.summary
@@ -98,7 +96,7 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
             ("–" if s.avg_accepted is None else f"{s.avg_accepted:.2f}", "", ""),
             ("–" if s.acceptance_length is None else f"{s.acceptance_length:.2f}", "", ""),
             (f"{100 * max(spread):.1f}" if spread else "–", "", ""),
-        ]
+        ] + ([rounds_cell(c)] if soak else [])
         rows.append(row)
     return cols, rows
 
@@ -206,7 +204,7 @@ def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool =
 # --- machine-readable ---------------------------------------------------------------------------------
 
 # Bulky or internal: not part of the document. (counters_only shows as each check's `method`.)
-_SKIP = {"load_outputs", "evidence", "observations", "prompt_names", "counters_only"}
+_SKIP = {"load_outputs", "evidence", "observations", "prompt_names", "counters_only", "rounds", "round_ends"}
 
 
 def _jsonable(obj: Any) -> Any:
@@ -247,6 +245,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "cells": _jsonable(comp.cells),
         "lengths": _jsonable(comp.lengths),
         "checks": _jsonable(comp.checks),
+        **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
         "findings": [
             {
                 "kind": f.name,
