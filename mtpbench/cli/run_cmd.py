@@ -143,7 +143,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         return 0
     ensure_out_dir(out)
     with progress_bars() as progress:
-        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        per_cell = _prompts_per_cell(cfg, len(prompts.prompts))
         view = ProgressView(progress, len(cells), per_cell, run_dir_file)
         try:
             outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
@@ -168,7 +168,7 @@ def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
     todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
     console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
     with progress_bars() as progress:
-        per_cell = cfg.workload.num_requests if cfg.workload.kind == "serving" else len(prompts.prompts)
+        per_cell = _prompts_per_cell(cfg, len(prompts.prompts))
         view = ProgressView(progress, todo, per_cell, run_dir_file)
         try:
             outcome = runner.resume(run_dir, view, opts)
@@ -233,3 +233,10 @@ def _print_serving(run: Any) -> None:
 
     if ss.is_serving(run):
         console.print(serving_table(ss.summarize_serving(run)))
+
+
+def _prompts_per_cell(cfg: Any, prompts: int) -> int:
+    """What a cell-repeat's progress bar counts: requests (serving), prompts × rounds (soak) or prompts."""
+    if cfg.workload.kind == "serving":
+        return cfg.workload.num_requests
+    return prompts * cfg.workload.rounds if cfg.workload.kind == "soak" else prompts

@@ -7,6 +7,12 @@ regression *and* as cross-process instability (under greedy decoding an exact fi
 differ between the two processes, not a p-value), and the generated text is identical (the target verifies
 every token, so flattening the drafter's metadata must not change a single output token).
 
+It then proves the soak workload's `drift` finding the same way (`run_soak_selftest`): one engine per variant
+for SOAK_ROUNDS rounds of a few prompts, stock and with the `drift-after-requests` fault set to start after
+one round's requests. It passes only if stock gives identical counts in every round, the fault is flagged
+as `drift` naming round 1, and the faulted engine's round 0 (what a fresh-process run of the same build
+measures) equals stock's: a fresh-process gate passes the fault, the soak does not.
+
 It drives the runner and the judge together, so it lives with the command line (the one layer that may
 import every stage); cli/tool_cmds.py renders what it returns.
 """
@@ -21,8 +27,10 @@ from typing import Any
 from mtpbench import shipped
 from mtpbench.config import ExperimentConfig, load_config, load_prompts
 from mtpbench.errors import UserError
-from mtpbench.judge.compare import Comparison, Kind, Severity, compare
-from mtpbench.judge.findings import Instability
+from mtpbench.judge.compare import Comparison, Kind, Severity, analyze, compare
+from mtpbench.judge.findings import Drift, Instability
+from mtpbench.patches.drift import AFTER_ENV
+from mtpbench.specs import SoakWorkload
 from mtpbench.run import runner
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import ensure_out_dir
@@ -36,6 +44,10 @@ FAULT = "flatten-draft-metadata"
 # sliding, sliding, full) seed 0 puts draft layer 0 first (the full-attention group wins) and seed 1 layer 1
 # (the sliding group wins), as the patch records in each repeat (measured in the engine; seed 2 picks layer 3).
 SELFTEST_SEEDS = (0, 1)
+DRIFT_FAULT = "drift-after-requests"
+SOAK_ROUNDS = 3
+SOAK_PROMPTS = 5  # the fault starts after this many requests: round 1 is the first one it corrupts
+SOAK_MAX_TOKENS = 64
 
 
 @dataclass
@@ -102,6 +114,65 @@ def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
     return ok, lines
 
 
+def soak_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
+    cfg = selftest_config(path)
+    cfg.variants = {"stock": [], "drift": [DRIFT_FAULT]}
+    cfg.repeats, cfg.hash_seeds = 1, [0]
+    cfg.sampling.max_tokens = SOAK_MAX_TOKENS
+    cfg.prompt_mode = "batched"
+    cfg.workload = SoakWorkload(kind="soak", rounds=SOAK_ROUNDS, order=["A", "A-shuffled"], prefix_caching=True,
+                                round_timeout_s=300.0)
+    for b in cfg.builds.values():
+        b.env = {**b.env, AFTER_ENV: str(SOAK_PROMPTS)}
+    cfg.name = f"{cfg.name}-soak-selftest"
+    return cfg
+
+
+def evaluate_soak(comp: Comparison, first_bad: int = 1) -> tuple[bool, list[str]]:
+    """Pure: stock identical in every round, the fault flagged as drift at `first_bad`, and the faulted
+    engine's round 0 (a fresh process's measurement) equal to stock's."""
+    stock = [c for c in comp.cells if c.variant == "stock" and c.rounds is not None]
+    fault = [c for c in comp.cells if c.variant == "drift" and c.rounds is not None]
+    if not stock or not fault:
+        return False, ["soak selftest needs a stock and a drift cell with rounds"]
+    lines: list[str] = []
+    ok = True
+    bad = {Kind.DRIFT, Kind.STALL, Kind.SPECULATION_OFF}
+    for c in stock:
+        fails = [d for d in comp.diagnoses if d.cell == c.cell and d.severity == Severity.FAIL]
+        rounds = int(c.rounds["round"].nunique()) if c.rounds is not None else 0
+        good = c.complete and not fails and rounds == SOAK_ROUNDS
+        ok &= good
+        lines.append(f"[{'ok' if good else 'FAIL'}] stock {c.cell}: identical counts in all {rounds} rounds of one "
+                     "engine" + (f" ({fails[0].kind.value})" if fails else ""))
+    for c in fault:
+        found = [d for d in comp.diagnoses if d.cell == c.cell and d.kind in bad and d.severity == Severity.FAIL]
+        drift = next((d.payload for d in found if isinstance(d.payload, Drift)), None)
+        seen = drift is not None and drift.first_round == first_bad
+        ok &= seen
+        how = f" at round {drift.first_round} ({drift.prompts_moved} of {drift.prompts} prompts moved)" if drift else ""
+        lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as drift{how}, expected round {first_bad}")
+    same = all(s.evidence.per_pos.tolist() == f.evidence.per_pos.tolist() for s in stock for f in fault)
+    ok &= same
+    lines.append(f"[{'ok' if same else 'FAIL'}] the faulted engine's round 0 (a fresh process) equals stock's")
+    return ok, lines
+
+
+def run_soak_selftest(out: Path, make_view: Callable[[int, int], Any] | None = None,
+                      config: Path = DEFAULT_CONFIG) -> SelftestResult:
+    cfg = soak_config(config)
+    prompts = load_prompts(cfg.prompts)
+    prompts.prompts = prompts.prompts[:SOAK_PROMPTS]
+    cells = runner.expand(cfg)
+    view = make_view(len(cells), SOAK_ROUNDS * SOAK_PROMPTS) if make_view else (lambda kind, payload: None)
+    ensure_out_dir(out)
+    outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
+    comp = analyze(load_run(outcome.path))
+    passed, lines = evaluate_soak(comp)
+    lines.insert(0, f"soak selftest run: {outcome.path}")
+    return SelftestResult(comp, passed and not outcome.failed, lines)
+
+
 def run_selftest(
     out: Path, make_view: Callable[[int, int], Any] | None = None, config: Path = DEFAULT_CONFIG
 ) -> SelftestResult:
@@ -118,7 +189,8 @@ def run_selftest(
     comp = compare(load_run(outcome.path), baseline, baseline_name=str(cfg.baseline))
     passed, lines = evaluate(comp)
     lines.insert(0, f"selftest run: {outcome.path}")
-    return SelftestResult(comp, passed and not outcome.failed, lines)
+    soak = run_soak_selftest(out, make_view, config)
+    return SelftestResult(comp, passed and not outcome.failed and soak.passed, lines + soak.lines)
 
 
 def engine_check(python: str | None, out: Path, config: Path = DEFAULT_CONFIG) -> tuple[bool, str]:

@@ -351,6 +351,15 @@ def refresh_point(path: Path) -> None:
         pass
 
 
+def run_workload(folder: Path) -> dict[str, Any] | None:
+    """The workload a run's manifest names (None: the offline probe, or an unreadable manifest)."""
+    try:
+        wl = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["config"].get("workload")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return wl if isinstance(wl, dict) else None
+
+
 def build_history(paths: list[Path], tolerance_pts: float | None = None, confidence: float = 0.95) -> History:
     """Load every run (a run that cannot be read is listed, not fatal), group by comparability, detect."""
     groups: dict[str, HistoryGroup] = {}
@@ -367,6 +376,9 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
         except UserError as exc:
             skipped.append(f"{p}: {exc}")
             continue
+        # A soak run measures one engine over many rounds: its own group, never mixed with fresh-process runs.
+        if str((run_workload(folder) or {}).get("kind")) == "soak":
+            fp = {**fp, "workload": "soak"}
         key = json.dumps(fp, sort_keys=True, default=str)
         tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
         g = groups.setdefault(key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[],
