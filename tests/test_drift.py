@@ -130,7 +130,7 @@ def test_a_prompt_twice_in_one_round_is_refused_once_per_round_is_not(make_run: 
     dup = next(line for line in lines if '"round": 1' in line and '"type": "prompt"' in line)
     (path / RECORDS).write_text("\n".join([*lines, dup]) + "\n")
     (path / "records.parquet").unlink(missing_ok=True)
-    with pytest.raises(UserError, match="round 1 .*recorded again"):
+    with pytest.raises(UserError, match=r"round 1 .*recorded again"):
         load_run(path)
 
 

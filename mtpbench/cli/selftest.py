@@ -30,8 +30,8 @@ from mtpbench.errors import UserError
 from mtpbench.judge.compare import Comparison, Kind, Severity, analyze, compare
 from mtpbench.judge.findings import Drift, Instability
 from mtpbench.patches.drift import AFTER_ENV
-from mtpbench.specs import SoakWorkload
 from mtpbench.run import runner
+from mtpbench.specs import SoakWorkload
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import ensure_out_dir
 from mtpbench.store.results import load_run

@@ -258,7 +258,8 @@ def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Pa
     order = ["acceptance", "heatmap", "rounds"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
     if html_path is not None:
-        page = render_html(run, comp, {n: drawn[n].svg or "" for n in order if n in drawn or n != "rounds"}, figures.changed)
+        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n != "rounds"}  # rounds: soak runs only
+        page = render_html(run, comp, svgs, figures.changed)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
             html_path.write_text(page, encoding="utf-8")

@@ -35,14 +35,8 @@ from mtpbench.schema import COUNTERS_ONLY
 REPORT_SCHEMA = 2
 
 STYLE = {Severity.FAIL: "bold red", Severity.WARN: "yellow", Severity.INFO: "cyan"}
-VERDICT_STYLE = {
-    Verdict.REGRESSION: "bold red",
-    Verdict.INCONCLUSIVE: "bold yellow",
-    Verdict.IMPROVEMENT: "cyan",
-    Verdict.PASS: "green",
-    Verdict.NO_BASELINE: "red",
-    Verdict.NO_DATA: "red",
-}
+VERDICT_STYLE = {Verdict.REGRESSION: "bold red", Verdict.INCONCLUSIVE: "bold yellow", Verdict.IMPROVEMENT: "cyan",
+                 Verdict.PASS: "green", Verdict.NO_BASELINE: "red", Verdict.NO_DATA: "red"}
 VERDICT_WORD = {
     ExitCode.OK: "PASS",
     ExitCode.REGRESSION: "FAIL",
