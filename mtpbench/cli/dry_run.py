@@ -66,6 +66,11 @@ def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
                       markup=False, highlight=False, soft_wrap=True)
+        if p.job["workload"]["kind"] == "soak":
+            wl = p.job["workload"]
+            console.print(f"  soak: one engine for {wl['rounds']} rounds, sets {' → '.join(wl['order'])} cycled, "
+                          f"prefix caching {wl['prefix_caching'] if wl['prefix_caching'] is not None else 'default'}"
+                          f", a round past {wl['round_timeout_s']:g} s is a stall", markup=False, highlight=False)
         if p.job["workload"]["kind"] == "serving":
             from mtpbench.engine.serving import server_command
 
