@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from mtpbench.errors import UserError
 from mtpbench.schema import SCHEMA_VERSION, schema_problem
@@ -114,7 +114,7 @@ class RoundEnd(RecordBase):
     prompts: Count | None = None
     wall_s: Seconds | None = None
     deadline_s: Seconds | None = None
-    stalled: bool = False
+    stalled: StrictBool = False
     unfinished: list[str] = Field(default_factory=list)
     uptime_s: Seconds | None = None
     kv_cache_usage_max: Annotated[float, Field(ge=0, le=1.5, allow_inf_nan=False)] | None = None
