@@ -224,6 +224,9 @@ class SoakWorkload(Strict):
         description="text put before every prompt of every round, so that requests share cached prefix blocks",
     )
     round_timeout_s: float = Field(600.0, gt=0, le=86_400, description="a round past this is a stall")
+    concurrency: StrictInt | None = Field(
+        None, gt=0, le=100_000, description="requests in flight at once (prompt_mode batched); none = the whole round"
+    )
 
     @model_validator(mode="after")
     def _round_zero_is_a(self) -> SoakWorkload:

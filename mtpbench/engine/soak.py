@@ -92,13 +92,22 @@ class _Round:
 
 
 def _batched_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, Any]], k: int, base: dict[str, Any],
-                   records: str, rnd: _Round, t_ready: float) -> float | None:
-    """All prompts of the round at once; returns the highest KV-cache usage sampled (None: not exposed)."""
+                   records: str, rnd: _Round, t_ready: float, conc: int | None = None) -> float | None:
+    """The round's prompts through the engine's step loop, at most `conc` in flight (None: all at once);
+    returns the highest KV-cache usage sampled (None: not exposed)."""
     engine = llm.llm_engine
     index = {f"mtpbench-soak{rnd.r}-{i}": i for i in range(len(prompts))}
-    for rid, i in index.items():
-        engine.add_request(rid, prompts[i]["text"], sp)
-    open_ids = set(index)
+    waiting = list(index)
+    open_ids: set[str] = set()
+    limit = int(conc or len(prompts) or 1)  # the workload's concurrency: requests in flight at once
+
+    def admit() -> None:
+        while waiting and len(open_ids) < limit:
+            rid = waiting.pop(0)
+            engine.add_request(rid, prompts[index[rid]]["text"], sp)
+            open_ids.add(rid)
+
+    admit()
     rnd.unfinished = [p["id"] for p in prompts]
     kv: float | None = None
     sampled = 0.0
@@ -111,7 +120,8 @@ def _batched_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, Any
                 continue
             i = index[output.request_id]
             open_ids.discard(output.request_id)
-            rnd.unfinished = [prompts[index[x]]["id"] for x in sorted(open_ids)]
+            admit()
+            rnd.unfinished = [prompts[index[x]]["id"] for x in sorted(open_ids, key=index.get) + waiting]
             counts = w.per_request_counts(getattr(output.outputs[0], "spec_decode_metrics", None), k) or {
                 "num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": [0] * k}
             wall = time.perf_counter() - rnd.t0
@@ -170,8 +180,10 @@ def run_soak(w: ModuleType, llm: Any, sp: Any, job: dict[str, Any], k: int, base
 
         rnd = _Round(r, deadline, write)
         started = round(time.perf_counter() - t_ready, 3)
-        run_round = _batched_round if batched else _sequential_round
-        kv = run_round(w, llm, sp, prompts, k, rb, records, rnd, t_ready)
+        if batched:
+            kv = _batched_round(w, llm, sp, prompts, k, rb, records, rnd, t_ready, wl.get("concurrency"))
+        else:
+            kv = _sequential_round(w, llm, sp, prompts, k, rb, records, rnd, t_ready)
         after = _metric_values(llm.get_metrics())
         late = rnd.late()
         fields = {
