@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mtpbench.cli.selftest import evaluate_soak
 from mtpbench.config import load_config
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import analyze
@@ -30,22 +31,23 @@ Edit = Callable[[int, dict[str, Any]], dict[str, Any] | None]
 
 
 def soak_run(make_run: Callable[..., Path], rounds: int = 4, edit: Edit | None = None,
-             ends: dict[int, dict[str, Any]] | None = None, **kw: Any) -> Path:
-    """A one-cell run (conftest.write_run) made into a soak: every prompt record repeated per round (through
+             ends: dict[int, dict[str, Any]] | None = None, cells: tuple[str, ...] = (CELL,), **kw: Any) -> Path:
+    """A run (conftest.write_run) made into a soak: every prompt record repeated per round (through
     `edit(round, record)`, which may change it or drop it), a round_end per round, workload kind soak."""
-    path = make_run({CELL: [[90.0, 80.0, 70.0]]}, baseline=None, **kw)
+    path = make_run({c: [[90.0, 80.0, 70.0]] for c in cells}, baseline=None, **kw)
     recs = [json.loads(line) for line in (path / RECORDS).read_text().splitlines()]
     out = [r for r in recs if r["type"] != "prompt"]
-    base = {k: v for k, v in recs[0].items() if k not in ("type", "requested", "effective", "patches")}
-    for r in range(rounds):
-        for rec in (x for x in recs if x["type"] == "prompt"):
-            new: dict[str, Any] | None = {**rec, "round": r, "uptime_s": float(r)}
-            if edit is not None and new is not None:
-                new = edit(r, new)
-            if new is not None:
-                out.append(new)
-        out.append({**base, "type": "round_end", "round": r, "set": "A", "prompts": 5, "stalled": False,
-                    "uptime_s": float(r + 1), **(ends or {}).get(r, {})})
+    for start in (x for x in recs if x["type"] == "cell_start"):
+        base = {k: v for k, v in start.items() if k not in ("type", "requested", "effective", "patches")}
+        for r in range(rounds):
+            for rec in (x for x in recs if x["type"] == "prompt" and x["cell"] == start["cell"]):
+                new: dict[str, Any] | None = {**rec, "round": r, "uptime_s": float(r)}
+                if edit is not None and new is not None:
+                    new = edit(r, new)
+                if new is not None:
+                    out.append(new)
+            out.append({**base, "type": "round_end", "round": r, "set": "A", "prompts": 5, "stalled": False,
+                        "uptime_s": float(r + 1), **(ends or {}).get(r, {})})
     (path / RECORDS).write_text("".join(json.dumps(x) + "\n" for x in out))
     manifest = json.loads((path / MANIFEST).read_text())
     manifest["config"]["workload"] = {"kind": "soak", "rounds": rounds}
@@ -199,3 +201,23 @@ def test_soak_config_rules(tmp_path: Path) -> None:
         p.write_text(text.replace("order: [A, A-shuffled]", bad).replace("../", str(src.parent.parent) + "/"))
         with pytest.raises(UserError, match=msg):
             load_config(p)
+
+
+def test_the_soak_selftest_fails_when_the_fault_is_not_seen_or_seen_late(make_run: Callable[..., Path]) -> None:
+    cells = ("current/eager/stock", "current/eager/drift")
+
+    def late(r: int, rec: dict[str, Any]) -> dict[str, Any]:
+        if r >= 2 and rec["variant"] == "drift":
+            rec.update(accepted_per_pos=[rec["accepted_per_pos"][0], 0, 0],
+                       num_accepted_tokens=rec["accepted_per_pos"][0])
+        return rec
+
+    def at_one(r: int, rec: dict[str, Any]) -> dict[str, Any]:
+        return late(r + 1, rec)
+
+    ok, lines = evaluate_soak(analyze(load_run(soak_run(make_run, rounds=3, edit=at_one, cells=cells))))
+    assert ok, lines
+    ok, lines = evaluate_soak(analyze(load_run(soak_run(make_run, rounds=3, edit=late, cells=cells))))
+    assert not ok and any("FAIL] fault" in line and "at round 2" in line for line in lines)
+    ok, lines = evaluate_soak(analyze(load_run(soak_run(make_run, rounds=3, cells=cells))))
+    assert not ok  # no drift at all: the gate would have missed the fault

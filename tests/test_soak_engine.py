@@ -59,7 +59,9 @@ def test_drift_fault_fails_with_drift_at_the_first_bad_round(soak: SelftestResul
     assert n.rate_after is not None and n.rate_before is not None and n.rate_after < n.rate_before
     assert soak.comparison.exit_code == 1
     # Its round 0 is a fresh engine's measurement: the same counts as stock, so a fresh-process gate passes it.
-    assert fault.evidence.per_pos.tolist() == _cell(soak, "stock").evidence.per_pos.tolist()
+    stock = _cell(soak, "stock").evidence
+    assert dict(zip(fault.evidence.ids, fault.evidence.per_pos.tolist(), strict=True)) == dict(
+        zip(stock.ids, stock.per_pos.tolist(), strict=True))
     assert soak.passed, soak.lines
 
 

@@ -287,7 +287,7 @@ def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list
 # per run instead of every record. Fresh only while manifest.json and records.jsonl have the size and
 # modification time it was made from; bumped version = stale.
 POINT_CACHE = "history-point.json"
-POINT_CACHE_VERSION = 2  # 2: counts from the evidence stage (1 summed identical repeats)
+POINT_CACHE_VERSION = 3  # 2: counts from the evidence stage (1 summed identical repeats); 3: soak runs grouped
 
 
 def _stamp(path: Path) -> dict[str, list[int]]:
@@ -335,6 +335,9 @@ def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
         pass  # no cache, or a damaged one: the run is the truth
     run = load_run(path)
     fp, pt = run_fingerprint(run), point(run)
+    if run.typed.config.workload_kind == "soak":
+        # One engine over many rounds: a group of its own, never mixed with fresh-process runs.
+        fp = {**fp, "workload": "soak"}
     gate = dict(run.manifest["config"].get("gate") or {})  # as written: the cache keeps the config's own keys
     try:
         write_json_atomic(cache, {**_point_to_json(pt, fp, gate), "stamp": stamp})
@@ -349,15 +352,6 @@ def refresh_point(path: Path) -> None:
         run_point(path)
     except (UserError, OSError, ValueError):
         pass
-
-
-def run_workload(folder: Path) -> dict[str, Any] | None:
-    """The workload a run's manifest names (None: the offline probe, or an unreadable manifest)."""
-    try:
-        wl = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["config"].get("workload")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return wl if isinstance(wl, dict) else None
 
 
 def build_history(paths: list[Path], tolerance_pts: float | None = None, confidence: float = 0.95) -> History:
@@ -376,9 +370,6 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
         except UserError as exc:
             skipped.append(f"{p}: {exc}")
             continue
-        # A soak run measures one engine over many rounds: its own group, never mixed with fresh-process runs.
-        if str((run_workload(folder) or {}).get("kind")) == "soak":
-            fp = {**fp, "workload": "soak"}
         key = json.dumps(fp, sort_keys=True, default=str)
         tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
         g = groups.setdefault(key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[],
