@@ -34,6 +34,8 @@ REGISTRY: dict[str, str] = {
     "cpu-synthetic-rejection": "mtpbench.patches.synthetic:apply",
     "cpu-expand-kernel": "mtpbench.patches.expand:apply",
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
+    # A probe, not a patch: changes nothing, records which KV-cache group each draft layer read.
+    "metadata-binding": "mtpbench.patches.binding:apply",
 }
 
 
