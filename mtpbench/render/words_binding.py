@@ -1,0 +1,95 @@
+"""The words of the metadata-binding probe (issue 21): its findings, the report grid's heading and caption.
+
+Part of words.py (which maps the finding kinds to these messages), kept in
+its own file only because words.py reached the 400-line limit. Sentences only, no arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mtpbench.judge.findings import BindingUnobserved, FixVerification, MetadataBinding
+
+__all__ = [
+    "BINDING_CAPTION", "BINDING_HEADING", "attn_type_text", "binding_verdict", "layer_label",
+    "msg_binding_unobserved", "msg_fix_verification", "msg_metadata_binding",
+]
+
+BINDING_HEADING = "Which KV-cache group each draft layer read (metadata-binding probe)"
+BINDING_CAPTION = (
+    "Each square: the draft steps (all draft positions and repeats together) in which the draft layer consumed "
+    "that KV-cache group's attention metadata, identified by the metadata object / block-table tensor the layer "
+    "was handed, not by names. Outlined: the layer's own group. Red: it read another group's."
+)
+
+
+def binding_verdict(verified: bool, seeds: str) -> str:
+    what = "every draft layer read its own group" if verified else "NOT every draft layer read its own group"
+    return f"{what} (PYTHONHASHSEED {seeds or 'none'})"
+
+
+def layer_label(name: str) -> str:
+    """"draft layer 3" for vLLM's "draft_model.layers.3.self_attn.attn"; the name itself otherwise."""
+    digits = name.split(".layers.")[1].split(".")[0] if ".layers." in name else ""
+    return f"draft layer {digits}" if digits.isdigit() else name
+
+
+def attn_type_text(kind: str | None) -> str:
+    return (kind or "unknown type").replace("_", " ")
+
+
+def _hash_seeds(seeds: list[int | None]) -> str:
+    shown = sorted({"?" if s is None else str(s) for s in seeds}, key=lambda x: (len(x), x))
+    return f"PYTHONHASHSEED {', '.join(shown)}"
+
+
+def _layers_text(names: list[str]) -> str:
+    """"draft layers 1-2" / "draft layer 0" / "draft layers 0, 3" (names as vLLM's draft layers)."""
+    labels = [layer_label(n) for n in names]
+    nums = [lab.rsplit(" ", 1)[1] for lab in labels if lab.startswith("draft layer ")]
+    if len(nums) != len(labels) or not nums:
+        return ", ".join(labels)
+    if len(nums) == 1:
+        return f"draft layer {nums[0]}"
+    ints = [int(x) for x in nums]
+    run = ints == list(range(ints[0], ints[0] + len(ints)))
+    return f"draft layers {ints[0]}-{ints[-1]}" if run else f"draft layers {', '.join(nums)}"
+
+
+def msg_metadata_binding(n: MetadataBinding) -> str:
+    """Per PYTHONHASHSEED: the misbound layers, merged where they read alike, then the correct ones."""
+    parts: list[str] = []
+    seeds = list(dict.fromkeys(s for w in n.wrong for s in w.hash_seeds))
+    for seed in seeds:
+        alike: dict[tuple[Any, ...], list[str]] = {}
+        for w in n.wrong:
+            if seed in w.hash_seeds:
+                key = (w.type, w.own_group, w.read_group, w.read_type, w.steps, w.of_steps)
+                alike.setdefault(key, []).append(w.layer)
+        said = []
+        for (kind, own, read, read_type, steps, of), names in alike.items():
+            what = ("metadata of no group of its step" if read == "unidentified"
+                    else f"group {read} ({attn_type_text(read_type)})")
+            said.append(f"{_layers_text(names)} ({attn_type_text(kind)}, group {own}) read {what} in {steps}/{of} "
+                        "draft steps")
+        bad = {x for names in alike.values() for x in names}
+        ok = [x for x in n.layers if x not in bad]
+        tail = f"; {_layers_text(ok)} correct" if ok else ""
+        parts.append(f"{_hash_seeds([seed])}: {'; '.join(said)}{tail}")
+    return f"{'. '.join(parts)} ({n.repeats} repeat(s) probed)"
+
+
+def msg_binding_unobserved(n: BindingUnobserved) -> str:
+    return (f"the metadata-binding probe recorded no draft step in {n.repeats} repeat(s) ({_hash_seeds(n.hash_seeds)}: "
+            f"{n.why}): which group the draft layers read is not verified there")
+
+
+def msg_fix_verification(n: FixVerification) -> str:
+    if n.status == "verified":
+        return (f"{n.patch}: fix applied and verified: every draft layer ({n.layers}) read its own KV-cache group "
+                f"in all {n.steps} layer-steps over {n.repeats} repeat(s) (metadata-binding probe)")
+    if n.status == "no-probe":
+        return (f"{n.patch}: fix applied, not verified: the variant has no metadata-binding probe (add "
+                "metadata-binding to the variant to check that every draft layer reads its own KV-cache group)")
+    return (f"{n.patch}: fix applied but NOT verified: the metadata-binding probe saw draft layers read another "
+            "group's metadata, or saw no draft step (see the metadata-binding findings)")
