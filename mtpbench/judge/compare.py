@@ -61,6 +61,7 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
+from mtpbench.judge.replay import replay_findings
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
@@ -141,6 +142,7 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     bindings = cell_bindings(run)
     comp.binding = {c: b.document() for c, b in bindings.items() if b.repeats or b.missing}
     comp.diagnoses.extend(binding_findings(bindings))
+    comp.diagnoses.extend(replay_findings(cells, run.cell_starts(), run.cell_ends()))
     for c in cells:
         d = _instability(c, gate, greedy)
         if d:

@@ -62,6 +62,10 @@ class Kind(str, Enum):
     BINDING_UNOBSERVED = "metadata-binding-unobserved"
     # A cell whose variant applied a shipped fix: did the probe show every draft layer on its own group?
     FIX_VERIFICATION = "fix-verification"
+    # The graph-replay probe (mtpbench/judge/replay.py): graphs requested and effective, the draft never
+    # replayed one (a silent eager fallback); and the per-cell proof (replayed, or no graph on this platform).
+    GRAPH_NOT_REPLAYED = "graph-not-replayed"
+    GRAPH_REPLAY = "draft-graph-replay"
 
 
 class Cause(str, Enum):
@@ -89,6 +93,7 @@ class Cause(str, Enum):
     CPU_EXPAND_KERNEL = "cpu-expand-kernel"
     WRONG_GROUP_METADATA = "wrong-group-metadata"
     PROBE_SAW_NOTHING = "probe-saw-nothing"
+    DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -108,6 +113,7 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.PATCH_NOT_APPLIED: ExitCode.REGRESSION,
     Kind.SAMPLER_BROKEN: ExitCode.REGRESSION,  # a named bug of the build: its sampled numbers mean nothing
     Kind.METADATA_BINDING: ExitCode.REGRESSION,  # a named bug signature, located
+    Kind.GRAPH_NOT_REPLAYED: ExitCode.REGRESSION,  # graph mode measured eagerly: the cell is not what it says
 }
 
 
@@ -353,6 +359,24 @@ class FixVerification(Payload):
     layers: int  # draft layers the probe watched
     steps: int  # layer × draft steps it saw, over the repeats
     repeats: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphReplay(Payload):
+    """The graph-replay probe's proof for one cell, over its probed repeats."""
+
+    status: str  # "replayed" | "not-replayed" | "no-graph-effective" | "eager-requested" | "unobserved"
+    requested: str | None  # requested cudagraph_mode ("eager" when enforce_eager)
+    effective: str | None  # effective cudagraph_mode
+    device_type: str | None
+    runnable: str | None  # class of the drafter's runnable
+    graph_wrapper: bool
+    captured: int  # draft graphs held by the drafter's wrapper (the fewest over the repeats)
+    replays: int  # draft calls that replayed a graph (the fewest over the repeats)
+    captures: int
+    eager_calls: int
+    proposes: int
+    hash_seeds: list[int | None]
 
 
 @dataclass

@@ -37,6 +37,7 @@ from mtpbench.judge.stats import Interval
 from mtpbench.render.words_binding import (
     msg_binding_unobserved,
     msg_fix_verification,
+    msg_graph_replay,
     msg_metadata_binding,
 )
 from mtpbench.schema import COUNTERS_ONLY
@@ -80,6 +81,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     "fault does, and vllm-ascend's graph-mode regression did)",
     Cause.PROBE_SAW_NOTHING: "the probe saw no draft step there: speculation off, a proposer it does not watch "
     "(it watches vLLM's Gemma4 MTP proposer), or the repeat ended early",
+    Cause.DRAFT_EAGER_FALLBACK: "the drafter was not wrapped for graphs, or its graphs were never dispatched "
+    "(a silent eager fallback): the cell's numbers describe the eager draft, not the graph mode it names",
 }
 
 
@@ -334,6 +337,8 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.METADATA_BINDING: msg_metadata_binding,
     Kind.BINDING_UNOBSERVED: msg_binding_unobserved,
     Kind.FIX_VERIFICATION: msg_fix_verification,
+    Kind.GRAPH_NOT_REPLAYED: msg_graph_replay,
+    Kind.GRAPH_REPLAY: msg_graph_replay,
 }
 
 

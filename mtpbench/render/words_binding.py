@@ -1,4 +1,4 @@
-"""The words of the metadata-binding probe (issue 21): its findings, the report grid's heading and caption.
+"""The words of the probes (issue 21): metadata-binding's findings and report grid, graph-replay's proof.
 
 Part of words.py (which maps the finding kinds to these messages), kept in
 its own file only because words.py reached the 400-line limit. Sentences only, no arithmetic.
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtpbench.judge.findings import BindingUnobserved, FixVerification, MetadataBinding
+from mtpbench.judge.findings import BindingUnobserved, FixVerification, GraphReplay, MetadataBinding
 
 __all__ = [
     "BINDING_CAPTION", "BINDING_HEADING", "attn_type_text", "binding_verdict", "layer_label",
-    "msg_binding_unobserved", "msg_fix_verification", "msg_metadata_binding",
+    "msg_binding_unobserved", "msg_fix_verification", "msg_graph_replay", "msg_metadata_binding",
 ]
 
 BINDING_HEADING = "Which KV-cache group each draft layer read (metadata-binding probe)"
@@ -93,3 +93,25 @@ def msg_fix_verification(n: FixVerification) -> str:
                 "metadata-binding to the variant to check that every draft layer reads its own KV-cache group)")
     return (f"{n.patch}: fix applied but NOT verified: the metadata-binding probe saw draft layers read another "
             "group's metadata, or saw no draft step (see the metadata-binding findings)")
+
+
+def msg_graph_replay(n: GraphReplay) -> str:
+    """The replay proof of one cell (graph-replay probe), and the failure when a graph mode ran the draft eagerly."""
+    seeds = ", ".join("?" if s is None else str(s) for s in n.hash_seeds)
+    runnable = n.runnable or "unknown"
+    counts = (f"{n.replays} draft replays, {n.captures} captures, {n.eager_calls} eager calls of the graph wrapper "
+              f"over {n.proposes} proposes; {n.captured} draft graphs held")
+    if n.status == "replayed":
+        return f"draft graphs replayed: the drafter runs {runnable} ({counts}; PYTHONHASHSEED {seeds})"
+    if n.status == "not-replayed":
+        what = "is no graph wrapper" if not n.graph_wrapper else "never replayed a graph"
+        return (f"graph mode {n.requested} requested and effective ({n.effective}), but the drafter's runnable "
+                f"{runnable} {what} ({counts}; PYTHONHASHSEED {seeds}): the draft ran eagerly under a graph "
+                "mode's name")
+    if n.status == "no-graph-effective":
+        return (f"no graph on {n.device_type or 'this platform'}: {n.requested} requested, {n.effective} effective; "
+                f"the drafter's runnable {runnable} is {'a' if n.graph_wrapper else 'no'} graph wrapper and replayed "
+                f"{n.replays} graphs, so no replay is claimed")
+    if n.status == "eager-requested":
+        return f"eager cell: no graph requested, the drafter runs {runnable} ({n.replays} replays)"
+    return f"the graph-replay probe saw no draft step in some repeat (PYTHONHASHSEED {seeds}): replay not proven"
