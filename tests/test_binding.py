@@ -307,3 +307,14 @@ def test_every_format_shows_the_binding(probed_run: Path) -> None:
     assert '<section id="metadata-binding">' in page
     assert page.count('<table class="binding">') == 2
     assert '<td class="bad">9</td>' in page and '<td class="own good">9</td>' in page
+
+
+@pytest.mark.parametrize("junk", [{"layers": ["not", "a", "dict"]}, {"layers": {"x": {"own_group": "four"}}},
+                                  {"proposes": "many"}, {"groups": [{"id": 1}]},
+                                  {**_snapshot(OWN), "layers": {FULL[0]: {"own_group": 4, "steps": [{"4": -3}]}}}])
+def test_a_malformed_probe_record_is_no_evidence_and_no_crash(junk: dict[str, Any]) -> None:
+    starts, ends = _records("b/eager/fixed", {0: junk}, ["ascend-gemma4-layer-params", "metadata-binding"])
+    found = binding_findings(bindings_from(starts, ends))
+    assert [f.kind for f in found] == [Kind.BINDING_UNOBSERVED, Kind.FIX_VERIFICATION]
+    assert found[0].payload.why == "malformed record"  # type: ignore[union-attr]
+    assert "and verified" not in finding_message(found[1])

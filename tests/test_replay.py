@@ -246,3 +246,10 @@ def test_no_graph_on_cpu_claims_nothing(make_run: Callable[..., Path]) -> None:
 def test_a_probe_that_recorded_nothing_proves_nothing(make_run: Callable[..., Path]) -> None:
     f = _proof(_run(make_run, "FULL_DECODE_ONLY", "FULL_DECODE_ONLY", None))
     assert f.payload.status == "unobserved" and f.severity == Severity.WARN
+
+
+@pytest.mark.parametrize("junk", [{"proposes": "x"}, {"draft_calls": {"replay": -1}, "proposes": 3},
+                                  {"draft_calls": [1, 2], "proposes": 3}, {"graph_wrapper": "yes", "proposes": 3}])
+def test_a_malformed_replay_record_proves_nothing(make_run: Callable[..., Path], junk: dict[str, Any]) -> None:
+    f = _proof(_run(make_run, "FULL_DECODE_ONLY", "FULL_DECODE_ONLY", junk))
+    assert f.payload.status == "unobserved" and f.severity == Severity.WARN

@@ -174,8 +174,10 @@ def bindings_from(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[st
         elif "error" in obs:
             entry.missing.append((repeat, seed, f"error: {obs['error']}"))
         else:
-            rb = RepeatBinding(repeat, seed, int(obs.get("proposes") or 0), list(obs.get("groups") or []),
-                               dict(obs.get("layers") or {}))
+            rb = _parse(repeat, seed, obs)
+            if rb is None:
+                entry.missing.append((repeat, seed, "malformed record"))
+                continue
             entry.repeats.append(rb)
             if not rb.observed:
                 entry.missing.append((repeat, seed, "no-draft-step"))
@@ -186,6 +188,25 @@ def bindings_from(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[st
         applied = sorted(f for f, n in fixes.items() if n == n_repeats.get(cell))
         out.setdefault(cell, CellBinding(cell, "")).fixes = applied
     return out
+
+
+def _parse(repeat: int | None, seed: int | None, obs: Mapping[str, Any]) -> RepeatBinding | None:
+    """The probe's table as recorded, or None when it is not the shape the probe writes (a hand-edited or
+    foreign record must not pass for evidence, nor crash the judge)."""
+    try:
+        groups = [{"id": int(g["id"]), "type": str(g.get("type", "")), "layers": [str(x) for x in g["layers"]]}
+                  for g in obs.get("groups") or []]
+        layers = {
+            str(name): {"own_group": int(v["own_group"]), "type": str(v.get("type", "")),
+                        "steps": [{str(g): int(n) for g, n in step.items()} for step in v.get("steps") or []]}
+            for name, v in (obs.get("layers") or {}).items()
+        }
+        proposes = int(obs.get("proposes") or 0)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if any(n < 0 for v in layers.values() for step in v["steps"] for n in step.values()):
+        return None
+    return RepeatBinding(repeat, seed, proposes, groups, layers)
 
 
 def _wrong(b: CellBinding) -> list[LayerBinding]:

@@ -25,6 +25,17 @@ def _requested(c: CellResult) -> str | None:
     return None if mode is None else str(mode)
 
 
+def _well_formed(obs: Mapping[str, Any]) -> bool:
+    """The shape the probe writes; anything else counts as not recorded (never as evidence, never a crash)."""
+    try:
+        calls = obs.get("draft_calls") or {}
+        counts = [int(obs.get("proposes") or 0), int(obs.get("captured") or 0)]
+        counts += [int(calls.get(k, 0)) for k in ("eager", "capture", "replay")]
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return all(n >= 0 for n in counts) and isinstance(obs.get("graph_wrapper", False), bool)
+
+
 def replay_findings(cells: Iterable[CellResult], starts: Iterable[Mapping[str, Any]],
                     ends: Iterable[Mapping[str, Any]]) -> list[Finding]:
     ends_by = {(e.get("cell"), e.get("repeat")): e for e in ends}
@@ -33,7 +44,7 @@ def replay_findings(cells: Iterable[CellResult], starts: Iterable[Mapping[str, A
         if any(p.get("name") == PROBE and p.get("status") == "applied" for p in s.get("patches") or []):
             end = ends_by.get((s.get("cell"), s.get("repeat")))
             obs = ((end or {}).get("patch_observations") or {}).get(PROBE)
-            kept = obs if isinstance(obs, Mapping) else None
+            kept = obs if isinstance(obs, Mapping) and _well_formed(obs) else None
             probed.setdefault(str(s.get("cell")), []).append((s.get("hash_seed"), kept))
     out: list[Finding] = []
     for c in cells:
