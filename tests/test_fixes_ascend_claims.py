@@ -122,9 +122,10 @@ def test_a_hook_taking_star_args_is_refused() -> None:
 
 
 class SetOnlyWrapper:
-    """acl_graph.py @ 6f1ce9b8's ACLGraphWrapper as far as the hook is concerned: it takes draft params only
-    through `set_draft_attn_metadata_updates(update_params)` (and the backend through `set_attn_backend`,
-    as PR #15908's review diff calls it); there is no `update_draft_model_metadata`."""
+    """vllm_ascend/compilation/acl_graph.py @ 6f1ce9b8's ACLGraphWrapper as far as the hook is concerned: it
+    takes draft params only through `set_draft_attn_metadata_updates(update_params)` (~:131, just after the
+    `__init__` line :125 that raises), which `_updatable_graph_replay` wraps in `SharedSource`; the backend
+    through `set_attn_backend`, as PR #15908's review diff calls it. No `update_draft_model_metadata`."""
 
     def set_draft_attn_metadata_updates(self, update_params: Any) -> None:
         self.update_params = update_params
