@@ -319,3 +319,15 @@ def test_a_malformed_probe_record_is_no_evidence_and_no_crash(junk: dict[str, An
     assert [f.kind for f in found] == [Kind.BINDING_UNOBSERVED, Kind.FIX_VERIFICATION]
     assert found[0].payload.why == "malformed record"  # type: ignore[union-attr]
     assert "and verified" not in finding_message(found[1])
+
+
+def test_a_graph_cell_is_never_called_verified() -> None:
+    # Where graphs ran, a replayed draft graph uses the params its tasks were bound to; the probe reads the
+    # eager-side metadata only, so a correct-looking table there must not become "fix applied and verified".
+    starts, ends = _records("b/g/fixed", {0: _snapshot(OWN)}, ["ascend-gemma4-layer-params", "metadata-binding"])
+    for s in starts:
+        s["effective"] = {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    found = bindings_from(starts, ends)
+    assert found["b/g/fixed"].document()["verified"] is False
+    (fix,) = binding_findings(found)
+    assert fix.severity == Severity.WARN and "not verified in graph mode" in finding_message(fix)

@@ -64,6 +64,9 @@ class CellBinding:
     repeats: list[RepeatBinding] = field(default_factory=list)
     missing: list[tuple[int | None, int | None, str]] = field(default_factory=list)  # (repeat, seed, why)
     fixes: list[str] = field(default_factory=list)  # shipped fixes applied in every repeat of the cell
+    # Graphs ran (effective cudagraph_mode not NONE): a replayed draft graph runs on the params its tasks were
+    # bound to, which this probe does not read (patches/task_binding.py is not wired in), so it cannot verify.
+    graph_effective: bool = False
 
     @property
     def layers(self) -> list[str]:
@@ -104,6 +107,7 @@ class CellBinding:
         (PYTHONHASHSEED) and draft step, the group(s) it read and in how many proposes."""
         return {
             "verified": self.verified,
+            "graph_effective": self.graph_effective,
             "groups": [{"id": g, "type": t} for g, t in self.groups],
             "repeats": [{"PYTHONHASHSEED": r.hash_seed, "proposes": r.proposes} for r in self.repeats],
             "unobserved": [{"PYTHONHASHSEED": seed, "why": why} for _, seed, why in self.missing],
@@ -121,8 +125,8 @@ class CellBinding:
 
     @property
     def verified(self) -> bool:
-        """Every repeat observed, every layer read only its own group in every step."""
-        if not self.repeats or self.missing or not all(r.observed for r in self.repeats):
+        """Every repeat observed, every layer read only its own group in every step, no graph replayed."""
+        if self.graph_effective or not self.repeats or self.missing or not all(r.observed for r in self.repeats):
             return False
         for name, row in self.grid().items():
             own, _ = self.own(name)
@@ -166,6 +170,8 @@ def bindings_from(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[st
         if not _applied(s, PROBE):
             continue
         entry = out.setdefault(cell, CellBinding(cell, str(s.get("variant", ""))))
+        mode = (s.get("effective") or {}).get("cudagraph_mode")
+        entry.graph_effective |= mode is not None and str(mode) != "NONE"
         seed, repeat = s.get("hash_seed"), s.get("repeat")
         end = ends_by.get((s.get("cell"), repeat))
         obs = ((end or {}).get("patch_observations") or {}).get(PROBE)
@@ -244,9 +250,11 @@ def binding_findings(bindings: Mapping[str, CellBinding]) -> list[Finding]:
                                                  why=why)))
         for fix in b.fixes:
             probed = bool(b.repeats) or bool(b.missing)
-            status = "verified" if b.verified else ("not-verified" if probed else "no-probe")
+            status = "verified" if b.verified else (
+                "graph-mode" if b.graph_effective and probed and not _wrong(b) else "not-verified" if probed
+                else "no-probe")
             steps = sum(sum(r.reads(n).values()) for r in b.repeats for n in r.layers)
-            severity = Severity.WARN if status == "not-verified" else Severity.INFO
+            severity = Severity.WARN if status in ("not-verified", "graph-mode") else Severity.INFO
             out.append(Finding(Kind.FIX_VERIFICATION, severity, cell, Cause.NONE,
                                FixVerification(patch=fix, status=status, layers=len(b.layers), steps=steps,
                                                repeats=len(b.repeats))))

@@ -352,7 +352,7 @@ class BindingUnobserved(Payload):
 @dataclass(frozen=True, kw_only=True)
 class FixVerification(Payload):
     patch: str
-    status: str  # "verified" | "not-verified" (probe misbound or saw nothing) | "no-probe"
+    status: str  # "verified" | "not-verified" (misbound / saw nothing) | "graph-mode" (unverifiable) | "no-probe"
     layers: int  # draft layers the probe watched
     steps: int  # layer × draft steps it saw, over the repeats
     repeats: int

@@ -57,7 +57,8 @@ def _grid(cell: str, doc: dict[str, Any]) -> str:
                 tds.append(f'<td class="{" ".join(cls)}">{n or "·"}</td>')
         label = f"{layer_label(str(layer.get('layer')))} ({attn_type_text(layer.get('type'))}, group {own})"
         rows.append(f'<tr><td class="l">{_e(label)}</td>{"".join(tds)}</tr>')
-    return (f'<h3><code>{_e(cell)}</code>: {_e(binding_verdict(bool(doc.get("verified")), ", ".join(seeds)))}</h3>'
+    verdict = binding_verdict(bool(doc.get("verified")), ", ".join(seeds), bool(doc.get("graph_effective")))
+    return (f'<h3><code>{_e(cell)}</code>: {_e(verdict)}</h3>'
             f'<table class="binding"><tr><th class="l" rowspan="2">draft layer</th>{top}</tr><tr>{head}</tr>'
             f'{"".join(rows)}</table>')
 

@@ -23,8 +23,10 @@ BINDING_CAPTION = (
 )
 
 
-def binding_verdict(verified: bool, seeds: str) -> str:
+def binding_verdict(verified: bool, seeds: str, graph: bool = False) -> str:
     what = "every draft layer read its own group" if verified else "NOT every draft layer read its own group"
+    if graph and not verified:
+        what = "graphs ran: the eager-side metadata only, not what the replayed draft graph was bound to"
     return f"{what} (PYTHONHASHSEED {seeds or 'none'})"
 
 
@@ -88,6 +90,9 @@ def msg_fix_verification(n: FixVerification) -> str:
     if n.status == "verified":
         return (f"{n.patch}: fix applied and verified: every draft layer ({n.layers}) read its own KV-cache group "
                 f"in all {n.steps} layer-steps over {n.repeats} repeat(s) (metadata-binding probe)")
+    if n.status == "graph-mode":
+        return (f"{n.patch}: fix applied, not verified in graph mode: the metadata-binding probe sees the metadata "
+                "the eager path hands each draft layer, not the params a replayed draft graph's tasks were bound to")
     if n.status == "no-probe":
         return (f"{n.patch}: fix applied, not verified: the variant has no metadata-binding probe (add "
                 "metadata-binding to the variant to check that every draft layer reads its own KV-cache group)")
