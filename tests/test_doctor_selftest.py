@@ -6,7 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import PUBLISHED
+from test_binding import add_probe_records, faulty_by_seed
 
 from mtpbench.cli.selftest import evaluate
 from mtpbench.judge.compare import compare
@@ -60,10 +62,11 @@ def test_doctor_reports_missing_vllm_and_dead_interpreter() -> None:
     assert [(c.name, c.status) for c in dead] == [("interpreter", "fail")]
 
 
-def _selftest_run(make_run: Callable[..., Path], fault: list[list[float]], text: list[str] | None = None) -> Any:
+def _selftest_run(make_run: Callable[..., Path], fault: list[list[float]], text: list[str] | None = None,
+                  probe: Callable[[dict[str, Any]], dict[str, Any] | None] = faulty_by_seed) -> Any:
     cells = {"cpu/eager/stock": [GOOD, GOOD], "cpu/eager/fault": fault}
     kw: dict[str, Any] = {"seeds": [0, 2], "text": {"cpu/eager/fault": text} if text else None}
-    run = make_run(cells, **kw)
+    run = add_probe_records(make_run(cells, **kw), probe)
     # The published figures as an any-mode baseline: the selftest compares its eager cells with it.
     any_mode = run.parent / "any-mode.yaml"
     any_mode.write_text(PUBLISHED.read_text().replace("mode: NONE", 'mode: "*"'))
@@ -80,6 +83,34 @@ def test_selftest_passes_when_fault_is_regression_and_instability_with_same_text
     assert "fault cpu/eager/fault flagged as cross-process-instability" in text
     assert "[ok] generated text identical" in text
     assert "PYTHONHASHSEED=2: pos 39.2/14.4/10.1 %" in text
+
+
+def test_selftest_reports_the_localisation(make_run: Callable[..., Path]) -> None:
+    ok, lines = evaluate(_selftest_run(make_run, [[76.2, 61.0, 50.2], [39.2, 14.4, 10.1]]))
+    text = "\n".join(lines)
+    assert ok, lines
+    assert "[ok] stock cpu/eager/stock: every draft layer read its own KV-cache group" in text
+    assert ("[ok] fault cpu/eager/fault localised: PYTHONHASHSEED 0: draft layers 1-2 (sliding attention, group 3) "
+            "read group 4 (full attention)") in text
+    assert "PYTHONHASHSEED 2: draft layers 0, 3 (full attention, group 4) read group 3 (sliding attention)" in text
+
+
+@pytest.mark.parametrize("probe", ["fault-bound-correctly", "one-order-only", "stock-misbound", "no-probe-record"])
+def test_selftest_fails_when_the_probe_does_not_localise(make_run: Callable[..., Path], probe: str) -> None:
+    def snap(rec: dict[str, Any]) -> dict[str, Any] | None:
+        if probe == "no-probe-record" and rec["variant"] == "stock":
+            return None
+        if probe == "stock-misbound" and rec["variant"] == "stock":
+            return faulty_by_seed({**rec, "variant": "fault"})
+        if rec["variant"] == "fault" and probe == "fault-bound-correctly":
+            return faulty_by_seed({**rec, "variant": "stock"})
+        if rec["variant"] == "fault" and probe == "one-order-only":
+            return faulty_by_seed({**rec, "hash_seed": 0})
+        return faulty_by_seed(rec)
+
+    ok, lines = evaluate(_selftest_run(make_run, [[76.2, 61.0, 50.2], [39.2, 14.4, 10.1]], probe=snap))
+    assert not ok
+    assert any(line.startswith("[FAIL]") and ("localised" in line or "own KV-cache group" in line) for line in lines)
 
 
 def test_selftest_fails_when_fault_is_stable(make_run: Callable[..., Path]) -> None:

@@ -19,7 +19,8 @@ from mtpbench.config import load_config
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import analyze
 from mtpbench.judge.drift import change_point_pvalue, round_stats
-from mtpbench.judge.findings import Drift, Kind, RoundSpeculationOff, Severity, Stall
+from mtpbench.judge.findings import Kind, Severity
+from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
 from mtpbench.judge.history import build_history
 from mtpbench.render.words import finding_message
 from mtpbench.store.manifest import MANIFEST

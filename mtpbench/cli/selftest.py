@@ -28,7 +28,8 @@ from mtpbench import shipped
 from mtpbench.config import ExperimentConfig, load_config, load_prompts
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import Comparison, Kind, Severity, analyze, compare
-from mtpbench.judge.findings import Drift, Instability
+from mtpbench.judge.findings import Instability
+from mtpbench.judge.findings_soak import Drift
 from mtpbench.patches.drift import AFTER_ENV
 from mtpbench.run import runner
 from mtpbench.specs import SoakWorkload
@@ -39,6 +40,9 @@ from mtpbench.store.results import load_run
 # The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
 DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"
 FAULT = "flatten-draft-metadata"
+# The metadata-binding probe rides along in both variants, so the selftest also shows *where* the fault is:
+# which draft layer read which KV-cache group, per hash seed (mtpbench/patches/binding.py).
+PROBE = "metadata-binding"
 # vLLM 0.32 keeps the draft layer names in a set and the fault binds every draft layer to the first name it
 # iterates, so PYTHONHASHSEED decides which KV-cache group wins. With the shipped drafter (layers: full,
 # sliding, sliding, full) seed 0 puts draft layer 0 first (the full-attention group wins) and seed 1 layer 1
@@ -65,7 +69,7 @@ def selftest_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
     if not eager:
         raise UserError(f"{path}: the selftest needs an eager mode (enforce_eager: true)")
     cfg.modes = {eager[0]: cfg.modes[eager[0]]}
-    cfg.variants = {"stock": [], "fault": [FAULT]}
+    cfg.variants = {"stock": [PROBE], "fault": [FAULT, PROBE]}
     cfg.repeats = len(SELFTEST_SEEDS)
     cfg.hash_seeds = list(SELFTEST_SEEDS)
     return cfg
@@ -104,6 +108,7 @@ def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
             if isinstance(n, Instability) and n.method == "exact":
                 how = f" (exact: {n.prompts_differing} of {n.prompts} prompts differ between processes)"
             lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as {need.value}{how}")
+    ok &= _localised(comp, stock, fault, lines)
     stock_out = {(r.hash_seed, p): s for c in stock for r in c.repeats for p, s in r.outputs.items()}
     fault_out = {(r.hash_seed, p): s for c in fault for r in c.repeats for p, s in r.outputs.items()}
     same = bool(stock_out) and set(stock_out) == set(fault_out) and all(fault_out[k] == v for k, v in stock_out.items())
@@ -176,6 +181,31 @@ def run_soak_selftest(out: Path, make_view: Callable[[int, int], Any] | None = N
     passed, lines = evaluate_soak(comp)
     lines.insert(0, f"soak selftest run: {outcome.path}")
     return SelftestResult(comp, passed and not outcome.failed, lines)
+
+
+def _localised(comp: Comparison, stock: list[Any], fault: list[Any], lines: list[str]) -> bool:
+    """The probe's part: stock bound correctly; the fault localised, in both group orders."""
+    from mtpbench.judge.findings_probes import MetadataBinding
+    from mtpbench.render.words import finding_message
+
+    ok = True
+    for c in stock:
+        good = bool(comp.binding.get(c.cell, {}).get("verified"))
+        ok &= good
+        lines.append(f"[{'ok' if good else 'FAIL'}] stock {c.cell}: every draft layer read its own KV-cache group "
+                     "(metadata-binding probe)")
+    for c in fault:
+        found = [d for d in comp.diagnoses if d.cell == c.cell and d.kind == Kind.METADATA_BINDING]
+        payload = found[0].payload if found else None
+        seeds = {s for w in payload.wrong for s in w.hash_seeds} if isinstance(payload, MetadataBinding) else set()
+        read = {w.read_group for w in payload.wrong} if isinstance(payload, MetadataBinding) else set()
+        repeats = {r.hash_seed for r in c.repeats}
+        # Every repeat misbound, and the two group orders misbound to two different groups.
+        good = bool(found) and seeds == repeats and len(read) >= min(2, len(repeats))
+        ok &= good
+        where = finding_message(found[0]) if found else "no metadata-binding finding"
+        lines.append(f"[{'ok' if good else 'FAIL'}] fault {c.cell} localised: {where}")
+    return ok
 
 
 def run_selftest(

@@ -5,13 +5,17 @@ from one representative layer, so Gemma4's draft layers — split over a sliding
 full-attention KV-cache group — all read one group's block table, and which group depends on set
 iteration order (PYTHONHASHSEED). The fix resolves them per layer (see `layer_source`).
 
-`apply()` (registered in `mtpbench.patches.REGISTRY`) imports the three vllm-ascend modules, lets
-`ascend_api.detect` classify them, and only on the recognised flattening shape installs two hooks:
+`apply()` (registered in `mtpbench.patches.REGISTRY`) imports the vllm-ascend modules, lets
+`ascend_api.detect` classify them, and only on the recognised flattening shape (two-argument
+`_maybe_update_metadata` reached from the base `_propose`, a graph wrapper with
+`update_draft_model_metadata`, the sequence `SharedSource`) installs two hooks:
 `SharedSource.get` delegates to a param source when one is supplied, and
 `AscendGemma4Proposer._maybe_update_metadata` supplies a `LayerResolvedSource`. Only the Gemma4 proposer
 is changed: other proposers keep the stock behaviour. Any other shape raises `PatchNotApplicable` with
 the reason (prefixed "fix not applied") and changes nothing; a second `apply()` in the same process is a
 no-op. `check()` answers what `apply()` would do without changing anything (for `run --dry-run`).
+`observations()` says, after the prompts, how often the installed hook ran and how often it handed a
+per-layer source to the graph wrapper: an `applied` fix whose hook was never reached shows 0 there.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from importlib import metadata
 from types import ModuleType
 
 from mtpbench.fixes.ascend_api import (
+    ACL_GRAPH,
     BASE_PROPOSER,
     GEMMA4_PROPOSER,
     PATCHED,
@@ -29,7 +34,7 @@ from mtpbench.fixes.ascend_api import (
     AscendModules,
     detect,
 )
-from mtpbench.fixes.layer_source import PATCH_NAME, delegating_shared_get, layer_resolved_update
+from mtpbench.fixes.layer_source import PATCH_NAME, delegating_shared_get, hook_counts, layer_resolved_update
 from mtpbench.patches import PatchNotApplicable
 
 Importer = Callable[[str], ModuleType]
@@ -78,7 +83,11 @@ def load_modules(import_module: Importer = importlib.import_module) -> AscendMod
         raise PatchNotApplicable(f"cannot import {GEMMA4_PROPOSER} ({_first_line(exc)})") from None
     except Exception as exc:
         raise PatchNotApplicable(f"cannot import {GEMMA4_PROPOSER} ({_first_line(exc)})") from None
-    return AscendModules(updatable_graph, base_proposer, gemma4_proposer)
+    try:
+        acl_graph = import_module(ACL_GRAPH)
+    except Exception:  # detect() refuses an unknown wrapper, after the more specific reasons
+        acl_graph = None
+    return AscendModules(updatable_graph, base_proposer, gemma4_proposer, acl_graph)
 
 
 def install(modules: AscendModules, version: str = "") -> str:
@@ -130,3 +139,8 @@ def check() -> tuple[bool, str]:
         return True, f"would install the per-layer param source (SharedSource {found.shared_source}, " \
                      f"AscendGemma4Proposer {found.proposer})"
     return False, f"{NOT_APPLIED}: {found.refusal}"
+
+
+def observations() -> dict[str, int]:
+    """The installed hook's counters in this process (read by the worker after the prompts)."""
+    return hook_counts()

@@ -12,7 +12,11 @@ layer's metadata at every step, a provider without a layer name keeps the repres
 step that lacks the provider's layer is an error instead of a silent wrong binding.
 `delegating_shared_get` and `layer_resolved_update` are the two hooks the installer puts into vllm-ascend
 (`SharedSource.get` delegates to a param source when one is supplied; the proposer's metadata update
-supplies one). Nothing here imports vllm, vllm_ascend or torch, so all of it is testable on any machine.
+supplies one). This is mtpbench's own fix for the sequence-`SharedSource` shape. It is not upstream code:
+vllm-ascend PR #16737 proposed a similar delegating `SharedSource` + `_LayerResolvedSource` and was closed
+without being merged; the maintainers' shape tags each param with its `layer_name` and lets
+`SharedSource.get` keep the provider's own entries (the installer leaves such a build alone). Nothing here
+imports vllm, vllm_ascend or torch, so all of it is testable on any machine.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ PATCH_NAME = "ascend-gemma4-layer-params"
 PATCH_MARK = "__mtpbench_patch__"
 
 logger = logging.getLogger("mtpbench.fixes")
+
+# How often the installed hook ran in this process, and how often it handed a per-layer source to the
+# graph wrapper: the evidence that the hook is reached at all (an inert install reads 0 / 0).
+_counts: dict[str, int] = {"hook_calls": 0, "layer_resolved_updates": 0}
+
+
+def hook_counts() -> dict[str, int]:
+    return dict(_counts)
 
 
 class ParamProvider(Protocol):
@@ -166,6 +178,7 @@ def layer_resolved_update(original: Callable[..., Any]) -> Callable[..., Any]:
         *args: Any,
         **kwargs: Any,
     ) -> Any:
+        _counts["hook_calls"] += 1
         runnable = getattr(self, "_runnable", None)
         real_update = getattr(runnable, "update_draft_model_metadata", None)
         if not callable(real_update):
@@ -178,6 +191,7 @@ def layer_resolved_update(original: Callable[..., Any]) -> Callable[..., Any]:
                 # Already resolved per layer (a param source, or the per-layer list vllm-ascend's unit
                 # test of the base proposer expects): wrapping it would only misalign steps.
                 return real_update(params)
+            _counts["layer_resolved_updates"] += 1
             return real_update(LayerResolvedSource(steps, representative_params=params))
 
         # Shadow the method on this wrapper instance only for the duration of the stock call, so the

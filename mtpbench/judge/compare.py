@@ -24,6 +24,7 @@ from typing import Any
 from mtpbench.errors import ExitCode, NotComparableError, combine_exit_codes
 from mtpbench.fixes.status import unapplied
 from mtpbench.judge import serving_summary
+from mtpbench.judge.binding import binding_findings, cell_bindings
 from mtpbench.judge.checks import (
     IDENTITY_FIELDS,
     LengthCheck,
@@ -61,6 +62,7 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
+from mtpbench.judge.replay import replay_findings
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
@@ -89,6 +91,8 @@ class Comparison:
     # The checks a pass certifies (gate.primary: a cell's AL, or its k positions, per cell): the certificate's
     # confidence (gate.confidence) is simultaneous over them (Bonferroni).
     primary: int = 1
+    # Per probed cell, the metadata-binding probe's layer × group table (judge/binding.py `document`).
+    binding: dict[str, Any] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[Finding]:
@@ -135,6 +139,11 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
     comp.diagnoses.extend(_unapplied(u) for u in unapplied(run.cell_starts()))
     comp.diagnoses.extend(sampler_broken(run.cell_starts()))
+    # Which KV-cache group each draft layer read, where the variant asked for the probe (judge/binding.py).
+    bindings = cell_bindings(run)
+    comp.binding = {c: b.document() for c, b in bindings.items() if b.repeats or b.missing}
+    comp.diagnoses.extend(binding_findings(bindings))
+    comp.diagnoses.extend(replay_findings(cells, run.cell_starts(), run.cell_ends()))
     for c in cells:
         d = _instability(c, gate, greedy)
         if d:

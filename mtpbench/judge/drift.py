@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from mtpbench.judge.evidence import COUNT_COLS, SIG, CellResult, _pos_cols
-from mtpbench.judge.findings import Cause, Drift, Finding, Kind, RoundSpeculationOff, Severity, Stall
+from mtpbench.judge.findings import Cause, Finding, Kind, Severity
+from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
 from mtpbench.specs import GateSpec
 
 PERMUTATIONS = 999

@@ -60,6 +60,13 @@ class Kind(str, Enum):
     # round that ran past its deadline. A round that accepts nothing is SPECULATION_OFF with a round payload.
     DRIFT = "drift"
     STALL = "stall"
+    # The probes (judge/binding.py, judge/replay.py): misbound draft layer; probe saw nothing; fix verified?
+    METADATA_BINDING = "metadata-binding"
+    BINDING_UNOBSERVED = "metadata-binding-unobserved"
+    FIX_VERIFICATION = "fix-verification"
+    # Graphs requested and effective but the draft never replayed one; the per-cell replay proof.
+    GRAPH_NOT_REPLAYED = "graph-not-replayed"
+    GRAPH_REPLAY = "draft-graph-replay"
 
 
 class Cause(str, Enum):
@@ -87,6 +94,9 @@ class Cause(str, Enum):
     CPU_EXPAND_KERNEL = "cpu-expand-kernel"
     IN_PROCESS_STATE = "in-process-state"  # state one engine carries across requests (caches, counters)
     ENGINE_STALLED = "engine-stalled"
+    WRONG_GROUP_METADATA = "wrong-group-metadata"
+    PROBE_SAW_NOTHING = "probe-saw-nothing"
+    DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -107,6 +117,8 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.SAMPLER_BROKEN: ExitCode.REGRESSION,  # a named bug of the build: its sampled numbers mean nothing
     Kind.DRIFT: ExitCode.REGRESSION,
     Kind.STALL: ExitCode.REGRESSION,  # a bug signature of the engine, not a failed run: the rounds before it stand
+    Kind.METADATA_BINDING: ExitCode.REGRESSION,  # a named bug signature, located
+    Kind.GRAPH_NOT_REPLAYED: ExitCode.REGRESSION,  # graph mode measured eagerly: the cell is not what it says
 }
 
 
@@ -301,55 +313,6 @@ class ThroughputDrop(Payload):
 class SamplerBroken(Payload):
     hash_seeds: list[int | None]  # the repeats whose worker found the expand kernel broken
     detail: str  # what the worker's probe saw (mtpbench.patches.expand.probe)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Drift(Payload):
-    """Counts that changed between rounds of one engine (a soak repeat). `exact` (greedy): a prompt's counts
-    or text differ from its first round's; `change-point` (sampled): a permutation test across rounds."""
-
-    method: str  # "exact" | "change-point"
-    repeat: int
-    hash_seed: int | None
-    first_round: int  # the first round that moved (exact) or the first round after the change (change-point)
-    rounds: int  # rounds recorded in that repeat
-    prompts: int  # prompts compared across rounds
-    rate_before: float | None  # mean acceptance (accepted / draft tokens) before, and at / after, the change
-    rate_after: float | None
-    moved: list[str] = field(default_factory=list)  # prompts that moved in first_round, the first ten sorted
-    prompts_moved: int | None = field(default=None, metadata=OMIT_NONE)  # how many moved in first_round
-    rounds_moved: list[int] | None = field(default=None, metadata=OMIT_NONE)
-    same_text: bool | None = field(default=None, metadata=OMIT_NONE)
-    pvalue: float | None = field(default=None, metadata=OMIT_NONE)
-    false_alarm: float | None = field(default=None, metadata=OMIT_NONE)  # the test's level
-    tolerance_pts: float | None = field(default=None, metadata=OMIT_NONE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundSpeculationOff(Payload):
-    """A soak round in which nothing was accepted, after round 0 accepted drafts (speculation off in-process)."""
-
-    repeat: int
-    hash_seed: int | None
-    first_round: int
-    rounds_off: list[int]
-    rate_round0: float | None
-    drafts: int  # drafts in the first such round (0: speculation did not run at all)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Stall(Payload):
-    """A soak round that ran past its deadline: the engine was stopped there and no later round was sent."""
-
-    repeat: int
-    hash_seed: int | None
-    round: int
-    deadline_s: float | None
-    wall_s: float | None
-    unfinished: int
-    first_unfinished: list[str]
-    uptime_s: float | None
-    watchdog: bool  # the step loop never came back: the watchdog thread wrote the record
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -253,6 +253,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
             }
             for f in comp.diagnoses
         ],
+        **({"metadata_binding": _jsonable(comp.binding)} if comp.binding else {}),
     }
 
 

@@ -19,24 +19,29 @@ from mtpbench.judge.findings import (
     CountMismatch,
     Divergence,
     Downgraded,
-    Drift,
     FailedRequests,
     Instability,
     LengthChecks,
     NoBaseline,
     PatchNotApplied,
     PositionChecks,
-    RoundSpeculationOff,
     RunFailed,
     SamplerBroken,
     SpeculationOff,
-    Stall,
     TextChanged,
     ThroughputDrop,
     Unchecked,
 )
+from mtpbench.judge.findings_soak import RoundSpeculationOff
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.judge.stats import Interval
+from mtpbench.render.words_binding import (
+    msg_binding_unobserved,
+    msg_fix_verification,
+    msg_graph_replay,
+    msg_metadata_binding,
+)
+from mtpbench.render.words_soak import msg_drift, msg_stall
 from mtpbench.schema import COUNTERS_ONLY
 
 CAUSE_TEXT: dict[Cause, str] = {
@@ -78,6 +83,13 @@ CAUSE_TEXT: dict[Cause, str] = {
     "(docs/soak.md)",
     Cause.ENGINE_STALLED: "the engine stopped making progress within one process (vllm-ascend#10495 stalls "
     "after acceptance reaches 0): see the cell's log",
+    Cause.WRONG_GROUP_METADATA: "the draft layer's attention ran on another KV-cache group's block table and "
+    "sequence lengths: per-layer draft attention metadata flattened to one group (as the flatten-draft-metadata "
+    "fault does, and vllm-ascend's graph-mode regression did)",
+    Cause.PROBE_SAW_NOTHING: "the probe saw no draft step there: speculation off, a proposer it does not watch "
+    "(it watches vLLM's Gemma4 MTP proposer), or the repeat ended early",
+    Cause.DRAFT_EAGER_FALLBACK: "the drafter was not wrapped for graphs, or its graphs were never dispatched "
+    "(a silent eager fallback): the cell's numbers describe the eager draft, not the graph mode it names",
 }
 
 
@@ -248,27 +260,6 @@ def _msg_instability(n: Instability) -> str:
     return f"{head}; pos{n.pos}: {_seeds(n.per_seed)} (spread {100 * n.spread:.1f} pts){text}"
 
 
-def _msg_drift(n: Drift) -> str:
-    where = f"one engine (PYTHONHASHSEED={n.hash_seed}), {n.rounds} rounds"
-    rates = f"mean acceptance {pct(n.rate_before)} % -> {pct(n.rate_after)} %"
-    if n.method == "exact":
-        text = "generated text unchanged" if n.same_text else "generated text also changed"
-        return (f"greedy counts changed within {where}: first at round {n.first_round}, {n.prompts_moved} of "
-                f"{n.prompts} prompts moved ({', '.join(n.moved)}); {rates} on them; rounds moved: "
-                f"{', '.join(map(str, n.rounds_moved or []))}; {text}")
-    return (f"acceptance changed within {where}: from round {n.first_round} on, {rates} over {n.prompts} prompts "
-            f"(change-point permutation test p={n.pvalue:.2g} at false-alarm rate {n.false_alarm:.2g}; "
-            f"tolerance {n.tolerance_pts:g} pts)")
-
-
-def _msg_stall(n: Stall) -> str:
-    how = "the step loop never returned (watchdog)" if n.watchdog else f"it ran {n.wall_s:.1f} s"
-    first = f" ({', '.join(n.first_unfinished)})" if n.first_unfinished else ""
-    up = "" if n.uptime_s is None else f", engine up {n.uptime_s:.0f} s"
-    return (f"round {n.round} (PYTHONHASHSEED={n.hash_seed}) passed its {n.deadline_s:g} s deadline: {how}, "
-            f"{n.unfinished} prompts unfinished{first}{up}; no later round was sent")
-
-
 def _msg_divergence(n: Divergence) -> str:
     graphs = n.effective_cudagraph_mode not in (None, "NONE")
     what = "graph mode" if graphs else "compiled mode"
@@ -354,8 +345,13 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.FIX_NOT_APPLIED: _msg_not_applied,
     Kind.PATCH_NOT_APPLIED: _msg_not_applied,
     Kind.SAMPLER_BROKEN: _msg_sampler_broken,
-    Kind.DRIFT: _msg_drift,
-    Kind.STALL: _msg_stall,
+    Kind.DRIFT: msg_drift,
+    Kind.STALL: msg_stall,
+    Kind.METADATA_BINDING: msg_metadata_binding,
+    Kind.BINDING_UNOBSERVED: msg_binding_unobserved,
+    Kind.FIX_VERIFICATION: msg_fix_verification,
+    Kind.GRAPH_NOT_REPLAYED: msg_graph_replay,
+    Kind.GRAPH_REPLAY: msg_graph_replay,
 }
 
 

@@ -86,6 +86,10 @@ class Run:
         meta = self.meta_records if self.meta_records is not None else self.records
         return [r for r in meta if r.get("type") == kind]
 
+    def cell_ends(self) -> list[dict[str, Any]]:
+        meta = self.meta_records if self.meta_records is not None else self.records
+        return [r for r in meta if r.get("type") == "cell_end"]
+
 def load_run(path: str | Path) -> Run:
     p = Path(path)
     kind = path_kind(p, "a run folder")

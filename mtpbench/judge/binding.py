@@ -1,0 +1,253 @@
+"""The metadata-binding probe's read-out (mtpbench/patches/binding.py): per cell, which KV-cache group each
+draft layer read in each draft step, and the findings it supports.
+
+The worker stores the probe's table in each repeat's cell_end record (`patch_observations`). Here it is
+read back per cell (`cell_bindings`), folded into a layer × group grid for the report, and judged:
+- `metadata-binding` (FAIL, exit 1): some draft layer consumed another group's metadata (or metadata of no
+  group of its step) in some draft step: which layer, its type, the group it read, the group it should have
+  read, in how many steps and under which PYTHONHASHSEEDs; the layers bound correctly are listed too;
+- `metadata-binding-unobserved` (WARN): the probe was applied but recorded no draft step in some repeat,
+  so nothing was verified there;
+- `fix-verification` (INFO / WARN): for a cell whose variant applied a shipped fix, whether the probe shows
+  every draft layer bound to its own group ("applied and verified") or could not say so.
+Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mtpbench.fixes.status import is_fix
+from mtpbench.judge.findings import Cause, Finding, Kind, Severity
+from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, LayerBinding, MetadataBinding
+from mtpbench.store.results import Run
+
+PROBE = "metadata-binding"
+UNIDENTIFIED = "unidentified"
+
+
+@dataclass(frozen=True)
+class RepeatBinding:
+    repeat: int | None
+    hash_seed: int | None
+    proposes: int
+    groups: list[dict[str, Any]]  # {"id", "type", "layers"}
+    layers: dict[str, dict[str, Any]]  # name -> {"own_group", "type", "steps": [{group: count}]}
+
+    def reads(self, layer: str) -> dict[str, int]:
+        """Group (as str) -> draft steps in which `layer` read it, over all draft positions."""
+        out: dict[str, int] = {}
+        for step in self.layers.get(layer, {}).get("steps") or []:
+            for group, n in step.items():
+                out[str(group)] = out.get(str(group), 0) + int(n)
+        return out
+
+    @property
+    def observed(self) -> bool:
+        return self.proposes > 0 and any(self.reads(name) for name in self.layers)
+
+
+@dataclass
+class CellBinding:
+    cell: str
+    variant: str
+    repeats: list[RepeatBinding] = field(default_factory=list)
+    missing: list[tuple[int | None, int | None, str]] = field(default_factory=list)  # (repeat, seed, why)
+    fixes: list[str] = field(default_factory=list)  # shipped fixes applied in every repeat of the cell
+    # Graphs ran (effective cudagraph_mode not NONE): a replayed draft graph runs on the params its tasks were
+    # bound to, which this probe does not read (patches/task_binding.py is not wired in), so it cannot verify.
+    graph_effective: bool = False
+
+    @property
+    def layers(self) -> list[str]:
+        names = {n for r in self.repeats for n in r.layers}
+        return sorted(names, key=_layer_key)
+
+    @property
+    def groups(self) -> list[tuple[str, str]]:
+        """(group id, attention type) of every group seen, in id order, plus "unidentified" if it was read."""
+        seen: dict[str, str] = {}
+        for r in self.repeats:
+            for g in r.groups:
+                seen.setdefault(str(g.get("id")), str(g.get("type", "")))
+        read = {g for r in self.repeats for n in r.layers for g in r.reads(n)}
+        if UNIDENTIFIED in read:
+            seen[UNIDENTIFIED] = ""
+        return sorted(seen.items(), key=lambda kv: (kv[0] == UNIDENTIFIED, _int_or(kv[0])))
+
+    def grid(self) -> dict[str, dict[str, int]]:
+        """Layer -> group -> draft steps it read that group in, summed over positions and repeats."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.repeats:
+            for name in r.layers:
+                row = out.setdefault(name, {})
+                for g, n in r.reads(name).items():
+                    row[g] = row.get(g, 0) + n
+        return out
+
+    def own(self, layer: str) -> tuple[int | None, str]:
+        for r in self.repeats:
+            if layer in r.layers:
+                info = r.layers[layer]
+                return info.get("own_group"), str(info.get("type", ""))
+        return None, ""
+
+    def document(self) -> dict[str, Any]:
+        """Plain data for the JSON report and the HTML grid: per draft layer, its own group and, per repeat
+        (PYTHONHASHSEED) and draft step, the group(s) it read and in how many proposes."""
+        return {
+            "verified": self.verified,
+            "graph_effective": self.graph_effective,
+            "groups": [{"id": g, "type": t} for g, t in self.groups],
+            "repeats": [{"PYTHONHASHSEED": r.hash_seed, "proposes": r.proposes} for r in self.repeats],
+            "unobserved": [{"PYTHONHASHSEED": seed, "why": why} for _, seed, why in self.missing],
+            "layers": [
+                {
+                    "layer": name,
+                    "own_group": self.own(name)[0],
+                    "type": self.own(name)[1],
+                    "reads": self.grid().get(name, {}),
+                    "steps_by_seed": {str(r.hash_seed): r.layers.get(name, {}).get("steps", []) for r in self.repeats},
+                }
+                for name in self.layers
+            ],
+        }
+
+    @property
+    def verified(self) -> bool:
+        """Every repeat observed, every layer read only its own group in every step, no graph replayed."""
+        if self.graph_effective or not self.repeats or self.missing or not all(r.observed for r in self.repeats):
+            return False
+        for name, row in self.grid().items():
+            own, _ = self.own(name)
+            if set(row) != {str(own)}:
+                return False
+        return True
+
+
+def _int_or(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 1 << 30
+
+
+def _layer_key(name: str) -> tuple[int, str]:
+    digits = name.split(".layers.")[1].split(".")[0] if ".layers." in name else ""
+    return (int(digits) if digits.isdigit() else 1 << 30, name)
+
+
+def _applied(start: Mapping[str, Any], name: str) -> bool:
+    return any(p.get("name") == name and p.get("status") == "applied" for p in start.get("patches") or [])
+
+
+def cell_bindings(run: Run) -> dict[str, CellBinding]:
+    """The probe's tables of every cell that applied it, by cell, repeats in run order."""
+    return bindings_from(run.cell_starts(), run.cell_ends())
+
+
+def bindings_from(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[str, Any]]) -> dict[str, CellBinding]:
+    ends_by = {(e.get("cell"), e.get("repeat")): e for e in ends}
+    out: dict[str, CellBinding] = {}
+    fix_repeats: dict[str, dict[str, int]] = {}
+    starts = list(starts)
+    for s in starts:
+        cell = str(s.get("cell"))
+        for p in s.get("patches") or []:
+            if is_fix(str(p.get("name"))) and p.get("status") == "applied":
+                fix_repeats.setdefault(cell, {}).setdefault(str(p.get("name")), 0)
+                fix_repeats[cell][str(p.get("name"))] += 1
+        if not _applied(s, PROBE):
+            continue
+        entry = out.setdefault(cell, CellBinding(cell, str(s.get("variant", ""))))
+        mode = (s.get("effective") or {}).get("cudagraph_mode")
+        entry.graph_effective |= mode is not None and str(mode) != "NONE"
+        seed, repeat = s.get("hash_seed"), s.get("repeat")
+        end = ends_by.get((s.get("cell"), repeat))
+        obs = ((end or {}).get("patch_observations") or {}).get(PROBE)
+        if not isinstance(obs, Mapping):
+            entry.missing.append((repeat, seed, "no-record"))
+        elif "error" in obs:
+            entry.missing.append((repeat, seed, f"error: {obs['error']}"))
+        else:
+            rb = _parse(repeat, seed, obs)
+            if rb is None:
+                entry.missing.append((repeat, seed, "malformed record"))
+                continue
+            entry.repeats.append(rb)
+            if not rb.observed:
+                entry.missing.append((repeat, seed, "no-draft-step"))
+    n_repeats: dict[str, int] = {}
+    for s in starts:
+        n_repeats[str(s.get("cell"))] = n_repeats.get(str(s.get("cell")), 0) + 1
+    for cell, fixes in fix_repeats.items():
+        applied = sorted(f for f, n in fixes.items() if n == n_repeats.get(cell))
+        out.setdefault(cell, CellBinding(cell, "")).fixes = applied
+    return out
+
+
+def _parse(repeat: int | None, seed: int | None, obs: Mapping[str, Any]) -> RepeatBinding | None:
+    """The probe's table as recorded, or None when it is not the shape the probe writes (a hand-edited or
+    foreign record must not pass for evidence, nor crash the judge)."""
+    try:
+        groups = [{"id": int(g["id"]), "type": str(g.get("type", "")), "layers": [str(x) for x in g["layers"]]}
+                  for g in obs.get("groups") or []]
+        layers = {
+            str(name): {"own_group": int(v["own_group"]), "type": str(v.get("type", "")),
+                        "steps": [{str(g): int(n) for g, n in step.items()} for step in v.get("steps") or []]}
+            for name, v in (obs.get("layers") or {}).items()
+        }
+        proposes = int(obs.get("proposes") or 0)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if any(n < 0 for v in layers.values() for step in v["steps"] for n in step.values()):
+        return None
+    return RepeatBinding(repeat, seed, proposes, groups, layers)
+
+
+def _wrong(b: CellBinding) -> list[LayerBinding]:
+    """One entry per repeat, misbound layer and group it read instead (most-read first)."""
+    wrong: list[LayerBinding] = []
+    types = {str(g): t for g, t in b.groups}
+    for r in b.repeats:
+        for name in b.layers:
+            own, kind = b.own(name)
+            reads = r.reads(name)
+            ran = sum(reads.values())
+            for g, n in sorted(reads.items(), key=lambda kv: -kv[1]):
+                if g != str(own):
+                    wrong.append(LayerBinding(layer=name, type=kind, own_group=own if own is not None else -1,
+                                              read_group=g, read_type=types.get(g) or None, steps=n, of_steps=ran,
+                                              hash_seeds=[r.hash_seed]))
+    return wrong
+
+
+def binding_findings(bindings: Mapping[str, CellBinding]) -> list[Finding]:
+    out: list[Finding] = []
+    for cell, b in bindings.items():
+        seeds = [r.hash_seed for r in b.repeats]
+        if b.repeats:
+            wrong = _wrong(b)
+            if wrong:
+                bad = {w.layer for w in wrong}
+                payload = MetadataBinding(wrong=wrong, layers=b.layers, correct=[n for n in b.layers if n not in bad],
+                                          repeats=len(b.repeats), hash_seeds=seeds)
+                out.append(Finding(Kind.METADATA_BINDING, Severity.FAIL, cell, Cause.WRONG_GROUP_METADATA, payload))
+        if b.missing:
+            why = b.missing[0][2]
+            out.append(Finding(Kind.BINDING_UNOBSERVED, Severity.WARN, cell, Cause.PROBE_SAW_NOTHING,
+                               BindingUnobserved(repeats=len(b.missing), hash_seeds=[m[1] for m in b.missing],
+                                                 why=why)))
+        for fix in b.fixes:
+            probed = bool(b.repeats) or bool(b.missing)
+            status = "verified" if b.verified else (
+                "graph-mode" if b.graph_effective and probed and not _wrong(b) else "not-verified" if probed
+                else "no-probe")
+            steps = sum(sum(r.reads(n).values()) for r in b.repeats for n in r.layers)
+            severity = Severity.WARN if status in ("not-verified", "graph-mode") else Severity.INFO
+            out.append(Finding(Kind.FIX_VERIFICATION, severity, cell, Cause.NONE,
+                               FixVerification(patch=fix, status=status, layers=len(b.layers), steps=steps,
+                                               repeats=len(b.repeats))))
+    return out
