@@ -29,10 +29,12 @@ from mtpbench.errors import UserError
 from mtpbench.patches import REGISTRY
 from mtpbench.specs import (
     BuildSpec,
+    ChatTemplate,
     GateSpec,
     ModeSpec,
     OfflineWorkload,
     PathStr,
+    PromptFilter,
     SamplingSpec,
     SpeculativeSpec,
     Strict,
@@ -55,6 +57,10 @@ class ExperimentConfig(Strict):
     speculative: SpeculativeSpec
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     prompts: PathStr
+    # Which of the set's prompts run (categories, a limit) and how they reach the engine (raw text or the
+    # tokenizer's chat template; none = what the set says): both change the run's prompt identity.
+    prompt_filter: PromptFilter | None = None
+    chat_template: ChatTemplate | None = None
     prompt_mode: Literal["batched", "sequential"] = Field(
         "sequential",
         description="batched: all prompts of a repeat at once, counted per request; sequential: one at a time",
@@ -125,6 +131,10 @@ class ExperimentConfig(Strict):
 class Prompt(Strict):
     id: str = Field(min_length=1, max_length=200)
     text: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    category: str | None = Field(None, min_length=1, max_length=100)
+    # Later user turns of a conversation (MT-Bench's second turn): each is sent after the model's answer to
+    # the turns before it, and the prompt's counts are those of the whole conversation.
+    followups: list[str] = Field(default_factory=list, max_length=16)
 
     @field_validator("text")
     @classmethod
@@ -134,9 +144,23 @@ class Prompt(Strict):
         return v
 
 
+class PromptSource(Strict):
+    """Where a set built from a published file came from (benchmarks/build_prompt_sets.py writes it)."""
+
+    package: str
+    version: str
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    license: str
+    license_file: str | None = None
+    record_field: str = Field(description="which part of each record is the prompt")
+
+
 class PromptSet(Strict):
     name: str = Field(min_length=1)
     description: str = ""
+    chat_template: ChatTemplate = "raw"
+    source: PromptSource | None = None
     prompts: list[Prompt]
 
     @field_validator("prompts")
@@ -151,8 +175,12 @@ class PromptSet(Strict):
         return v
 
     def sha256(self) -> str:
-        # Ids and texts only: renaming the set or its description keeps results comparable.
-        canon = json.dumps([[p.id, p.text] for p in self.prompts], ensure_ascii=False, separators=(",", ":"))
+        # Ids and texts only: renaming the set or its description keeps results comparable. Later turns and
+        # the chat template change what the engine sees, so they count too (a raw single-turn set keeps the
+        # digest it always had).
+        items: list[Any] = [[p.id, p.text, *([p.followups] if p.followups else [])] for p in self.prompts]
+        data: Any = items if self.chat_template == "raw" else {"chat_template": self.chat_template, "prompts": items}
+        canon = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()
 
 
@@ -326,3 +354,34 @@ def load_prompts(path: str | Path) -> PromptSet:
         return PromptSet.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(path, exc)) from None
+
+
+def config_prompts(cfg: ExperimentConfig) -> PromptSet:
+    """The prompts a config runs: its set, filtered (`prompt_filter`), sent as `chat_template` says."""
+    ps = load_prompts(cfg.prompts)
+    if cfg.chat_template is not None:
+        ps.chat_template = cfg.chat_template
+    if cfg.workload.kind != "offline" and (ps.chat_template != "raw" or any(p.followups for p in ps.prompts)):
+        # The serving load posts raw text to /v1/completions and a soak round sends raw texts: a chat or
+        # multi-turn set would run under an identity (sha256) that says otherwise.
+        raise UserError(f"{cfg.prompts}: the {cfg.workload.kind} workload sends raw single-turn prompts: use "
+                        "chat_template: raw and a set without followups")
+    f = cfg.prompt_filter
+    if f is None:
+        return ps
+    kept = ps.prompts
+    if f.categories is not None:
+        known = {p.category for p in kept if p.category}
+        unknown = sorted(set(f.categories) - known)
+        if unknown:
+            have = ", ".join(sorted(known)) or "none"
+            raise UserError(f"{cfg.prompts}: prompt_filter.categories: {unknown[0]!r} is not a category of the "
+                            f"set (it has: {have})")
+        kept = [p for p in kept if p.category in f.categories]
+    if f.max_prompt_bytes is not None:
+        kept = [p for p in kept if sum(len(t.encode()) for t in (p.text, *p.followups)) <= f.max_prompt_bytes]
+    if not kept:
+        raise UserError(f"{cfg.prompts}: prompt_filter leaves no prompt to run")
+    if f.limit is not None:
+        kept = kept[: f.limit]
+    return ps.model_copy(update={"prompts": kept})

@@ -238,3 +238,23 @@ class SoakWorkload(Strict):
 
 
 Workload = Annotated[OfflineWorkload | ServingWorkload | SoakWorkload, Field(discriminator="kind")]
+
+
+# How a prompt set's prompts reach the engine: as raw text (a completion prompt), or through the target
+# tokenizer's chat template as one user message per turn (what vLLM's acceptance tests do with MT-Bench).
+# The worker applies it (mtpbench/engine/chat.py); it is part of the prompt set's identity (sha256).
+ChatTemplate = Literal["raw", "chat"]
+
+
+class PromptFilter(Strict):
+    """Which prompts of a set a config runs: those of some categories (MT-Bench's `coding`, …), no longer
+    than `max_prompt_bytes`, then the first `limit` of them (vLLM's acceptance tests take GSM8K's first 200).
+    The filtered set has its own sha256, so a filtered run is only comparable with a baseline of the same
+    selection."""
+
+    categories: list[str] | None = Field(None, min_length=1)
+    # For a model with a short context (the tiny pair has 1024 positions and a byte-level tokenizer): drop
+    # the prompts whose turns hold more UTF-8 bytes than this, before the limit is taken.
+    max_prompt_bytes: StrictInt | None = Field(None, gt=0)
+    limit: StrictInt | None = Field(None, gt=0, le=1_000_000)
+

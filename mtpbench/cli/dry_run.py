@@ -4,6 +4,7 @@ prompts certify the gate's δ against the baseline, and the wall time estimated 
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,49 @@ def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -
     console.print(sizing_table(sizes, cfg.gate, prompts))
 
 
+# A path a shipped config leaves for the user to fill in (configs/gemma4-mtp-cuda.yaml: /path/to/...).
+_PLACEHOLDERS = ("/path/to/", "<", "PLACEHOLDER", "TODO")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def path_status(value: str | None) -> str:
+    """local | placeholder | missing | hub id | none: what a model or drafter value names, without loading it.
+    A value that is no local path but has the shape org/name is a hub id vLLM fetches at run time."""
+    if not value:
+        return "none"
+    if any(mark in value for mark in _PLACEHOLDERS):
+        return "placeholder"
+    try:
+        if Path(value).expanduser().exists():
+            return "local"
+    except OSError:
+        return "missing"
+    if _HUB_ID.match(value) and not value.startswith((".", "~")):
+        return "hub id"
+    return "missing"
+
+
+def model_statuses(cfg: Any) -> list[tuple[str, str | None, str]]:
+    return [(what, v, path_status(v)) for what, v in (("model", cfg.model), ("drafter", cfg.speculative.model))
+            if what == "model" or v is not None]
+
+
+def _render_missing(cfg: Any) -> None:
+    bad = [(what, v, st) for what, v, st in model_statuses(cfg) if st in ("placeholder", "missing")]
+    for what, v, st in bad:
+        why = "a placeholder" if st == "placeholder" else "not a local path or a hub id"
+        console.print(f"[bold red]MISSING {what}[/]: {v!r} is {why}: fill it in before running (every cell needs it)",
+                      markup=True, highlight=False, soft_wrap=True)
+
+
 def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
     from mtpbench.fixes.status import preflight
 
-    # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix.
+    # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix
+    # (nor a model or drafter that is missing).
     checks = preflight(plans)
     _render_preflight(checks)
+    _render_missing(cfg)
     console.print(
         f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
         f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
@@ -71,6 +109,8 @@ def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
             console.print(f"  soak: one engine for {wl['rounds']} rounds, sets {' → '.join(wl['order'])} cycled, "
                           f"prefix caching {wl['prefix_caching'] if wl['prefix_caching'] is not None else 'default'}"
                           f", a round past {wl['round_timeout_s']:g} s is a stall", markup=False, highlight=False)
+        console.print("  " + "; ".join(f"{what}: {v} ({st})" for what, v, st in model_statuses(cfg)),
+                      markup=False, highlight=False, soft_wrap=True)
         if p.job["workload"]["kind"] == "serving":
             from mtpbench.engine.serving import server_command
 
@@ -86,5 +126,6 @@ def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
     if checks:
         console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
         _render_preflight(checks)
+    _render_missing(cfg)
     console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
                                                        if checks else ""))

@@ -196,7 +196,7 @@ def size(
         return 0
     b = load_baseline(baseline)
     gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
-    primary = primary_count(gate, cells, len(b.entries[0].rates_pct) if b.entries else 1)
+    primary = primary_count(gate, cells, b.fingerprint.num_speculative_tokens)
     console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks, primary)) is not None], gate))
     return 0
 

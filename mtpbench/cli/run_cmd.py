@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from mtpbench.cli.common import console, err_console, fail, guarded, publish_github, wide
-from mtpbench.cli.dry_run import render_config_sizing, render_dry_run, render_estimate
+from mtpbench.cli.dry_run import model_statuses, render_config_sizing, render_dry_run, render_estimate
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import UserError
 
@@ -118,13 +118,13 @@ def _interrupted(exc: Any) -> int:
 def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
          variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
          opts: Any = None, run_dir_file: Path | None = None) -> int:
-    from mtpbench.config import load_config, load_prompts
+    from mtpbench.config import config_prompts, load_config
     from mtpbench.run import runner
     from mtpbench.store.manifest import ensure_out_dir
 
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
-    prompts = load_prompts(cfg.prompts)
+    prompts = config_prompts(cfg)
     base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
     base_obj = None
     if base is not None and not no_compare and not dry_run:
@@ -141,6 +141,10 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
         render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0
+    placeholder = next((v for what, v, st in model_statuses(cfg) if st == "placeholder"), None)
+    if placeholder is not None:  # a shipped config's /path/to/...: bad input, not a failed engine (exit 3)
+        raise UserError(f"{config}: {placeholder!r} is a placeholder: set the model and drafter first "
+                        "(--dry-run shows both)")
     ensure_out_dir(out)
     with progress_bars() as progress:
         per_cell = _prompts_per_cell(cfg, len(prompts.prompts))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpbench import shipped
-from mtpbench.config import ExperimentConfig, load_config, load_prompts
+from mtpbench.config import ExperimentConfig, config_prompts, load_config
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import Comparison, Kind, Severity, analyze, compare
 from mtpbench.judge.findings import Instability
@@ -171,7 +171,7 @@ def _by_prompt(c: Any) -> dict[str, list[int]]:
 def run_soak_selftest(out: Path, make_view: Callable[[int, int], Any] | None = None,
                       config: Path = DEFAULT_CONFIG) -> SelftestResult:
     cfg = soak_config(config)
-    prompts = load_prompts(cfg.prompts)
+    prompts = config_prompts(cfg)
     prompts.prompts = prompts.prompts[:SOAK_PROMPTS]
     cells = runner.expand(cfg)
     view = make_view(len(cells), SOAK_ROUNDS * SOAK_PROMPTS) if make_view else (lambda kind, payload: None)
@@ -215,7 +215,7 @@ def run_selftest(
     if not cfg.baseline:
         raise UserError(f"{config}: the selftest needs the config's baseline")
     baseline = load_baseline(cfg.baseline)
-    prompts = load_prompts(cfg.prompts)
+    prompts = config_prompts(cfg)
     cells = runner.expand(cfg)
     view = make_view(len(cells), len(prompts.prompts)) if make_view else (lambda kind, payload: None)
     ensure_out_dir(out)
@@ -237,7 +237,7 @@ def engine_check(python: str | None, out: Path, config: Path = DEFAULT_CONFIG) -
     cfg.name = "doctor"
     if python:
         cfg.builds = {"doctor": cfg.builds[next(iter(cfg.builds))].model_copy(update={"python": python})}
-    prompts = load_prompts(cfg.prompts)
+    prompts = config_prompts(cfg)
     prompts.prompts = prompts.prompts[:1]
     outcome = runner.execute(cfg, prompts, out, str(config), runner.expand(cfg))
     entry = outcome.manifest["cells"][0]

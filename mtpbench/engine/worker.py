@@ -148,7 +148,7 @@ def run_sequential(
     before = spec_counters(llm.get_metrics())
     for i, prompt in enumerate(prompts):
         t = time.perf_counter()
-        outputs = llm.generate([prompt["text"]], sp, use_tqdm=False)
+        outputs = llm.generate([prompt.get("input", prompt["text"])], sp, use_tqdm=False)
         wall = time.perf_counter() - t
         after = spec_counters(llm.get_metrics())
         delta = counter_delta(before, after, k)
@@ -179,7 +179,7 @@ def run_batched(
     t = time.perf_counter()
     index = {f"mtpbench-{i}": i for i in range(len(prompts))}
     for rid, i in index.items():
-        engine.add_request(rid, prompts[i]["text"], sp)
+        engine.add_request(rid, prompts[i].get("input", prompts[i]["text"]), sp)
     pooled = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": [0] * k}
     missing: list[str] = []
     while engine.has_unfinished_requests():
@@ -287,7 +287,11 @@ def run_job(job: dict[str, Any]) -> int:
         # Per request, from the scheduler: the batched mode's counts, the sequential mode's cross-check.
         kwargs["per_request_spec_decode_metrics"] = "summary"
     requested_mode = job.get("prompt_mode", "sequential")
-    prompt_mode = requested_mode if per_request else "sequential"
+    from mtpbench.engine import chat
+
+    # A conversation's later turns wait for its earlier answers: conversations run one at a time.
+    conversations = chat.has_conversations(job)
+    prompt_mode = requested_mode if per_request and not conversations else "sequential"
     llm = LLM(model=job["model"], speculative_config=job["speculative_config"], **kwargs)
     engine_start_s = time.perf_counter() - t0
     eff = effective_config(llm)
@@ -313,14 +317,18 @@ def run_job(job: dict[str, Any]) -> int:
     emit("engine_ready", engine_start_s=engine_start_s, effective=eff, patches=outcomes)
 
     sp = SamplingParams(**job["sampling"])
+    template = job.get("chat_template", "raw")  # raw text, or the target tokenizer's chat template
     if (job.get("workload") or {}).get("kind") == "soak":
         # One engine, many rounds (mtpbench/engine/soak.py): drift within a process.
         from mtpbench.engine.soak import run_soak
 
         cross_check = run_soak(sys.modules[__name__], llm, sp, job, k, base, records, prompt_mode == "batched")
+    elif conversations:
+        cross_check = chat.run_conversations(llm, sp, job["prompts"], k, base, records, template,
+                                             sys.modules[__name__])
     else:
         run_prompts = run_batched if prompt_mode == "batched" else run_sequential
-        cross_check = run_prompts(llm, sp, job["prompts"], k, base, records)
+        cross_check = run_prompts(llm, sp, chat.render_single_turn(llm, job["prompts"], template), k, base, records)
     total = time.perf_counter() - t0
     from mtpbench.patches import observations
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from mtpbench.errors import ExitCode, NotComparableError, combine_exit_codes
 from mtpbench.fixes.status import unapplied
-from mtpbench.judge import serving_summary
+from mtpbench.judge import serving_summary, upstream
 from mtpbench.judge.binding import binding_findings, cell_bindings
 from mtpbench.judge.checks import (
     IDENTITY_FIELDS,
@@ -222,11 +222,15 @@ def compare(
                                     NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries)))
                 continue
             checks = [_position_check(c, i, entry, comp.gate, comp.alpha, comp.cert_alpha)
-                      for i in range(len(entry.rates_pct))]
+                      for i in range(len(entry.rates_pct or []))]
             comp.checks.extend(checks)
-            length = _length_check(c, entry, comp.gate, comp.alpha, comp.cert_alpha)
-            comp.lengths.append(length)
+            # An entry without rates (an upstream per-request AL golden) has no pooled AL to check either.
+            length = _length_check(c, entry, comp.gate, comp.alpha, comp.cert_alpha) if entry.rates_pct else None
+            if length is not None:
+                comp.lengths.append(length)
             late.extend(_check_findings(c, checks, length, comp.gate))
+            # The baseline's upstream golden, judged by its own rule beside the gate's verdict (judge/upstream.py).
+            late.extend(upstream.findings(c, baseline, checks, length, comp.gate, comp.alpha, comp.cert_alpha))
         if measured is not None:
             measured(comp)
 

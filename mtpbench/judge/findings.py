@@ -67,6 +67,11 @@ class Kind(str, Enum):
     # Graphs requested and effective but the draft never replayed one; the per-cell replay proof.
     GRAPH_NOT_REPLAYED = "graph-not-replayed"
     GRAPH_REPLAY = "draft-graph-replay"
+    # A baseline's upstream golden judged by its own rule, and mtpbench's check of a per-request-mean AL
+    # golden (a baseline with no per-position rates): their payload, UpstreamCheck, is judge/upstream.py's.
+    UPSTREAM_RULE = "upstream-rule"
+    REQUEST_AL_REGRESSION = "request-al-regression"
+    REQUEST_AL_INCONCLUSIVE = "request-al-inconclusive"
 
 
 class Cause(str, Enum):
@@ -97,6 +102,7 @@ class Cause(str, Enum):
     WRONG_GROUP_METADATA = "wrong-group-metadata"
     PROBE_SAW_NOTHING = "probe-saw-nothing"
     DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
+    UPSTREAM_TOLERANCE = "upstream-tolerance"
 
 
 # The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
@@ -119,6 +125,9 @@ KIND_EXIT: dict[Kind, ExitCode] = {
     Kind.STALL: ExitCode.REGRESSION,  # a bug signature of the engine, not a failed run: the rounds before it stand
     Kind.METADATA_BINDING: ExitCode.REGRESSION,  # a named bug signature, located
     Kind.GRAPH_NOT_REPLAYED: ExitCode.REGRESSION,  # graph mode measured eagerly: the cell is not what it says
+    Kind.UPSTREAM_RULE: ExitCode.REGRESSION,  # the upstream test's own assert would fail
+    Kind.REQUEST_AL_REGRESSION: ExitCode.REGRESSION,
+    Kind.REQUEST_AL_INCONCLUSIVE: ExitCode.INCONCLUSIVE,
 }
 
 

@@ -10,6 +10,8 @@ from mtpbench.schema import COUNTERS_ONLY
 
 def certified_text(comp: Comparison) -> str:
     """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
+    if not comp.checks and not comp.lengths and comp.baseline:
+        return "the baseline has no per-position rates: its upstream golden judged the run (upstream-rule)"
     if not comp.checks and not comp.lengths:
         return "no baseline given, so no drop is ruled out"
     conf = f"{100 * comp.gate.confidence:g} % confidence over the run's {comp.primary} primary check(s)"

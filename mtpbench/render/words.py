@@ -35,6 +35,7 @@ from mtpbench.judge.findings import (
 from mtpbench.judge.findings_soak import RoundSpeculationOff
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.judge.stats import Interval
+from mtpbench.render.upstream import upstream_message
 from mtpbench.render.words_binding import (
     msg_binding_unobserved,
     msg_fix_verification,
@@ -90,6 +91,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     "(it watches vLLM's Gemma4 MTP proposer), or the repeat ended early",
     Cause.DRAFT_EAGER_FALLBACK: "the drafter was not wrapped for graphs, or its graphs were never dispatched "
     "(a silent eager fallback): the cell's numbers describe the eager draft, not the graph mode it names",
+    Cause.UPSTREAM_TOLERANCE: "the baseline's upstream test, its golden and its own tolerance applied as that "
+    "test applies them (docs/upstream.md); mtpbench's statistical verdict stands beside it",
 }
 
 
@@ -352,6 +355,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.FIX_VERIFICATION: msg_fix_verification,
     Kind.GRAPH_NOT_REPLAYED: msg_graph_replay,
     Kind.GRAPH_REPLAY: msg_graph_replay,
+    **dict.fromkeys((Kind.UPSTREAM_RULE, Kind.REQUEST_AL_REGRESSION, Kind.REQUEST_AL_INCONCLUSIVE), upstream_message),
 }
 
 

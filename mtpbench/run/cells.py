@@ -131,6 +131,8 @@ def plan(
             "sampling": sampling,
             "patches": patches,
             "prompts": [p.model_dump() for p in prompts.prompts],
+            # raw | chat: the worker renders chat prompts with the target's tokenizer (mtpbench/engine/chat.py)
+            "chat_template": prompts.chat_template,
             "prompt_mode": cfg.prompt_mode,
             "records_path": records_path,
             # A build with its own interpreter must not import vLLM from this environment (the worker checks).

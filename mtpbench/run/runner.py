@@ -302,7 +302,7 @@ def load_for_resume(run_dir: Path) -> tuple[dict[str, Any], ExperimentConfig, Pr
     """The run's own config and prompts, refused if the prompt file changed since the run began."""
     from pydantic import ValidationError
 
-    from mtpbench.config import format_validation_error, load_prompts
+    from mtpbench.config import config_prompts, format_validation_error
 
     mpath = run_dir / MANIFEST
     if not mpath.is_file():
@@ -317,7 +317,7 @@ def load_for_resume(run_dir: Path) -> tuple[dict[str, Any], ExperimentConfig, Pr
         cfg = ExperimentConfig.model_validate(manifest.get("config"))
     except ValidationError as exc:
         raise UserError(format_validation_error(mpath, exc).replace(": ", ": config.", 1)) from None
-    prompts = load_prompts(cfg.prompts)
+    prompts = config_prompts(cfg)
     want = (manifest.get("prompts") or {}).get("sha256")
     if prompts.sha256() != want:
         raise UserError(f"{cfg.prompts}: the prompts changed since run {run_dir.name} began; start a new run")

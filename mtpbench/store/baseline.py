@@ -34,6 +34,7 @@ from mtpbench.specs import Strict
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.records import MAX_COUNT, Counts, count_problem
 from mtpbench.store.results import Run
+from mtpbench.store.upstream import UpstreamGolden
 from mtpbench.weights import weights_sha256
 
 __all__ = ["BASELINE_SCHEMA", "Baseline", "BaselineEntry", "load_baseline"]
@@ -70,7 +71,10 @@ class ServingBaselineEntry(Strict):
 class BaselineEntry(Strict):
     build: str = Field("*", min_length=1)
     mode: str = Field("*", min_length=1)
-    rates_pct: list[float] = Field(min_length=1, max_length=64, description="unconditional per-position acceptance, %")
+    # None only in a published baseline whose upstream golden is an AL alone (its `upstream` block judges it).
+    rates_pct: list[float] | None = Field(
+        min_length=1, max_length=64, description="unconditional per-position acceptance, %"
+    )
     mean_pct: float | None = Field(None, ge=0.0, le=100.0)
     avg_accepted: float | None = Field(None, ge=0.0)
     counts: BaselineCounts | None = None
@@ -83,6 +87,10 @@ class BaselineEntry(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
+        if self.rates_pct is None:
+            if self.counts is not None or self.prompts:
+                raise ValueError("rates_pct: counts need the rates they give")
+            return self
         if any(r < 0 or r > 100 for r in self.rates_pct):
             raise ValueError(f"rates_pct: rates are percentages in 0..100, got {self.rates_pct}")
         if any(b > a for a, b in itertools.pairwise(self.rates_pct)):
@@ -147,6 +155,8 @@ class Baseline(Strict):
     provenance: Provenance
     fingerprint: BaselineFingerprint
     entries: list[BaselineEntry] = Field(min_length=1)
+    # An upstream test's golden, definition and tolerance rule (store/upstream.py; judge/upstream.py applies it).
+    upstream: UpstreamGolden | None = None
 
     def entry_for(self, build: str, mode: str, cudagraph_mode: str | None = None) -> BaselineEntry | None:
         keys = [(build, mode), ("*", mode)]
@@ -171,11 +181,17 @@ def load_baseline(path: str | Path) -> Baseline:
     except ValidationError as exc:
         raise UserError(format_validation_error(path, exc)) from None
     for i, e in enumerate(b.entries):
-        if len(e.rates_pct) != b.fingerprint.num_speculative_tokens:
+        if e.rates_pct is None and b.upstream is None:
+            raise UserError(f"{path}: entries.{i}.rates_pct: missing, and no upstream golden to judge by")
+        if e.rates_pct is not None and len(e.rates_pct) != b.fingerprint.num_speculative_tokens:
             raise UserError(
                 f"{path}: entries.{i}.rates_pct: entry {e.build}/{e.mode} has {len(e.rates_pct)} positions, "
                 f"fingerprint says k={b.fingerprint.num_speculative_tokens}"
             )
+    up = b.upstream
+    if up is not None and up.per_pos and len(up.per_pos) != b.fingerprint.num_speculative_tokens:
+        raise UserError(f"{path}: upstream.per_pos: {len(up.per_pos)} positions, fingerprint says "
+                        f"k={b.fingerprint.num_speculative_tokens}")
     return b
 
 
