@@ -123,9 +123,9 @@ def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
             console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
                           f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}{again}",
                           markup=False, highlight=False, soft_wrap=True)
+    _render_missing(cfg)
     if checks:
         console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
         _render_preflight(checks)
-    _render_missing(cfg)
     console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
                                                        if checks else ""))
