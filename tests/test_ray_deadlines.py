@@ -1,0 +1,130 @@
+"""`--executor ray` never hangs (issue 23): an address that does not answer fails within its deadline (exit 3),
+a cell no node can place is refused before anything runs (exit 2), the cluster mtpbench starts itself when
+no address is named ignores a stale `ray_current_cluster` file (the hang's cause) and leaves no process
+behind, SIGTERM while it starts stops it cleanly. `tests/fake_worker.py` stands in for the worker: no
+engine runs here (tests/test_runner_engine.py runs the real one on such a cluster)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtpbench.run.raycluster import fit_problem, host_port, ray_request
+from test_runner import fake_config
+
+pytest.importorskip("ray", reason="the Ray executor tests need the ray extra")
+
+REPO = Path(__file__).resolve().parent.parent
+MARK = "MTPBENCH_RAY_TEST_MARK"
+
+
+def cli(tmp: Path, *args: Any, **env: str) -> subprocess.Popen[str]:
+    """The CLI in its own process, marked so that every process it starts (a Ray cluster too) can be found."""
+    full = {**os.environ, "MTPBENCH_WIDTH": "200", "PYTHONPATH": str(REPO), MARK: str(tmp), **env}
+    full.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "-m", "mtpbench", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full, cwd=REPO)
+
+
+def marked(tmp: Path, needle: str = "") -> list[int]:
+    """Live processes (not zombies) started with this test's mark, optionally with `needle` in their command."""
+    mark = f"{MARK}={tmp}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes().split(b"\0")
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if mark in env and state != "Z" and needle in cmd:
+                found.append(int(d.name))
+    return found
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_fit_problem_names_the_missing_resource_and_the_largest_node() -> None:
+    nodes = [{"Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 8.0, "GPU": 2.0}},
+             {"Alive": False, "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8.0, "GPU": 8.0}}]
+    assert fit_problem(nodes, "GPU", [("a r0", 1), ("a r1", 2)], "h:1") is None
+    # A dead node's GPUs do not count; each task runs on one node.
+    msg = fit_problem(nodes, "GPU", [("a r0", 2), ("b r0", 4)], "h:1")
+    assert msg is not None and msg.startswith("b r0: needs 4 GPU on one node") and "most any node" in msg
+    msg = fit_problem(nodes, "NPU", [("a r0", 1)], "h:1")
+    assert msg is not None and "no node of the Ray cluster at h:1 has NPU" in msg and "10.0.0.1: CPU 8, GPU 2" in msg
+    assert fit_problem([], "CPU", [("a r0", 1)], "h:1") == "the Ray cluster at h:1 has no live node"
+    assert ray_request("NPU", 2) == {"NPU": 2.0, "CPU": 1.0} and ray_request("CPU", 3) == {"CPU": 3.0}
+    assert host_port("127.0.0.1:6379") == ("127.0.0.1", 6379) and host_port("[::1]:1") == ("::1", 1)
+    assert host_port("auto") is None and host_port("ray://head:10001") is None
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["nothing-listens", "listens-but-never-answers"])
+def test_an_address_that_does_not_answer_fails_within_its_deadline(tmp_path: Path, listening: bool) -> None:
+    # Regression (issue 23): ray.init retried an unreachable GCS for ever, printing only Ray's own lines.
+    config = fake_config(tmp_path, {"current": {}}, ray_connect_timeout_s=2)
+    srv = socket.socket()
+    conns: list[socket.socket] = []
+    if listening:  # accepts and says nothing: a port that is not a GCS, or a GCS that hangs
+        srv.bind(("0.0.0.0", 0))
+        srv.listen(16)
+        threading.Thread(target=lambda: [conns.append(srv.accept()[0]) for _ in iter(int, 1)], daemon=True).start()
+    port = srv.getsockname()[1] if listening else _closed_port()
+    t0 = time.monotonic()
+    proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--no-compare", "--executor", "ray",
+               "--ray-resource", "CPU", "--address", f"127.0.0.1:{port}")
+    out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    srv.close()
+    assert proc.returncode == 3, out + err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "ray_connect_timeout_s" in lines[0] and f"127.0.0.1:{port}" in lines[0], err
+    assert "within 2 s" in lines[0]
+    assert took < 20, took  # the deadline plus the interpreter's and Ray's import
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_own_cluster_ignores_a_stale_address_and_refuses_a_cell_no_node_can_place(tmp_path: Path) -> None:
+    # No address: mtpbench starts its own cluster on loopback instead of joining what a stale
+    # ray_current_cluster names (issue 23's hang); it has no GPU, so a GPU cell is refused before any run.
+    raytmp = tmp_path / "raytmp"
+    raytmp.mkdir()
+    (raytmp / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}")
+    config = fake_config(tmp_path, {"current": {}}, ray_start_timeout_s=300)
+    proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--no-compare", "--executor", "ray",
+               "--ray-resource", "GPU", RAY_TMPDIR=str(raytmp))
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 2, out + err
+    assert "current/eager/stock r0: needs 1 GPU on one node, but no node of the Ray cluster at 127.0.0.1:" in err
+    assert "Failed to connect" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert marked(tmp_path) == []  # the cluster it started is gone with it
+
+
+def test_sigterm_while_the_own_cluster_starts_leaves_no_process_of_it(tmp_path: Path) -> None:
+    config = fake_config(tmp_path, {"current": {}}, ray_start_timeout_s=300)
+    proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--no-compare", "--executor", "ray",
+               "--ray-resource", "CPU")
+    deadline = time.monotonic() + 120
+    while not marked(tmp_path, "ray.scripts.scripts start"):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out + err
+    assert "interrupted by SIGTERM before any cell-repeat ran" in err
+    assert marked(tmp_path) == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in marked(tmp_path)]
