@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_runner import fake_config
 
 from mtpbench.run.raycluster import fit_problem, host_port, ray_request
-from test_runner import fake_config
 
 pytest.importorskip("ray", reason="the Ray executor tests need the ray extra")
 
