@@ -1,25 +1,30 @@
 """`--executor ray` never hangs (issue 23): an address that does not answer fails within its deadline (exit 3),
 a cell no node can place is refused before anything runs (exit 2), the cluster mtpbench starts itself when
 no address is named ignores a stale `ray_current_cluster` file (the hang's cause) and leaves no process
-behind, SIGTERM while it starts stops it cleanly. `tests/fake_worker.py` stands in for the worker: no
+behind, SIGTERM while it starts stops it cleanly, a node that dies mid-task fails its cell and --resume runs it
+again. `tests/fake_worker.py` stands in for the worker: no
 engine runs here (tests/test_runner_engine.py runs the real one on such a cluster)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_runner import fake_config
+from test_runner import execute, fake_config, only_run, prompt_totals, wait_for
 
-from mtpbench.run.raycluster import fit_problem, host_port, ray_request
+from mtpbench.run.raycluster import fit_problem, host_port, ray_request, session_members
 
 pytest.importorskip("ray", reason="the Ray executor tests need the ray extra")
 
@@ -128,3 +133,75 @@ def test_sigterm_while_the_own_cluster_starts_leaves_no_process_of_it(tmp_path: 
     assert proc.returncode == 143, out + err
     assert "interrupted by SIGTERM before any cell-repeat ran" in err
     assert marked(tmp_path) == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in marked(tmp_path)]
+
+
+def _ray_node(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`ray start ... --block` in a session of its own (so that it can be killed whole), once it runs."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--block",
+                                 "--disable-usage-stats"], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    deadline = time.monotonic() + 300
+    while "Ray runtime started" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.2)
+    return proc
+
+
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a node and everything it started, as a machine that loses power would stop."""
+    while members := session_members(proc.pid):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    proc.wait()
+
+
+def test_a_node_that_dies_mid_task_fails_its_cell_the_unplaceable_one_fails_at_its_deadline_resume_reruns(
+    tmp_path: Path,
+) -> None:
+    # A cluster the user started: a head that runs nothing and one node with one CPU. Two cell-repeats: one
+    # runs on the node, the other waits for its CPU. The node dies: the running cell fails (Ray's error), the
+    # waiting one can no longer be placed anywhere and fails after ray_place_timeout_s; --resume on a new node
+    # runs both, with the counts of a local run.
+    temp = Path(tempfile.mkdtemp(prefix="mtpb-test-ray-", dir="/tmp"))
+    port = _closed_port()
+    # The GCS declares a lost node dead after 3 missed health checks of 0.5 s (Ray's default: 5 of 3 s).
+    env = {**os.environ, MARK: str(tmp_path), "RAY_health_check_period_ms": "500",
+           "RAY_health_check_failure_threshold": "3"}
+    env.pop("RAY_ADDRESS", None)
+    common = ["--node-ip-address=127.0.0.1"]
+    head = _ray_node(["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false",
+                      f"--temp-dir={temp}", *common], tmp_path / "head.log", env)
+    nodes = [head]
+    try:
+        node_args = [f"--address=127.0.0.1:{port}", "--num-cpus=1", *common]
+        node = _ray_node(node_args, tmp_path / "node1.log", env)
+        nodes.append(node)
+        release = tmp_path / "release"
+        config = fake_config(tmp_path, {"current": {"hang_unless": str(release)}}, repeats=2, ray_place_timeout_s=2)
+        ray_opts = ["--no-compare", "--executor", "ray", "--address", f"127.0.0.1:{port}", "--ray-resource", "CPU"]
+        proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--jobs", "2", *ray_opts)
+        wait_for(lambda: any((tmp_path / "marks").glob("ready-*")), timeout=300)  # a worker generates (hangs)
+        _kill_session(node)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 3, out + err
+        run = only_run(tmp_path / "runs")
+        cells = json.loads((run / "manifest.json").read_text())["cells"]
+        assert [c["status"] for c in cells] == ["failed", "failed"], cells
+        errors = sorted(c["error"] for c in cells)
+        assert "ray_place_timeout_s" in errors[0] and errors[1].startswith("Ray: "), errors
+        assert marked(tmp_path, "fake_worker.py") == []  # the dead node's worker went with it
+
+        release.touch()
+        nodes.append(_ray_node(node_args, tmp_path / "node2.log", env))
+        res = cli(tmp_path, "run", "--resume", run, *ray_opts)
+        out, err = res.communicate(timeout=300)
+        assert res.returncode == 0, out + err
+        local = execute(config, tmp_path / "local")
+        assert prompt_totals(run) == prompt_totals(local.path) and len(prompt_totals(run)) == 2
+    finally:
+        for n in nodes:
+            _kill_session(n)
+        shutil.rmtree(temp, ignore_errors=True)
