@@ -1,9 +1,8 @@
 """`--executor ray` never hangs (issue 23): an address that does not answer fails within its deadline (exit 3),
-a cell no node can place is refused before anything runs (exit 2), the cluster mtpbench starts itself when
-no address is named ignores a stale `ray_current_cluster` file (the hang's cause) and leaves no process
-behind, SIGTERM while it starts stops it cleanly, a node that dies mid-task fails its cell and --resume runs it
-again. `tests/fake_worker.py` stands in for the worker: no
-engine runs here (tests/test_runner_engine.py runs the real one on such a cluster)."""
+a cell no node can place is refused before anything runs (exit 2), SIGTERM while the cluster mtpbench starts
+itself (no address) comes up leaves no process of it, a node that dies mid-task fails its cell and --resume
+runs it again. `tests/fake_worker.py` stands in for the worker: no engine runs here (tests/test_runner_engine.py
+runs the real one on the cluster mtpbench starts itself, with a stale `ray_current_cluster` file about)."""
 
 from __future__ import annotations
 
@@ -103,23 +102,6 @@ def test_an_address_that_does_not_answer_fails_within_its_deadline(tmp_path: Pat
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_own_cluster_ignores_a_stale_address_and_refuses_a_cell_no_node_can_place(tmp_path: Path) -> None:
-    # No address: mtpbench starts its own cluster on loopback instead of joining what a stale
-    # ray_current_cluster names (issue 23's hang); it has no GPU, so a GPU cell is refused before any run.
-    raytmp = tmp_path / "raytmp"
-    raytmp.mkdir()
-    (raytmp / "ray_current_cluster").write_text(f"127.0.0.1:{_closed_port()}")
-    config = fake_config(tmp_path, {"current": {}}, ray_start_timeout_s=300)
-    proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--no-compare", "--executor", "ray",
-               "--ray-resource", "GPU", RAY_TMPDIR=str(raytmp))
-    out, err = proc.communicate(timeout=400)
-    assert proc.returncode == 2, out + err
-    assert "current/eager/stock r0: needs 1 GPU on one node, but no node of the Ray cluster at 127.0.0.1:" in err
-    assert "Failed to connect" not in err
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
-    assert marked(tmp_path) == []  # the cluster it started is gone with it
-
-
 def test_sigterm_while_the_own_cluster_starts_leaves_no_process_of_it(tmp_path: Path) -> None:
     config = fake_config(tmp_path, {"current": {}}, ray_start_timeout_s=300)
     proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--no-compare", "--executor", "ray",
@@ -158,13 +140,14 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def test_a_node_that_dies_mid_task_fails_its_cell_the_unplaceable_one_fails_at_its_deadline_resume_reruns(
+def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_its_cell_until_resume(
     tmp_path: Path,
 ) -> None:
-    # A cluster the user started: a head that runs nothing and one node with one CPU. Two cell-repeats: one
-    # runs on the node, the other waits for its CPU. The node dies: the running cell fails (Ray's error), the
-    # waiting one can no longer be placed anywhere and fails after ray_place_timeout_s; --resume on a new node
-    # runs both, with the counts of a local run.
+    # A cluster the user started: a head that runs nothing and one node with one CPU (one cluster for all of
+    # this: a start costs seconds). A GPU cell is refused before anything runs, and the cluster keeps running.
+    # Two CPU cell-repeats: one runs on the node, the other waits for its CPU. The node dies: the running cell
+    # fails (Ray's error), the waiting one can no longer be placed anywhere and fails after
+    # ray_place_timeout_s; --resume on a new node runs both, with the counts of a local run.
     temp = Path(tempfile.mkdtemp(prefix="mtpb-test-ray-", dir="/tmp"))
     port = _closed_port()
     # The GCS declares a lost node dead after 3 missed health checks of 0.5 s (Ray's default: 5 of 3 s).
@@ -181,7 +164,16 @@ def test_a_node_that_dies_mid_task_fails_its_cell_the_unplaceable_one_fails_at_i
         nodes.append(node)
         release = tmp_path / "release"
         config = fake_config(tmp_path, {"current": {"hang_unless": str(release)}}, repeats=2, ray_place_timeout_s=2)
-        ray_opts = ["--no-compare", "--executor", "ray", "--address", f"127.0.0.1:{port}", "--ray-resource", "CPU"]
+        ray_opts = ["--no-compare", "--executor", "ray", "--address", f"127.0.0.1:{port}", "--ray-resource"]
+        proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", *ray_opts, "GPU")
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, out + err
+        assert (f"current/eager/stock r0: needs 1 GPU on one node, but no node of the Ray cluster at 127.0.0.1:{port} "
+                "has GPU") in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+        assert head.poll() is None and node.poll() is None  # the user's cluster is left running
+
+        ray_opts.append("CPU")
         proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--jobs", "2", *ray_opts)
         wait_for(lambda: any((tmp_path / "marks").glob("ready-*")), timeout=300)  # a worker generates (hangs)
         _kill_session(node)
@@ -190,8 +182,8 @@ def test_a_node_that_dies_mid_task_fails_its_cell_the_unplaceable_one_fails_at_i
         run = only_run(tmp_path / "runs")
         cells = json.loads((run / "manifest.json").read_text())["cells"]
         assert [c["status"] for c in cells] == ["failed", "failed"], cells
-        errors = sorted(c["error"] for c in cells)
-        assert "ray_place_timeout_s" in errors[0] and errors[1].startswith("Ray: "), errors
+        died, unplaced = sorted(c["error"] for c in cells)
+        assert died.startswith("Ray: NodeDiedError") and "ray_place_timeout_s" in unplaced, (died, unplaced)
         assert marked(tmp_path, "fake_worker.py") == []  # the dead node's worker went with it
 
         release.touch()

@@ -305,6 +305,11 @@ def test_ray_without_an_address_runs_on_its_own_loopback_cluster_with_the_local_
     # dead cluster a stale /tmp/ray/ray_current_cluster named). Now mtpbench starts its own cluster on
     # 127.0.0.1, runs there, and stops it.
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # What a `ray start` stopped by a signal leaves: the old code joined this dead address and retried for ever.
+    stale = work / "ray-tmpdir"
+    stale.mkdir()
+    (stale / "ray_current_cluster").write_text(f"127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("RAY_TMPDIR", str(stale))
     assert _own_cluster_processes() == []
     outcome = execute(work / "tiny-runner.yaml", work / "ray-own", repeat=1, executor="ray", ray_resource="CPU")
     assert outcome.exit_code == 0, outcome.manifest["cells"]
