@@ -87,10 +87,10 @@ class ExperimentConfig(Strict):
     ray_address: str | None = None
     ray_resource: Literal["GPU", "NPU", "CPU"] | None = Field(None, description="default: from the platform")
     # Every wait on Ray has a deadline; each ends in one line and exit 3 naming it (docs/parallel.md).
-    ray_start_timeout_s: float = Field(120.0, gt=0, description="starting mtpbench's own local Ray cluster")
-    ray_connect_timeout_s: float = Field(60.0, gt=0, description="reaching and joining a named Ray cluster")
-    ray_upload_timeout_s: float = Field(300.0, gt=0, description="shipping mtpbench to the cluster and each node")
-    ray_place_timeout_s: float = Field(120.0, gt=0, description="a task that no live node can place")
+    ray_start_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="starting our own cluster")
+    ray_connect_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="reaching a named cluster")
+    ray_upload_timeout_s: float = Field(300.0, gt=0, allow_inf_nan=False, description="shipping mtpbench to nodes")
+    ray_place_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="a task no node can place")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
     workload: Workload = Field(default_factory=OfflineWorkload)
 
