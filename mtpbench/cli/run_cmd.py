@@ -21,7 +21,7 @@ _H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
 _H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
 _H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
 _H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
-_H_ADDRESS = "Ray cluster HOST:PORT (default: RAY_ADDRESS, else the config's; none: a local cluster on 127.0.0.1)."
+_H_ADDRESS = "Ray cluster HOST:PORT (default: the config's, else RAY_ADDRESS; none: a cluster of its own on 127.0.0.1)."
 _H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
 
 

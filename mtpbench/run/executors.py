@@ -16,8 +16,9 @@ records, the log and the events to the driver, which appends them to the run fol
 the driver's files: mtpbench travels as Ray's `py_modules` copy, the worker's PYTHONPATH is made on the
 node from that copy (run/pythonpath.py), and a build without an interpreter of its own runs in the node's
 Ray interpreter. What a node does need: Ray, each build's own interpreter at its configured path, and the
-model's weights at the config's path. Ray is imported only here and only when asked for: it is an
-optional extra.
+model's weights at the config's path. With no address named, the cluster is one mtpbench starts on loopback and stops;
+starting or reaching it, shipping mtpbench and placing a task each have a deadline (run/raycluster.py).
+Ray is imported only when asked for: it is an optional extra.
 """
 
 from __future__ import annotations
