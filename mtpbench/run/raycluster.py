@@ -67,14 +67,20 @@ def sweep():
                     pass
         if not found:
             return
-def reap():
-    sys.stdin.buffer.read()
-    sweep()
-    os._exit(0)
-threading.Thread(target=reap, daemon=True).start()
-code = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL).wait()
+ending = threading.Lock()  # one way out: mtpbench's EOF, or `ray start` ending by itself
+ray = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
+def watch():
+    code = ray.wait()
+    if ending.acquire(blocking=False):
+        sweep()
+        os._exit(code)
+threading.Thread(target=watch, daemon=True).start()
+sys.stdin.buffer.read()
+ending.acquire()
 sweep()
-sys.exit(code)
+import shutil  # and the temp folder, as mtpbench would have, had it lived (its log is kept)
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+os._exit(0)
 """
 
 
@@ -168,10 +174,8 @@ def wait_reachable(address: str, seconds: float, caught: list[int]) -> None:
         check_stop(caught)
         left = end - time.monotonic()
         if left <= 0:
-            raise ClusterError(
-                f"the Ray cluster at {address} (--address / RAY_ADDRESS / ray_address) did not answer within "
-                f"{seconds:g} s (ray_connect_timeout_s){': ' + last if last else ''}"
-            )
+            raise ClusterError(f"the Ray cluster at {address} (--address / RAY_ADDRESS / ray_address) did not "
+                               f"answer within {seconds:g} s (ray_connect_timeout_s){': ' + last if last else ''}")
         try:
             with socket.create_connection(hp, timeout=min(left, 2.0)):
                 return
@@ -213,11 +217,11 @@ class LocalCluster:
         ray_start = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--node-ip-address=127.0.0.1",
                      f"--port={port}", f"--temp-dir={self.tmp}", "--include-dashboard=false",
                      "--disable-usage-stats", "--block"]
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env[LOOPBACK_ENV] = "0"
+        env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, LOOPBACK_ENV: "0"}
+        cmd = [sys.executable, "-c", _KEEPER, str(self.tmp), *ray_start]
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", _KEEPER, *ray_start], stdin=subprocess.PIPE,
-                                         stdout=fd, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT,
+                                         start_new_session=True, env=env)
         finally:
             os.close(fd)
         t0 = time.monotonic()
@@ -388,11 +392,8 @@ def upload_env(package_dir: str, upload_s: float) -> dict[str, Any]:
 
 
 def package_mb(package_dir: str) -> float:
-    total = 0
-    for root, dirs, files in os.walk(package_dir):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-    return total / 1e6
+    return sum(p.stat().st_size for p in Path(package_dir).rglob("*") if p.is_file() and "__pycache__" not in
+               p.parts) / 1e6
 
 
 __all__ = ["ClusterError", "Joined", "LocalCluster", "RayDeadlines", "RaySettings", "bounded", "driver_on_loopback",
