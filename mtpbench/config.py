@@ -86,6 +86,11 @@ class ExperimentConfig(Strict):
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     ray_resource: Literal["GPU", "NPU", "CPU"] | None = Field(None, description="default: from the platform")
+    # Every wait on Ray has a deadline; each ends in one line and exit 3 naming it (docs/parallel.md).
+    ray_start_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="starting our own cluster")
+    ray_connect_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="reaching a named cluster")
+    ray_upload_timeout_s: float = Field(300.0, gt=0, allow_inf_nan=False, description="shipping mtpbench to nodes")
+    ray_place_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="a task no node can place")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
     workload: Workload = Field(default_factory=OfflineWorkload)
 

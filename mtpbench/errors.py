@@ -67,5 +67,11 @@ class StorageError(UserError):
     exit_code = ExitCode.RUN_FAILED
 
 
+class ClusterError(UserError):
+    """A Ray cluster could not be started, reached or used within its deadline: the run could not go on."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
 class DataWarning(UserWarning):
     """Something in stored results was skipped on purpose (a line cut off by a crash); shown as one line."""

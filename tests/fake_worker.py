@@ -4,7 +4,8 @@
 A build's `python:` points at a generated script that runs this file as `<script> -m mtpbench.engine.worker JOB`.
 It speaks the real worker's protocol (EVENT_PREFIX events on stdout, records appended with
 `mtpbench.engine.worker.append_record`, `die_with_parent` first) and takes its behaviour from FAKE (JSON):
-startup / prompt seconds, a hang in either phase, a failure exit, a grandchild that must die with it.
+startup / prompt seconds, a hang in either phase (or in generation until a file exists), a failure exit, a
+grandchild that must die with it.
 Counts are a fixed function of the prompt index, so a resumed run must give the same totals; like a real
 engine under greedy decoding, every process agrees (the gate's exact instability check requires it).
 """
@@ -47,6 +48,8 @@ def main() -> int:
                 f.write(f"{os.getpid()}\n")
     if fake.get("fail_unless") and not os.path.exists(fake["fail_unless"]):
         fake["fail"] = True
+    if fake.get("hang_unless") and not os.path.exists(fake["hang_unless"]):
+        fake["hang"] = "generation"
     t0 = time.time()
     emit("engine_starting")
     time.sleep(float(fake.get("startup", 0.05)))

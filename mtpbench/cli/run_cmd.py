@@ -21,6 +21,7 @@ _H_DRY = "List cells, commands, env and the estimated wall time; start nothing."
 _H_RESUME = "Finish a stopped run in place: re-run only its unfinished cell-repeats."
 _H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config's jobs, 1)."
 _H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
+_H_ADDRESS = "Ray cluster HOST:PORT (default: the config's, else RAY_ADDRESS; none: a cluster of its own on 127.0.0.1)."
 _H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
 
 
@@ -39,7 +40,7 @@ def run(
     jobs: Annotated[int | None, typer.Option(help=_H_JOBS, min=1)] = None,
     devices: Annotated[str | None, typer.Option(help=_H_DEVICES)] = None,
     executor: Annotated[str | None, typer.Option(help="local or ray (default: the config's, local).")] = None,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS).")] = None,
+    address: Annotated[str | None, typer.Option(help=_H_ADDRESS)] = None,
     ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
     run_dir_file: Annotated[Path | None, typer.Option(help=_H_RUNDIR)] = None,
 ) -> None:
@@ -107,11 +108,13 @@ def _finished(outcome: Any) -> None:
 
 
 def _interrupted(exc: Any) -> int:
-    err_console.print(
-        f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are kept in "
-        f"{exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}",
-        markup=False, highlight=False, soft_wrap=True,
-    )
+    if exc.path is None:  # while a Ray cluster was started or reached: no run folder, nothing to resume
+        text = (f"mtpbench: interrupted by {exc.signal_name} before any cell-repeat ran (while starting or joining "
+                "the Ray cluster); no run folder was made")
+    else:
+        text = (f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are "
+                f"kept in {exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}")
+    err_console.print(text, markup=False, highlight=False, soft_wrap=True)
     return int(exc.exit_code)
 
 

@@ -15,9 +15,10 @@ RERUN = ("pending", "running", "failed", "timeout", "interrupted")
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """SIGINT/SIGTERM/SIGHUP stopped the run: every worker is gone and the manifest says `interrupted`."""
+    """SIGINT/SIGTERM/SIGHUP stopped the run: every worker is gone and the manifest says `interrupted`. No
+    path: the signal came before a run folder existed (while a Ray cluster was started or reached)."""
 
-    def __init__(self, signum: int, path: Path) -> None:
+    def __init__(self, signum: int, path: Path | None) -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = signum
         self.path = path

@@ -16,8 +16,9 @@ records, the log and the events to the driver, which appends them to the run fol
 the driver's files: mtpbench travels as Ray's `py_modules` copy, the worker's PYTHONPATH is made on the
 node from that copy (run/pythonpath.py), and a build without an interpreter of its own runs in the node's
 Ray interpreter. What a node does need: Ray, each build's own interpreter at its configured path, and the
-model's weights at the config's path. Ray is imported only here and only when asked for: it is an
-optional extra.
+model's weights at the config's path. With no address named, the cluster is one mtpbench starts on loopback and stops;
+starting or reaching it, shipping mtpbench and placing a task each have a deadline (run/raycluster.py).
+Ray is imported only when asked for: it is an optional extra.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from mtpbench.engine.procs import stop_group
 from mtpbench.engine.worker import EVENT_PREFIX
 from mtpbench.errors import UserError
 from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
+from mtpbench.run.raycluster import RaySettings, fits, join, ray_request
 
 EventSink = Callable[[dict[str, Any]], None]
 PARENT_ENV = "MTPBENCH_PARENT_PID"
@@ -215,31 +217,38 @@ def _ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 class RayExecutor:
-    """Each cell-repeat a Ray task requesting the cell's devices; results come back to the driver."""
+    """Each cell-repeat a Ray task requesting the cell's devices; results come back to the driver. Joining
+    (or first starting) the cluster, checking that every cell fits a node and shipping mtpbench are each
+    bounded (run/raycluster.py); so is a submitted task that no live node can place."""
 
     name = "ray"
 
-    def __init__(self, address: str | None, resource: str, append: Callable[[str, str], None]) -> None:
+    def __init__(self, settings: RaySettings, append: Callable[[str, str], None]) -> None:
         try:
             import ray
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'mtpbench[ray]'") from None
-        import mtpbench
-
         self.ray = ray
-        self.resource = resource.upper()
+        self.settings = settings
+        self.resource = settings.resource.upper()
         self.append = append
-        pkg = str(Path(mtpbench.__file__).resolve().parent)
-        try:
-            # py_modules ships this mtpbench to every node: no node needs the driver's checkout or home.
-            ray.init(
-                address=address, runtime_env={"py_modules": [pkg], "excludes": ["__pycache__"]},
-                log_to_driver=False, logging_level="ERROR", configure_logging=False,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UserError(f"cannot connect to the Ray cluster at {address or 'RAY_ADDRESS/auto'}: {exc}") from None
+        self._nodes: tuple[float, list[dict[str, Any]]] = (0.0, [])
+        self._nodes_lock = threading.Lock()
+        self.joined = join(ray, settings)  # stops what it started if it fails
+        self.address = self.joined.address
         self.task = ray.remote(max_retries=0)(_ray_task_body)
-        self.address = address
+
+    def _placeable(self, request: dict[str, float]) -> bool:
+        """Whether some live node could ever run the task (not whether it is free now); cached for 2 s."""
+        with self._nodes_lock:
+            t, nodes = self._nodes
+            if time.monotonic() - t > 2.0:
+                try:
+                    nodes = self.ray.nodes()
+                except Exception:  # the GCS briefly unreachable: judge by what was known
+                    pass
+                self._nodes = (time.monotonic(), nodes)
+        return any(fits(n, request) for n in nodes)
 
     def _options(self, n: int) -> dict[str, Any]:
         if self.resource == "GPU":
@@ -264,19 +273,33 @@ class RayExecutor:
             d["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         d["devices"] = []
         t0 = time.monotonic()
+        request = ray_request(self.resource, n)
+        place_s = self.settings.deadlines.place_s
         ref = self.task.options(**self._options(n)).remote(d)
         cancelled_at: float | None = None
+        unplaceable_since: float | None = None
         while True:
             done, _ = ray.wait([ref], timeout=0.1)
             if done:
                 break
+            now = time.monotonic()
             if stop.is_set() and cancelled_at is None:
                 # Non-forced: the task gets KeyboardInterrupt and stops the worker's process group itself.
                 ray.cancel(ref, force=False)
-                cancelled_at = time.monotonic()
-            elif cancelled_at is not None and time.monotonic() - cancelled_at > 15:
+                cancelled_at = now
+            elif cancelled_at is not None and now - cancelled_at > 15:
                 ray.cancel(ref, force=True)  # the worker dies with it (PR_SET_PDEATHSIG)
                 cancelled_at = float("inf")
+            elif cancelled_at is None:
+                # Waiting for a free device is normal; waiting for a node that could never take the task
+                # (its node left the cluster) is not: that gets a deadline, then the cell fails (resumable).
+                unplaceable_since = None if self._placeable(request) else (unplaceable_since or now)
+                if unplaceable_since is not None and now - unplaceable_since > place_s:
+                    ray.cancel(ref, force=True)
+                    want = ", ".join(f"{v:g} {k}" for k, v in request.items())
+                    return {"status": "failed", "wall_s": round(now - t0, 3),
+                            "error": f"no live node of the Ray cluster could place this task ({want}) for "
+                                     f"{place_s:g} s (ray_place_timeout_s)"}
         try:
             res = ray.get(ref)
         except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as exc:
@@ -285,8 +308,15 @@ class RayExecutor:
                         "wall_s": round(time.monotonic() - t0, 3)}
             return {"status": "failed", "error": f"Ray task failed: {str(exc).splitlines()[0]}",
                     "wall_s": round(time.monotonic() - t0, 3)}
+        except ray.exceptions.RuntimeEnvSetupError as exc:
+            return {"status": "failed", "wall_s": round(time.monotonic() - t0, 3),
+                    "error": f"the node could not set up mtpbench (py_modules) within "
+                             f"{self.settings.deadlines.upload_s:g} s (ray_upload_timeout_s) or failed: "
+                             f"{str(exc).splitlines()[0]}"}
         except ray.exceptions.RayError as exc:
-            return {"status": "failed", "error": f"Ray: {str(exc).splitlines()[0]}",
+            # A node or worker that died mid-task lands here: this cell fails, the others go on, and
+            # --resume runs it again.
+            return {"status": "failed", "error": f"Ray: {type(exc).__name__}: {str(exc).splitlines()[0]}",
                     "wall_s": round(time.monotonic() - t0, 3)}
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.log_path).write_text(res["log"], encoding="utf-8")
@@ -301,7 +331,8 @@ class RayExecutor:
         return entry
 
     def close(self) -> None:
-        self.ray.shutdown()
+        """Leave the cluster; stop it if mtpbench started it (a cluster the user started keeps running)."""
+        self.joined.leave(self.ray)
 
 
 def append_lines(path: str, text: str) -> None:
@@ -311,12 +342,15 @@ def append_lines(path: str, text: str) -> None:
     append(path, text.encode())
 
 
-def make_executor(kind: str, address: str | None = None, resource: str = "GPU") -> LocalExecutor | RayExecutor:
+def make_executor(kind: str, ray: RaySettings | None = None) -> LocalExecutor | RayExecutor:
     if kind == "local":
         return LocalExecutor()
     if kind == "ray":
-        return RayExecutor(address or os.environ.get("RAY_ADDRESS") or None, resource, append_lines)
+        settings = ray or RaySettings(None, "GPU")
+        # A named address (option, config, RAY_ADDRESS) is joined; none: mtpbench starts its own cluster.
+        settings.address = settings.address or os.environ.get("RAY_ADDRESS") or None
+        return RayExecutor(settings, append_lines)
     raise UserError(f"--executor {kind!r}: expected local or ray")
 
 
-__all__ = ["LocalExecutor", "RayExecutor", "WorkerSpec", "kill_group", "make_executor", "supervise"]
+__all__ = ["LocalExecutor", "RayExecutor", "RaySettings", "WorkerSpec", "kill_group", "make_executor", "supervise"]

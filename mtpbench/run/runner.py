@@ -31,6 +31,7 @@ from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunO
 from mtpbench.run.cost import Estimate, estimate, time_breakdown
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
+from mtpbench.run.raycluster import RayDeadlines, RaySettings
 from mtpbench.store.baseline import model_identity
 from mtpbench.store.manifest import MANIFEST, new_manifest, new_run_dir, now_iso, write_json_atomic
 from mtpbench.store.records import RECORDS
@@ -87,6 +88,18 @@ def _setup(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions) -> _Setup
         c, n = too_big[0]
         raise UserError(f"{c.cell_id}: needs {n} devices (tensor × pipeline parallel), pool: {len(devices)}")
     return _Setup(jobs, executor, DevicePool(devices), bind, need, source)
+
+
+def _executor(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions, setup: _Setup, stops: StopSignals,
+              todo: list[int] | None = None) -> LocalExecutor | RayExecutor:
+    """The executor, before anything runs: for Ray, the cluster started or reached, every cell-repeat checked
+    to fit one of its nodes and mtpbench shipped, each within its deadline (a stop signal ends the waits)."""
+    ray = RaySettings(opts.address or cfg.ray_address, setup.ray_resource or "GPU", RayDeadlines.from_config(cfg),
+                      [(f"{cells[i].cell_id} r{cells[i].repeat}", setup.need[i])
+                       for i in (range(len(cells)) if todo is None else todo)], stops.caught)
+    executor = make_executor(setup.executor, ray)
+    stops.rearm()
+    return executor
 
 
 def _lock(run_dir: Path) -> int:
@@ -257,8 +270,7 @@ def execute(
 def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_path: str, cells: list[Cell],
              on_event: EventCallback, opts: RunOptions, stops: StopSignals) -> RunOutcome:
     setup = _setup(cfg, cells, opts)
-    executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
-    stops.rearm()
+    executor = _executor(cfg, cells, opts, setup, stops)
     try:
         run_dir = new_run_dir(out_dir, cfg.name)
         lock = _lock(run_dir)
@@ -346,22 +358,22 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         todo = [i for i, c in enumerate(manifest["cells"]) if c.get("status", "pending") in RERUN]
         if not todo:  # nothing left to run: the manifest (its status, finished time, resumes) stays as it was
             return RunOutcome(run_dir, manifest)
-        for i in todo:
-            c = manifest["cells"][i]
-            # A repeat that never started has no records to supersede: it keeps its attempt number.
-            attempt = int(c.get("attempt", 1)) + (c.get("status", "pending") != "pending")
-            keep = {k: c[k] for k in ("cell", "build", "mode", "variant", "repeat", "hash_seed")}
-            manifest["cells"][i] = {**keep, "status": "pending", "attempt": attempt,
-                                    "previous": {"status": c.get("status"), "error": c.get("error")}}
-        for i, pl in enumerate(plans):
-            pl.job["attempt"] = int(manifest["cells"][i].get("attempt", 1))
-        manifest.update(status="running", finished=None)
-        manifest.setdefault("resumed", []).append({"at": now_iso(), "cells": len(todo)})
-        write_json_atomic(run_dir / MANIFEST, manifest)
-        on_event("run_start", {"path": run_dir, "cells": len(todo), "prompts": len(prompts.prompts)})
-        executor = make_executor(setup.executor, opts.address or cfg.ray_address, setup.ray_resource or "GPU")
-        stops.rearm()
+        # Ray refused or unreachable: the manifest stays as it was (nothing of this resume ran).
+        executor = _executor(cfg, cells, opts, setup, stops, todo)
         try:
+            for i in todo:
+                c = manifest["cells"][i]
+                # A repeat that never started has no records to supersede: it keeps its attempt number.
+                attempt = int(c.get("attempt", 1)) + (c.get("status", "pending") != "pending")
+                keep = {k: c[k] for k in ("cell", "build", "mode", "variant", "repeat", "hash_seed")}
+                manifest["cells"][i] = {**keep, "status": "pending", "attempt": attempt,
+                                        "previous": {"status": c.get("status"), "error": c.get("error")}}
+            for i, pl in enumerate(plans):
+                pl.job["attempt"] = int(manifest["cells"][i].get("attempt", 1))
+            manifest.update(status="running", finished=None)
+            manifest.setdefault("resumed", []).append({"at": now_iso(), "cells": len(todo)})
+            write_json_atomic(run_dir / MANIFEST, manifest)
+            on_event("run_start", {"path": run_dir, "cells": len(todo), "prompts": len(prompts.prompts)})
             failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
         finally:
             executor.close()
