@@ -65,7 +65,7 @@ from mtpbench.store.results import load_run  # noqa: E402
 
 K = 3
 # The shipped default's baseline (configs/tiny-gemma4-mtp.yaml names it); --tiny-baseline takes another.
-TINY_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-cpu.yaml"
+TINY_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-humaneval-cpu.yaml"
 REPORT_MD = REPO / "benchmarks" / "gate-power-report.md"
 REPORT_JSON = REPO / "benchmarks" / "gate-power-report.json"
 CELLS = ("current/eager/stock", "current/graph/stock")
@@ -583,7 +583,7 @@ def render(data: dict[str, Any]) -> str:
         "# The gate's decision rule under prompt-level, bursty noise",
         "",
         f"Produced by `{data['command']}` (seed {data['seed']}; N = {data['n_harmless']} harmless runs and "
-        f"{data['n_drop']} runs per drop scenario in the two 40-prompt bursty settings, fewer in the others: "
+        f"{data['n_drop']} runs per drop scenario in the two main settings (bold below), fewer in the others: "
         f"each table gives its runs; {data['minutes']:.1f} min on this 2-core box) at commit "
         f"`{data['commit']}`{dirty}. "
         "Raw figures: `gate-power-report.json` beside this file. Every run below is written in mtpbench's "
@@ -615,8 +615,8 @@ def render(data: dict[str, Any]) -> str:
         + f". `tiny` is the eager entry of `{data.get('tiny_baseline', 'baselines/tiny-gemma4-mtp-cpu.yaml')}`; "
         "`gemma4-like` is drawn from a "
         "fixed seed (per-prompt conditional rates from Beta(25m, 25(1-m)), rejections rescaled to the pooled "
-        "target, draft counts log-uniform in 32-231). 5 prompts: an evenly spaced subset; 80 and 160: the tiny "
-        "prompts repeated under new ids, the Gemma4-like generator drawn further.",
+        "target, draft counts log-uniform in 32-231). Fewer prompts than a truth has: an evenly spaced subset; "
+        "more: its prompts repeated under new ids (tiny), the generator drawn further (Gemma4-like).",
         "- **Bursty drafts**: per prompt a hidden easy/hard regime, a two-state Markov chain over its drafts "
         "(started in its stationary distribution). The hard regime takes a share κ of the prompt's rejections "
         "on a share π of its drafts (π raised where a prompt's rejections need it), so the prompt's mean rates "
