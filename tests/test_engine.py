@@ -55,7 +55,10 @@ def eager_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def selftest_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = tmp_path_factory.mktemp("selftest")
     res = mtpbench("selftest", "--out", out)
-    return res, only_run(out)
+    # The selftest makes two runs: the flattening check and its short soak (tests/test_soak_engine.py).
+    (run,) = [p for p in out.iterdir() if (p / "manifest.json").exists() and not p.name.endswith("-soak-selftest")]
+    assert any(p.name.endswith("-soak-selftest") for p in out.iterdir()), res.stdout[-2000:]
+    return res, run
 
 
 def test_shipped_pair_reaches_the_acceptance_bar(eager_run: Path) -> None:
@@ -162,7 +165,7 @@ def _winning_layer_type(record: dict[str, Any], layer_types: list[str]) -> str:
 
 
 @pytest.mark.parametrize("winner", ["sliding_attention", "full_attention"])
-def test_fault_drops_pos0_by_15_points_in_each_group_order(
+def test_fault_drops_acceptance_in_each_group_order(
     selftest_run: tuple[subprocess.CompletedProcess[str], Path], winner: str
 ) -> None:
     _, path = selftest_run
@@ -174,7 +177,11 @@ def test_fault_drops_pos0_by_15_points_in_each_group_order(
     cells = {c.variant: c for c in collect(run)}
     rs = next(r for r in cells["stock"].repeats if r.hash_seed == seeds[0])
     rf = next(r for r in cells["fault"].repeats if r.hash_seed == seeds[0])
-    assert _pos0(rs.counts) - _pos0(rf.counts) >= 0.15, (seeds[0], _pos0(rs.counts), _pos0(rf.counts))
+    # On the default's HumanEval set (measured): pos0 falls 12.8-13.9 pts and pos2 25-37 pts in the two orders
+    # (on the coding-40 set pos0 fell ~20); a fault that stopped mattering in one order would not.
+    pos = [(rs.counts.accepted_per_pos[i] / rs.counts.num_drafts - rf.counts.accepted_per_pos[i] / rf.counts.num_drafts)
+           for i in (0, 2)]
+    assert pos[0] >= 0.10 and pos[1] >= 0.20, (seeds[0], pos)
 
 
 # --- the metadata-binding probe (issue 21): the selftest run carries it in both variants -------------------

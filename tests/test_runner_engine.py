@@ -40,7 +40,9 @@ pytestmark = pytest.mark.engine
 def small_config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path:
     """The tiny config, eager only, fewer and shorter prompts: what the runner does is under test."""
     cfg = load_config(TINY)
-    ps = load_prompts(cfg.prompts)
+    # The coding prompts, not the default's HumanEval set: their lengths differ, so in a batched repeat their
+    # records come one after another (the interruption test stops a repeat between two of them).
+    ps = load_prompts(REPO / "prompts" / "coding-40.yaml")
     (tmp / "prompts.yaml").write_text(yaml.safe_dump({"name": "coding-short", "prompts": [
         p.model_dump() for p in ps.prompts[:prompts]]}))
     data = cfg.model_dump(mode="json", exclude_none=True)
