@@ -172,3 +172,15 @@ def test_wilson_and_t_quantiles_equal_scipy_stats(x: int, n: int, conf: float) -
     for df in (1, 2, 7, 39, 299, None):
         want = sps.norm.ppf(0.975) if df is None else sps.t.ppf(0.975, df)
         assert _t(0.975, df) == pytest.approx(want, rel=1e-12)
+
+
+def test_summary_gives_both_acceptance_length_definitions_side_by_side() -> None:
+    # Issue 20: pooled AL (1 + Σ accepted / Σ drafts, vLLM's acceptance-length test) and the per-request mean
+    # (1 + accepted / drafts per prompt, a prompt with no drafts counting as 1, as vLLM's Gemma-4 tests do).
+    from mtpbench.judge.stats import PromptCounts, summarize
+
+    ev = PromptCounts(("a", "b", "c"), np.array([10, 0, 5]), np.array([30, 0, 15]), np.array([20, 0, 5]),
+                      np.array([[9, 7, 4], [0, 0, 0], [3, 2, 0]]))
+    s = summarize(ev)
+    assert s.acceptance_length == pytest.approx(1 + 25 / 15)
+    assert s.request_al == pytest.approx((3 + 1 + 2) / 3)

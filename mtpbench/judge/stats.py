@@ -28,10 +28,8 @@ Donner 2008): the run's clustered interval combined with the baseline's Wilson i
 intervals MOVER is exactly Newcombe's hybrid score interval (1998, method 10), tested on his worked
 example. Against a published, rates-only baseline the baseline is taken as exact.
 
-The smallest detectable drop (MDE) of a comparison is (t_{1−α/2} + t_{power}) · se on the same degrees of
-freedom (compare.py picks se: the run's clustered se combined with the baseline's own; for a prompt-paired
-comparison the larger of the paired se and the run's, so a bit-identical rerun never claims an MDE of 0:
-a change that is not uniform across prompts still faces the prompt-to-prompt noise).
+The smallest detectable drop (MDE) of a check is (t_{1−α} + t_{power})·se, α its share of the run's
+false-alarm rate, se the spread the comparison faces (the paired one against per-prompt counts).
 
 Cross-process instability of a sampled (non-deterministic) run is a prompt-level permutation test: within
 each prompt, which process produced which observation is exchangeable under "the process does not
@@ -344,7 +342,8 @@ class Summary:
     mean: float | None
     mean_ci: Interval | None
     avg_accepted: float | None
-    acceptance_length: float | None
+    acceptance_length: float | None  # pooled: 1 + Σ accepted / Σ drafts (vLLM's acceptance-length test)
+    request_al: float | None = None  # mean over prompts of 1 + accepted / drafts, no drafts = 1 (_request_al)
     # Across complete repeats (one pool per repeat): per position the per-repeat rates.
     repeat_rates: tuple[tuple[float | None, ...], ...] = field(default=())
 
@@ -365,6 +364,13 @@ def ratio(num: int, den: int) -> float | None:
 
 def _clip(ci: Interval | None) -> Interval | None:
     return None if ci is None else Interval(max(0.0, ci.low), min(1.0, ci.high))
+
+
+def _request_al(evidence: PromptCounts) -> float | None:
+    """Per-request mean AL, as vLLM's Gemma-4 acceptance-rate tests and `vllm bench serve` average it."""
+    d = evidence.drafts.astype(float)
+    per = 1.0 + np.divide(evidence.accepted, d, out=np.zeros_like(d), where=d > 0)
+    return float(per.mean()) if evidence.g else None
 
 
 def summarize(evidence: PromptCounts, confidence: float = 0.95, repeats: Sequence[Counts] = ()) -> Summary:
@@ -388,5 +394,6 @@ def summarize(evidence: PromptCounts, confidence: float = 0.95, repeats: Sequenc
         mean_ci=_clip(mean.ci),
         avg_accepted=avg,
         acceptance_length=None if avg is None else 1.0 + avg,
+        request_al=_request_al(evidence),
         repeat_rates=tuple(tuple(ratio(a, r.num_drafts) for a in r.accepted_per_pos) for r in repeats),
     )

@@ -121,7 +121,7 @@ def _diagnoses(comp: Comparison) -> str:
 def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
     k = max((c.summary.counts.k for c in comp.cells), default=0)
     head = ["cell", "graph mode requested", "effective", "compilation", "patches", "repeats", "drafts",
-            *[f"pos{i} %" for i in range(k)], "mean %", "AL", "changed text"]
+            *[f"pos{i} %" for i in range(k)], "mean %", "AL pooled", "AL per request", "changed text"]
     rows = []
     for c in comp.cells:
         s = c.summary
@@ -142,6 +142,7 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
             *[f"<td>{_pct(s.per_pos[i]) if i < s.counts.k else ''}</td>" for i in range(k)],
             f"<td>{_pct(s.mean)}</td>",
             f"<td>{'–' if s.acceptance_length is None else f'{s.acceptance_length:.2f}'}</td>",
+            f"<td>{'–' if s.request_al is None else f'{s.request_al:.2f}'}</td>",
             f'<td class="l{" changed" if prompts else ""}">{_e(", ".join(prompts) or "none")}</td>',
         ]
         rows.append("<tr>" + "".join(cells) + "</tr>")

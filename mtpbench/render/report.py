@@ -70,7 +70,8 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
     k = max((c.evidence.k for c in cells), default=0)
     cols: list[Column] = [("cell", "graph mode", "left"), ("rep", "drafts", "right"), ("prompts", "", "right")]
     cols += [(f"pos{i} %", "[95% CI]" if ci else "", "right") for i in range(k)]
-    cols += [("mean", "%", "right"), ("avg", "acc", "right"), ("AL", "", "right"), ("spread", "pts", "right")]
+    cols += [("mean", "%", "right"), ("avg", "acc", "right"), ("AL", "pooled", "right"), ("AL", "per req", "right"),
+             ("spread", "pts", "right")]
     soak = any(c.rounds is not None for c in cells)  # a soak run: mean acceptance per round of one engine
     cols += [ROUNDS_COLUMN] if soak else []
     rows: list[list[Cell]] = []
@@ -89,6 +90,7 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
             (pct(s.mean), "", ""),
             ("–" if s.avg_accepted is None else f"{s.avg_accepted:.2f}", "", ""),
             ("–" if s.acceptance_length is None else f"{s.acceptance_length:.2f}", "", ""),
+            ("–" if s.request_al is None else f"{s.request_al:.2f}", "", ""),
             (f"{100 * max(spread):.1f}" if spread else "–", "", ""),
         ] + ([rounds_cell(c)] if soak else [])
         rows.append(row)
