@@ -234,8 +234,15 @@ def _base_prompts(entry: BaselineEntry) -> PromptCounts | None:
     )
 
 
+def aligned_with(c: CellResult, entry: BaselineEntry) -> tuple[PromptCounts, PromptCounts] | None:
+    """The cell's evidence and the entry's per-prompt counts on the prompts both have, row for row (None: the
+    entry kept none). Made once per cell: its AL check and every position check read the same pair."""
+    base = _base_prompts(entry)
+    return None if base is None else c.evidence.align(base)
+
+
 def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, conf: float,
-          positions: list[int]) -> _Diff | None:
+          positions: list[int], aligned: tuple[PromptCounts, PromptCounts] | None) -> _Diff | None:
     """The cell's estimate minus the baseline's, by the best method the entry allows: paired prompt by prompt
     (per-prompt counts: the prompts' own difficulty cancels), against pooled counts (MOVER with Wilson for one
     position; a normal interval on the summed positions, whose pooled se is bounded by the sum of the
@@ -244,9 +251,8 @@ def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, c
     run_est = clustered_ratio(col(ev.per_pos), ev.drafts, conf) if ev.g else Estimate(None)
     if run_est.value is None:
         return None
-    base_prompts = _base_prompts(entry)
-    a, b = ev.align(base_prompts) if base_prompts is not None else (ev, ev)
-    if base_prompts is not None and a.g:
+    if aligned is not None and aligned[0].g:
+        a, b = aligned
         est = paired_diff(col(a.per_pos), a.drafts, col(b.per_pos), b.drafts, conf)
         ea = clustered_ratio(col(a.per_pos), a.drafts, conf)
         eb = clustered_ratio(col(b.per_pos), b.drafts, conf)
@@ -272,13 +278,13 @@ def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, c
 
 
 def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec, alpha: float,
-                    cert_alpha: float) -> PositionCheck:
+                    cert_alpha: float, aligned: tuple[PromptCounts, PromptCounts] | None) -> PositionCheck:
     tol = gate.tolerance_pts / 100
     label = f"{entry.build}/{entry.mode}"
     if c.counters_only:
         return _counters_only_check(c, i, entry, tol, label)
     base_rate = entry.rates_pct[i] / 100
-    d = _diff(c, entry, lambda m: m[:, i], base_rate, gate.confidence, [i])
+    d = _diff(c, entry, lambda m: m[:, i], base_rate, gate.confidence, [i], aligned)
     if d is None or d.delta is None:
         return PositionCheck(c.cell, i, None if d is None else d.run, base_rate, None, None, Verdict.NO_DATA,
                              entry=label)
@@ -294,7 +300,7 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec,
 
 
 def _length_check(c: CellResult, entry: BaselineEntry, gate: GateSpec, alpha: float,
-                  cert_alpha: float) -> LengthCheck:
+                  cert_alpha: float, aligned: tuple[PromptCounts, PromptCounts] | None) -> LengthCheck:
     """The primary endpoint: acceptance length (1 + accepted tokens per draft step, over all k positions of
     the entry) against the entry's, δ = gate.tolerance_al_pct % of the entry's AL, by the same rule."""
     k = len(entry.rates_pct)
@@ -314,7 +320,7 @@ def _length_check(c: CellResult, entry: BaselineEntry, gate: GateSpec, alpha: fl
         verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
         return LengthCheck(c.cell, run, base, delta, None, verdict, tol, underpowered=True, method=COUNTERS_ONLY,
                            entry=label)
-    d = _diff(c, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)))
+    d = _diff(c, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)), aligned)
     if d is None or d.delta is None:
         return LengthCheck(c.cell, None if d is None else 1.0 + d.run, exact, None, None, Verdict.NO_DATA,
                            entry=label)

@@ -32,6 +32,7 @@ from mtpbench.judge.checks import (
     _check_findings,
     _length_check,
     _position_check,
+    aligned_with,
     check_comparable,
     config_names_baseline,
     resolve_entry,
@@ -221,11 +222,12 @@ def compare(
                 late.append(Finding(Kind.NO_BASELINE, sev, c.cell, Cause.NO_BASELINE_ENTRY,
                                     NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries)))
                 continue
-            checks = [_position_check(c, i, entry, comp.gate, comp.alpha, comp.cert_alpha)
+            pair = aligned_with(c, entry)
+            checks = [_position_check(c, i, entry, comp.gate, comp.alpha, comp.cert_alpha, pair)
                       for i in range(len(entry.rates_pct or []))]
             comp.checks.extend(checks)
             # An entry without rates (an upstream per-request AL golden) has no pooled AL to check either.
-            length = _length_check(c, entry, comp.gate, comp.alpha, comp.cert_alpha) if entry.rates_pct else None
+            length = _length_check(c, entry, comp.gate, comp.alpha, comp.cert_alpha, pair) if entry.rates_pct else None
             if length is not None:
                 comp.lengths.append(length)
             late.extend(_check_findings(c, checks, length, comp.gate))

@@ -35,6 +35,7 @@ from mtpbench.judge.findings import (
 from mtpbench.judge.findings_soak import RoundSpeculationOff
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.judge.stats import Interval
+from mtpbench.render.fmt import pct
 from mtpbench.render.upstream import upstream_message
 from mtpbench.render.words_binding import (
     msg_binding_unobserved,
@@ -96,10 +97,6 @@ CAUSE_TEXT: dict[Cause, str] = {
 }
 
 
-def pct(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None else f"{100 * x:.{digits}f}"
-
-
 def ci_text(ci: Interval | None) -> str:
     return "" if ci is None else f"[{100 * ci.low:.1f},{100 * ci.high:.1f}]"
 
@@ -157,6 +154,10 @@ def _al_tol(n: LengthChecks) -> str:
     return f"{n.tolerance_pct:g} % of the baseline's AL ({n.tolerance:.3f} tokens/step)"
 
 
+def _al_mde(n: LengthChecks) -> str:
+    return "n/a" if n.mde is None else f"{n.mde:.3f}"
+
+
 def _al_role(n: LengthChecks) -> str:
     return "" if n.primary else " (a diagnosis: the gate certifies per position)"
 
@@ -179,9 +180,9 @@ def _msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
             f"{_ci_list(n.ci)}, {n.prompts} prompts)"
         )
     if isinstance(n, LengthChecks):
-        mde = "n/a" if n.mde is None else f"{n.mde:.3f}"
         return (f"{_al(n)}: the data neither rule out a drop of {_al_tol(n)} nor confirm one ({n.prompts} "
-                f"prompts; the smallest drop this run catches with {100 * n.power:g} % power: {mde} tokens/step)"
+                f"prompts; the smallest drop this run catches with {100 * n.power:g} % power: {_al_mde(n)} "
+                "tokens/step)"
                 f"{_al_role(n)}")
     if n.check == "positions":
         return (f"{_positions(n)}: not certified per position (a drop of {n.tolerance_pts:g} pts is neither "
@@ -198,9 +199,8 @@ def _msg_underpowered(n: PositionChecks | LengthChecks) -> str:
         if n.method == COUNTERS_ONLY:
             return (f"{_al(n, with_ci=False)}: within {_al_tol(n)}, but the power to detect a drop that large is "
                     f"unknown; {COUNTERS_ONLY_TEXT}")
-        mde = "n/a" if n.mde is None else f"{n.mde:.3f}"
         return (f"could not have caught a drop of {_al_tol(n)} with {100 * n.power:g} % power: smallest such "
-                f"drop {mde} tokens/step ({n.prompts} prompts)")
+                f"drop {_al_mde(n)} tokens/step ({n.prompts} prompts)")
     if n.method == COUNTERS_ONLY:
         return (f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
                 f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")

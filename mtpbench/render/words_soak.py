@@ -5,10 +5,7 @@ file because words.py reached the 400-line limit. Sentences only."""
 from __future__ import annotations
 
 from mtpbench.judge.findings_soak import Drift, Stall
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None else f"{100 * x:.{digits}f}"
+from mtpbench.render.fmt import pct
 
 
 def msg_drift(n: Drift) -> str:
