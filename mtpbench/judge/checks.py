@@ -181,6 +181,10 @@ def _decide(delta: float, se: float | None, df: float | None, drop: float, gate:
     return Verdict.INCONCLUSIVE
 
 
+def _point_verdict(delta: float, tol: float) -> Verdict:  # counters-only: the point estimate decides
+    return Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
+
+
 def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float, label: str) -> PositionCheck:
     """A counters-only serving cell: one pooled /metrics count per cell-repeat, so there is no sample of
     requests or prompts to cluster, no standard error, no interval and no detectable-drop figure. The
@@ -199,7 +203,7 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     pooled = bc is not None and bc.num_drafts > 0
     base_rate = bc.accepted_per_pos[i] / bc.num_drafts if bc is not None and pooled else entry.rates_pct[i] / 100
     delta = run_rate - base_rate
-    verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
+    verdict = _point_verdict(delta, tol)
     return PositionCheck(c.cell, i, run_rate, base_rate, delta, None, verdict, None, underpowered=True, prompts=0,
                          method=COUNTERS_ONLY, entry=label)
 
@@ -317,7 +321,7 @@ def _length_check(c: CellResult, entry: BaselineEntry, gate: GateSpec, alpha: fl
         run = 1.0 + sum(tot.accepted_per_pos[:k]) / tot.num_drafts
         tol = gate.tolerance_al_pct / 100 * base
         delta = run - base
-        verdict = Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
+        verdict = _point_verdict(delta, tol)
         return LengthCheck(c.cell, run, base, delta, None, verdict, tol, underpowered=True, method=COUNTERS_ONLY,
                            entry=label)
     d = _diff(c, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)), aligned)
