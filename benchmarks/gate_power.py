@@ -30,7 +30,7 @@ Noise model (what a "truth" is and how a run is drawn from it):
   j would make them); in the graph cell only (`1 cell`), or in both cells (`2 cells`).
 
 One command: `python benchmarks/gate_power.py` (7-15 minutes on two shared cores) writes
-benchmarks/gate-power-report.md and .json; `--quick` (under a minute) is what tests/test_gate_power.py runs.
+benchmarks/gate-power-report.md and .json; `--quick` (under a minute) is what tests/project/test_gate_power.py runs.
 """
 
 from __future__ import annotations
@@ -795,12 +795,15 @@ def main(argv: list[str] | None = None) -> int:
             n_h, n_d = max(round(nh * share_h), 1), max(round(nd * share_d), 1)
             results.append(run_setting(s, scens, n_h, n_d, args.seed, Path(d), sys.stdout))
     cmd = "python benchmarks/gate_power.py" + (" --quick" if args.quick else "")
-    cmd += "".join(
-        f" --{k} {v}"
-        for k, v in (("harmless", args.harmless), ("drop", args.drop), ("only", args.only))
-        if v is not None
-    ) + (f" --seed {args.seed}" if args.seed != 19 else "") + (
-        f" --tiny-baseline {args.tiny_baseline}" if args.tiny_baseline else "")
+    cmd += (
+        "".join(
+            f" --{k} {v}"
+            for k, v in (("harmless", args.harmless), ("drop", args.drop), ("only", args.only))
+            if v is not None
+        )
+        + (f" --seed {args.seed}" if args.seed != 19 else "")
+        + (f" --tiny-baseline {args.tiny_baseline}" if args.tiny_baseline else "")
+    )
     data = {
         "command": cmd,
         "seed": args.seed,

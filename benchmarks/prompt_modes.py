@@ -49,7 +49,10 @@ def _run(mode: str, prompts: str, work: Path) -> tuple[Path, float]:
     out = work / mode
     res = subprocess.run(
         [sys.executable, "-m", "mtpbench", "run", str(path), "--out", str(out), "--no-compare"],
-        capture_output=True, text=True, env=env, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     if res.returncode != 0:
         raise SystemExit(f"{mode} run failed (exit {res.returncode}): {res.stdout[-2000:]} {res.stderr[-2000:]}")
@@ -144,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     for other in args.more_batched:
         o, _ = _records(Path(other))
-        same = sum(1 for pid in o if pid in b and o[pid]["output_sha256"] == b[pid]["output_sha256"]
-                   and _counts(o[pid]) == _counts(b[pid]))
+        same = sum(
+            1
+            for pid in o
+            if pid in b and o[pid]["output_sha256"] == b[pid]["output_sha256"] and _counts(o[pid]) == _counts(b[pid])
+        )
         lines.append(
             f"- another batched process (`{Path(other).name}`): {same}/{len(o)} prompts with the same tokens and counts"
         )

@@ -41,34 +41,68 @@ from mtpbench.engine import serving as srv  # noqa: E402 - after the path insert
 CONFIG = REPO / "configs" / "tiny-gemma4-mtp-serving.yaml"
 
 
-def ours(server: srv.Server, model: str, prompts: list[dict[str, str]], n: int, conc: int, max_tokens: int,
-         k: int) -> dict[str, Any]:
+def ours(
+    server: srv.Server, model: str, prompts: list[dict[str, str]], n: int, conc: int, max_tokens: int, k: int
+) -> dict[str, Any]:
     wl = {"num_requests": n, "concurrency": conc, "max_tokens": max_tokens, "request_timeout_s": 600}
     results: list[dict[str, Any]] = []
     before = srv.settled_counters(server, k, None)
     cpu0 = _self_cpu()
-    load = asyncio.run(srv.run_load(server.base_url, model, prompts, wl, {"temperature": 0.0, "ignore_eos": True}, k,
-                                    lambda i, p, r: results.append(r), server.alive))
+    load = asyncio.run(
+        srv.run_load(
+            server.base_url,
+            model,
+            prompts,
+            wl,
+            {"temperature": 0.0, "ignore_eos": True},
+            k,
+            lambda i, p, r: results.append(r),
+            server.alive,
+        )
+    )
     client_cpu = _self_cpu() - cpu0  # this process is only the client (the server is a child process group)
     delta = srv.counts_delta(before, srv.settled_counters(server, k, None))
     ok = sum(1 for r in results if r["ok"])
-    return {"client": "mtpbench", "completed": ok, "duration_s": load["wall_s"], "req_per_s": ok / load["wall_s"],
-            "per_pos": [a / delta["num_drafts"] for a in delta["accepted_per_pos"]], "num_drafts": delta["num_drafts"],
-            "counts_match": srv.sum_counts([r for r in results if r["ok"]], k) == delta,
-            "client_cpu_s": client_cpu, "client_busy": client_cpu / load["wall_s"]}
+    return {
+        "client": "mtpbench",
+        "completed": ok,
+        "duration_s": load["wall_s"],
+        "req_per_s": ok / load["wall_s"],
+        "per_pos": [a / delta["num_drafts"] for a in delta["accepted_per_pos"]],
+        "num_drafts": delta["num_drafts"],
+        "counts_match": srv.sum_counts([r for r in results if r["ok"]], k) == delta,
+        "client_cpu_s": client_cpu,
+        "client_busy": client_cpu / load["wall_s"],
+    }
 
 
-def theirs(server: srv.Server, model: str, tokenizer: str, dataset: Path, n: int, conc: int, max_tokens: int,
-           tmp: Path, tag: str) -> dict[str, Any]:
-    cmd = srv.vllm_bench_serve_command(sys.executable, server.base_url, model, tokenizer, dataset, n, conc,
-                                       max_tokens, tmp, f"{tag}.json")
+def theirs(
+    server: srv.Server,
+    model: str,
+    tokenizer: str,
+    dataset: Path,
+    n: int,
+    conc: int,
+    max_tokens: int,
+    tmp: Path,
+    tag: str,
+) -> dict[str, Any]:
+    cmd = srv.vllm_bench_serve_command(
+        sys.executable, server.base_url, model, tokenizer, dataset, n, conc, max_tokens, tmp, f"{tag}.json"
+    )
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
     data = json.loads((tmp / f"{tag}.json").read_text())
-    return {"client": "vllm bench serve", "completed": data["completed"], "duration_s": data["duration"],
-            "req_per_s": data["request_throughput"], "per_pos": data["spec_decode_per_position_acceptance_rates"],
-            "num_drafts": data["spec_decode_num_drafts"], "counts_match": None}
+    return {
+        "client": "vllm bench serve",
+        "completed": data["completed"],
+        "duration_s": data["duration"],
+        "req_per_s": data["request_throughput"],
+        "per_pos": data["spec_decode_per_position_acceptance_rates"],
+        "num_drafts": data["spec_decode_num_drafts"],
+        "counts_match": None,
+    }
 
 
 def main() -> int:
@@ -76,9 +110,13 @@ def main() -> int:
     ap.add_argument("--num", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "serve_client_overhead.md")
-    ap.add_argument("--no-pin", action="store_true", help="Let server and clients share every CPU (by default "
-                    "the server gets CPU 0 and the clients the others, so a client's CPU use cannot slow the "
-                    "server it measures).")
+    ap.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="Let server and clients share every CPU (by default "
+        "the server gets CPU 0 and the clients the others, so a client's CPU use cannot slow the "
+        "server it measures).",
+    )
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cpus) >= 2
@@ -90,8 +128,9 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="mtpbench-bench-"))
     dataset = srv.write_bench_dataset(prompts, args.num, tmp / "prompts.jsonl")
     port = srv.free_port()
-    cmd = srv.server_command(sys.executable, cfg.model, port, cfg.speculative.to_vllm(),
-                             {**cfg.engine_args, "enforce_eager": True}, [])
+    cmd = srv.server_command(
+        sys.executable, cfg.model, port, cfg.speculative.to_vllm(), {**cfg.engine_args, "enforce_eager": True}, []
+    )
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
     t0 = time.time()
@@ -108,8 +147,11 @@ def main() -> int:
         for r in range(args.rounds):
             order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
             for who in order:
-                row = (ours(server, model, prompts, args.num, conc, max_tokens, k) if who == "ours" else
-                       theirs(server, model, cfg.model, dataset, args.num, conc, max_tokens, tmp, f"r{r}"))
+                row = (
+                    ours(server, model, prompts, args.num, conc, max_tokens, k)
+                    if who == "ours"
+                    else theirs(server, model, cfg.model, dataset, args.num, conc, max_tokens, tmp, f"r{r}")
+                )
                 row.update(round=r, loadavg_1m=os.getloadavg()[0])
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -162,17 +204,23 @@ def main() -> int:
     ]
     for x in rows:
         pp = "/".join(f"{100 * p:.2f}" for p in x["per_pos"])
-        lines.append(f"| {x['round']} | {x['client']} | {x['completed']} | {x['duration_s']:.1f} | "
-                     f"{x['req_per_s']:.3f} | {pp} | {x['num_drafts']} | {_busy(x)} | "
-                     f"{x['loadavg_1m']:.1f} |")
+        lines.append(
+            f"| {x['round']} | {x['client']} | {x['completed']} | {x['duration_s']:.1f} | "
+            f"{x['req_per_s']:.3f} | {pp} | {x['num_drafts']} | {_busy(x)} | "
+            f"{x['loadavg_1m']:.1f} |"
+        )
     lines += [
         "",
-        "Ratio mtpbench / vllm bench serve req/s per round: " + ", ".join(f"{r:.3f}" for r in ratios)
+        "Ratio mtpbench / vllm bench serve req/s per round: "
+        + ", ".join(f"{r:.3f}" for r in ratios)
         + f"; **median {med:.3f}** ({100 * (med - 1):+.1f} %). Between rounds the ratio ranged "
         f"{min(ratios):.3f}-{max(ratios):.3f}: "
-        + ("every round within 3 %." if all(abs(r - 1) <= 0.03 for r in ratios) else
-           "wider than the 3 % the question asks about, so on this machine and load this run does not settle "
-           "it either way; rerun with the CPU to itself (and more rounds)."),
+        + (
+            "every round within 3 %."
+            if all(abs(r - 1) <= 0.03 for r in ratios)
+            else "wider than the 3 % the question asks about, so on this machine and load this run does not settle "
+            "it either way; rerun with the CPU to itself (and more rounds)."
+        ),
         "",
         f"Geometric mean of the per-round ratios {gm:.3f}, 95 % t interval [{lo:.3f}, {hi:.3f}] over "
         f"{len(ratios)} rounds.",
@@ -182,7 +230,8 @@ def main() -> int:
         "cannot be what limits the req/s.",
         "",
         "Per-position acceptance identical in every load (both clients, every round): "
-        + ("**yes**" if same_acc else "**no** (see the table)") + ".",
+        + ("**yes**" if same_acc else "**no** (see the table)")
+        + ".",
         "",
     ]
     args.out.write_text("\n".join(lines))

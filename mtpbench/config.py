@@ -260,7 +260,7 @@ class _Refused(Exception):
 
 
 def path_kind(path: Path, what: str) -> str:
-    """"file", "dir", "missing" or "other" for a path a user gave; a name no filesystem takes (too long, a
+    """ "file", "dir", "missing" or "other" for a path a user gave; a name no filesystem takes (too long, a
     NUL byte) is a one-line UserError instead of pathlib's OSError."""
     try:
         st = path.stat()
@@ -369,8 +369,10 @@ def config_prompts(cfg: ExperimentConfig) -> PromptSet:
     if cfg.workload.kind != "offline" and (ps.chat_template != "raw" or any(p.followups for p in ps.prompts)):
         # The serving load posts raw text to /v1/completions and a soak round sends raw texts: a chat or
         # multi-turn set would run under an identity (sha256) that says otherwise.
-        raise UserError(f"{cfg.prompts}: the {cfg.workload.kind} workload sends raw single-turn prompts: use "
-                        "chat_template: raw and a set without followups")
+        raise UserError(
+            f"{cfg.prompts}: the {cfg.workload.kind} workload sends raw single-turn prompts: use "
+            "chat_template: raw and a set without followups"
+        )
     f = cfg.prompt_filter
     if f is None:
         return ps
@@ -380,8 +382,9 @@ def config_prompts(cfg: ExperimentConfig) -> PromptSet:
         unknown = sorted(set(f.categories) - known)
         if unknown:
             have = ", ".join(sorted(known)) or "none"
-            raise UserError(f"{cfg.prompts}: prompt_filter.categories: {unknown[0]!r} is not a category of the "
-                            f"set (it has: {have})")
+            raise UserError(
+                f"{cfg.prompts}: prompt_filter.categories: {unknown[0]!r} is not a category of the set (it has: {have})"
+            )
         kept = [p for p in kept if p.category in f.categories]
     if f.max_prompt_bytes is not None:
         kept = [p for p in kept if sum(len(t.encode()) for t in (p.text, *p.followups)) <= f.max_prompt_bytes]

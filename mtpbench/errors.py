@@ -51,7 +51,11 @@ class NotComparableError(UserError):
     exit_code = ExitCode.NOT_COMPARABLE
 
     def __init__(
-        self, message: str, run_id: str = "", baseline: str = "", reasons: Sequence[str] = (),
+        self,
+        message: str,
+        run_id: str = "",
+        baseline: str = "",
+        reasons: Sequence[str] = (),
         unchecked: Sequence[str] = (),
     ) -> None:
         super().__init__(message)

@@ -38,8 +38,10 @@ class CellStatus(str, Enum):
 
 def schema_problem(value: Any, supported: int, what: str) -> str | None:
     """None when `value` is the supported version, else the sentence that says why the file is refused."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-        isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()))
     ):
         shown = "missing" if value is None else f"{value!r}"
         return f"{what} schema: expected an integer version, got {shown[:40]}"

@@ -134,20 +134,26 @@ class GateSpec(Strict):
         "diagnoses that fail only on a significant drop) or positions (no drop >= tolerance_pts at any position)",
     )
     tolerance_al_pct: float = Field(
-        DEFAULT_TOLERANCE_AL_PCT, ge=0.0,
+        DEFAULT_TOLERANCE_AL_PCT,
+        ge=0.0,
         description="the drop that matters (δ) in acceptance length, % of the baseline's AL",
     )
     tolerance_pts: float = Field(
-        DEFAULT_TOLERANCE_PTS, ge=0.0,
+        DEFAULT_TOLERANCE_PTS,
+        ge=0.0,
         description="the drop that matters (δ) per position, absolute points: a pass certifies none this large "
         "when primary is positions; otherwise a significant drop this large still fails",
     )
     false_alarm: float = Field(
-        0.01, gt=0.0, lt=0.5,
+        0.01,
+        gt=0.0,
+        lt=0.5,
         description="chance that a harmless run fails, over all of its checks (split evenly among them)",
     )
     confidence: float = Field(
-        0.95, gt=0.5, lt=1.0,
+        0.95,
+        gt=0.5,
+        lt=1.0,
         description="of the intervals shown, and of what a pass certifies (simultaneous over the primary checks)",
     )
     power: float = Field(0.9, gt=0.5, lt=1.0, description="chance that a drop of δ fails the gate")
@@ -214,13 +220,16 @@ class SoakWorkload(Strict):
     kind: Literal["soak"]
     rounds: StrictInt = Field(4, ge=2, le=10_000, description="rounds through one engine (round 0 included)")
     order: list[Literal["A", "A-shuffled", "B"]] = Field(
-        default_factory=lambda: ["A"], min_length=1, max_length=64,
+        default_factory=lambda: ["A"],
+        min_length=1,
+        max_length=64,
         description="sets cycled over the rounds, e.g. [A, B] for A→B→A→B…; round 0 is A",
     )
     other_prompts: PathStr | None = Field(None, description="prompt file of set B (ids recorded as B:<id>)")
     prefix_caching: StrictBool | None = Field(None, description="enable_prefix_caching; none = the engine's default")
     repeated_prefix: str = Field(
-        "", max_length=1_000_000,
+        "",
+        max_length=1_000_000,
         description="text put before every prompt of every round, so that requests share cached prefix blocks",
     )
     round_timeout_s: float = Field(600.0, gt=0, le=86_400, description="a round past this is a stall")
@@ -257,4 +266,3 @@ class PromptFilter(Strict):
     # the prompts whose turns hold more UTF-8 bytes than this, before the limit is taken.
     max_prompt_bytes: StrictInt | None = Field(None, gt=0)
     limit: StrictInt | None = Field(None, gt=0, le=1_000_000)
-

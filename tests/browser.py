@@ -22,9 +22,16 @@ from typing import Any
 
 CHROMIUM = os.environ.get("MTPBENCH_CHROMIUM", "/usr/bin/chromium")
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-    "--remote-debugging-port=0", "--remote-allow-origins=*",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
 ]
 
 
@@ -46,8 +53,9 @@ class _Session:
         self.ids = itertools.count(1)
         self.events: list[dict[str, Any]] = []
 
-    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None,
-             timeout: float = 30.0) -> dict[str, Any]:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         n = next(self.ids)
         msg: dict[str, Any] = {"id": n, "method": method, "params": params or {}}
         if session:
@@ -83,8 +91,9 @@ def open_page(path: Path, expressions: dict[str, str], width: int = 1280) -> Pag
     if exe is None:
         raise RuntimeError("chromium not found (apt-get install chromium)")
     profile = Path(tempfile.mkdtemp(prefix="mtpbench-chromium-"))
-    proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         port_file = profile / "DevToolsActivePort"
         end = time.monotonic() + 60
@@ -99,8 +108,11 @@ def open_page(path: Path, expressions: dict[str, str], width: int = 1280) -> Pag
             sid = s.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Page", "Runtime", "Log", "Network"):
                 s.call(f"{domain}.enable", session=sid)
-            s.call("Emulation.setDeviceMetricsOverride",
-                   {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=sid)
+            s.call(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+                session=sid,
+            )
             s.events.clear()
             s.call("Page.navigate", {"url": path.resolve().as_uri()}, session=sid)
             s.wait_for("Page.loadEventFired")
@@ -113,8 +125,9 @@ def open_page(path: Path, expressions: dict[str, str], width: int = 1280) -> Pag
             metrics = s.call("Page.getLayoutMetrics", session=sid)
             size = metrics.get("cssContentSize") or metrics["contentSize"]
             clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
-            shot = s.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip},
-                          session=sid)
+            shot = s.call(
+                "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}, session=sid
+            )
             out.screenshot = base64.b64decode(shot["data"])
             for ev in s.events:
                 m, p = ev.get("method"), ev.get("params", {})

@@ -104,24 +104,54 @@ def write_run(
             seed = (seeds or list(range(len(repeats))))[r]
             status = (statuses or {}).get(cell, ["ok"] * len(repeats))[r]
             manifest["cells"].append(
-                {"cell": cell, "build": build, "mode": mode, "variant": variant, "repeat": r,
-                 "hash_seed": seed, "status": status}
+                {
+                    "cell": cell,
+                    "build": build,
+                    "mode": mode,
+                    "variant": variant,
+                    "repeat": r,
+                    "hash_seed": seed,
+                    "status": status,
+                }
             )
-            base = {"schema": SCHEMA_VERSION, "run_id": run_id, "cell": cell, "build": build, "mode": mode,
-                    "variant": variant, "repeat": r, "hash_seed": seed}
+            base = {
+                "schema": SCHEMA_VERSION,
+                "run_id": run_id,
+                "cell": cell,
+                "build": build,
+                "mode": mode,
+                "variant": variant,
+                "repeat": r,
+                "hash_seed": seed,
+            }
             req = (requested or {}).get(mode, {"cudagraph_mode": None, "enforce_eager": mode == "eager"})
             eff = (effective or {}).get(mode, {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"})
             records.append({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []})
             parts = split(counts_for(rates, drafts), len(PROMPTS))
             if per_prompt and cell in per_prompt:
-                parts = [{"num_drafts": d, "num_draft_tokens": d * k, "num_accepted_tokens": sum(a),
-                          "accepted_per_pos": list(a)} for d, a in per_prompt[cell][r]]
+                parts = [
+                    {
+                        "num_drafts": d,
+                        "num_draft_tokens": d * k,
+                        "num_accepted_tokens": sum(a),
+                        "accepted_per_pos": list(a),
+                    }
+                    for d, a in per_prompt[cell][r]
+                ]
             n_rec = (recorded or {}).get(cell, [len(parts) if status == "ok" else 0] * len(repeats))[r]
             for i, part in enumerate(parts[:n_rec]):
                 sha = ((text or {}).get(cell) or ["same"] * len(repeats))[r]
                 records.append(
-                    {**base, "type": "prompt", "prompt_id": PROMPTS[i], "prompt_index": i, **part,
-                     "num_generated_tokens": 128, "output_sha256": f"{sha}-{PROMPTS[i]}", "wall_s": 0.1}
+                    {
+                        **base,
+                        "type": "prompt",
+                        "prompt_id": PROMPTS[i],
+                        "prompt_index": i,
+                        **part,
+                        "num_generated_tokens": 128,
+                        "output_sha256": f"{sha}-{PROMPTS[i]}",
+                        "wall_s": 0.1,
+                    }
                 )
     (path / MANIFEST).write_text(json.dumps(manifest))
     (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -136,3 +166,10 @@ def make_run(tmp_path: Path) -> Callable[..., Path]:
         return write_run(tmp_path / f"r{next(counter)}", cells, **kw)
 
     return _make
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every engine test is slow; so is everything under tests/engine/. `make fast` runs the rest.
+    for item in items:
+        if item.get_closest_marker("engine") or "tests/engine/" in item.nodeid.replace("\\", "/"):
+            item.add_marker(pytest.mark.slow)

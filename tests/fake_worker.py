@@ -55,11 +55,15 @@ def main() -> int:
     time.sleep(float(fake.get("startup", 0.05)))
     if fake.get("hang") == "startup":
         time.sleep(10**6)
-    seen = {v: os.environ.get(v) for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
-                                            "VLLM_CPU_OMP_THREADS_BIND", "FAKE_DEVICES")}
+    seen = {
+        v: os.environ.get(v)
+        for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND", "FAKE_DEVICES")
+    }
     eff = {"cudagraph_mode": "NONE", "enforce_eager": True}
-    append_record(job["records_path"], {**base, "type": "cell_start", "requested": job["requested"],
-                                        "effective": eff, "patches": [], "visible": seen})
+    append_record(
+        job["records_path"],
+        {**base, "type": "cell_start", "requested": job["requested"], "effective": eff, "patches": [], "visible": seen},
+    )
     emit("engine_ready", engine_start_s=time.time() - t0, effective=eff, patches=[])
     if marker:
         open(os.path.join(marker, f"ready-{os.getpid()}"), "w").close()
@@ -71,17 +75,31 @@ def main() -> int:
         drafts = 10 + i
         per_pos = [max(drafts - 2 * j - 1, 0) for j in range(k)]
         pad = "x" * int(fake.get("pad", 0))
-        append_record(job["records_path"], {
-            **base, "type": "prompt", "prompt_id": p["id"], "prompt_index": i, "num_drafts": drafts,
-            "num_draft_tokens": drafts * k, "num_accepted_tokens": sum(per_pos), "accepted_per_pos": per_pos,
-            "num_generated_tokens": 16, "output_sha256": f"{p['id']}-out", "wall_s": 0.01, "pad": pad,
-        })
+        append_record(
+            job["records_path"],
+            {
+                **base,
+                "type": "prompt",
+                "prompt_id": p["id"],
+                "prompt_index": i,
+                "num_drafts": drafts,
+                "num_draft_tokens": drafts * k,
+                "num_accepted_tokens": sum(per_pos),
+                "accepted_per_pos": per_pos,
+                "num_generated_tokens": 16,
+                "output_sha256": f"{p['id']}-out",
+                "wall_s": 0.01,
+                "pad": pad,
+            },
+        )
         emit("prompt_done", index=i, prompt_id=p["id"], wall_s=0.01)
     if fake.get("fail"):
         emit("error", error="RuntimeError: fake failure")
         return 3
-    append_record(job["records_path"], {**base, "type": "cell_end", "wall_s": time.time() - t0,
-                                        "t0": t0, "t1": time.time(), "visible": seen})
+    append_record(
+        job["records_path"],
+        {**base, "type": "cell_end", "wall_s": time.time() - t0, "t0": t0, "t1": time.time(), "visible": seen},
+    )
     emit("cell_done", wall_s=time.time() - t0, engine_start_s=0.0)
     return 0
 

@@ -60,11 +60,15 @@ def main() -> None:
                     d, a, pp = totals["drafts"], totals["accepted"], list(totals["per_pos"])
                 lines = []
                 for fam, v in (("num_drafts", d), ("num_draft_tokens", K * d), ("num_accepted_tokens", a)):
-                    lines += [f"# TYPE vllm:spec_decode_{fam}_total counter",
-                              f'vllm:spec_decode_{fam}_total{{engine="0"}} {float(v)}']
+                    lines += [
+                        f"# TYPE vllm:spec_decode_{fam}_total counter",
+                        f'vllm:spec_decode_{fam}_total{{engine="0"}} {float(v)}',
+                    ]
                 lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
-                lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {float(x)}'
-                          for i, x in enumerate(pp)]
+                lines += [
+                    f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {float(x)}'
+                    for i, x in enumerate(pp)
+                ]
                 self._send(("\n".join(lines) + "\n").encode(), "text/plain")
             else:
                 self.send_error(404)
@@ -85,9 +89,14 @@ def main() -> None:
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             last: dict[str, object] = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n}}
             if returns:
-                last["metrics"] = {"speculative_decoding": {
-                    "acceptance_histogram": HIST, "num_spec_steps": sum(HIST), "num_draft_tokens": K * sum(HIST),
-                    "num_accepted_draft_tokens": sum(PER_POS)}}
+                last["metrics"] = {
+                    "speculative_decoding": {
+                        "acceptance_histogram": HIST,
+                        "num_spec_steps": sum(HIST),
+                        "num_draft_tokens": K * sum(HIST),
+                        "num_accepted_draft_tokens": sum(PER_POS),
+                    }
+                }
             self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
             self.close_connection = True
 

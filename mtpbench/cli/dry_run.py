@@ -21,7 +21,8 @@ def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) ->
         f"(from {est.runs} earlier run(s) of {name} in {out}: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in est.per_cell_s.items())
         + " per cell-repeat; parallel jobs that share CPU cores run slower than this assumes)",
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -37,10 +38,12 @@ def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
-    ref = cfg.reference_mode or next((m for m, s in cfg.modes.items()
-                                      if s.enforce_eager or s.cudagraph_mode == "NONE"), None)
-    family = family_of_config(cfg.speculative.num_speculative_tokens,
-                              [(c.build, c.mode, c.variant) for c in cells], ref)
+    ref = cfg.reference_mode or next(
+        (m for m, s in cfg.modes.items() if s.enforce_eager or s.cudagraph_mode == "NONE"), None
+    )
+    family = family_of_config(
+        cfg.speculative.num_speculative_tokens, [(c.build, c.mode, c.variant) for c in cells], ref
+    )
     n_cells = len({(c.build, c.mode, c.variant) for c in cells})
     primary = primary_count(cfg.gate, n_cells, cfg.speculative.num_speculative_tokens)
     sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family, primary)) is not None]
@@ -70,16 +73,23 @@ def path_status(value: str | None) -> str:
 
 
 def model_statuses(cfg: Any) -> list[tuple[str, str | None, str]]:
-    return [(what, v, path_status(v)) for what, v in (("model", cfg.model), ("drafter", cfg.speculative.model))
-            if what == "model" or v is not None]
+    return [
+        (what, v, path_status(v))
+        for what, v in (("model", cfg.model), ("drafter", cfg.speculative.model))
+        if what == "model" or v is not None
+    ]
 
 
 def _render_missing(cfg: Any) -> None:
     bad = [(what, v, st) for what, v, st in model_statuses(cfg) if st in ("placeholder", "missing")]
     for what, v, st in bad:
         why = "a placeholder" if st == "placeholder" else "not a local path or a hub id"
-        console.print(f"[bold red]MISSING {what}[/]: {v!r} is {why}: fill it in before running (every cell needs it)",
-                      markup=True, highlight=False, soft_wrap=True)
+        console.print(
+            f"[bold red]MISSING {what}[/]: {v!r} is {why}: fill it in before running (every cell needs it)",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
@@ -102,30 +112,54 @@ def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
         eng = {k: v for k, v in p.job["engine_args"].items() if k in ("enforce_eager", "compilation_config")}
         console.print(f"\n[bold]{p.cell.cell_id}[/] repeat {p.cell.repeat}", highlight=False)
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
-        console.print(f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"  patches: {', '.join(p.job['patches']) or 'none'}; engine overrides: {eng or 'none'}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         if p.job["workload"]["kind"] == "soak":
             wl = p.job["workload"]
-            console.print(f"  soak: one engine for {wl['rounds']} rounds, sets {' → '.join(wl['order'])} cycled, "
-                          f"prefix caching {wl['prefix_caching'] if wl['prefix_caching'] is not None else 'default'}"
-                          f", a round past {wl['round_timeout_s']:g} s is a stall", markup=False, highlight=False)
-        console.print("  " + "; ".join(f"{what}: {v} ({st})" for what, v, st in model_statuses(cfg)),
-                      markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"  soak: one engine for {wl['rounds']} rounds, sets {' → '.join(wl['order'])} cycled, "
+                f"prefix caching {wl['prefix_caching'] if wl['prefix_caching'] is not None else 'default'}"
+                f", a round past {wl['round_timeout_s']:g} s is a stall",
+                markup=False,
+                highlight=False,
+            )
+        console.print(
+            "  " + "; ".join(f"{what}: {v} ({st})" for what, v, st in model_statuses(cfg)),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         if p.job["workload"]["kind"] == "serving":
             from mtpbench.engine.serving import server_command
 
             wl = p.job["workload"]
             policy = wl.get("per_request_metrics", "auto")
-            cmd = server_command(p.python, p.job["model"], 0, p.job["speculative_config"], p.job["engine_args"],
-                                 wl["server_args"], policy != "off")
+            cmd = server_command(
+                p.python,
+                p.job["model"],
+                0,
+                p.job["speculative_config"],
+                p.job["engine_args"],
+                wl["server_args"],
+                policy != "off",
+            )
             cmd[cmd.index("--port") + 1] = "<free port>"
             again = " (auto: once more without the flag if the build refuses it)" if policy == "auto" else ""
-            console.print(f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
-                          f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}{again}",
-                          markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"  serving: {wl['num_requests']} requests at concurrency {wl['concurrency']}, rate "
+                f"{wl['request_rate'] or 'unlimited'}; the worker starts: {shlex.join(cmd)}{again}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     _render_missing(cfg)
     if checks:
         console.print("\npreflight (each build's interpreter imported what the variants' patches target):")
         _render_preflight(checks)
-    console.print("\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)"
-                                                       if checks else ""))
+    console.print(
+        "\ndry run: nothing was started" + (" but the preflight probes above (no engine, no worker)" if checks else "")
+    )

@@ -63,8 +63,15 @@ FailUnderpoweredOpt = Annotated[
 ]
 
 
-def _judge(r: Any, baseline: Path | None, tolerance: float | None = None, allow_unmatched: bool = False,
-           accept_unchecked: bool = False, fail_underpowered: bool = False, measured: Any = None) -> Any:
+def _judge(
+    r: Any,
+    baseline: Path | None,
+    tolerance: float | None = None,
+    allow_unmatched: bool = False,
+    accept_unchecked: bool = False,
+    fail_underpowered: bool = False,
+    measured: Any = None,
+) -> Any:
     """The run's Comparison under the config's gate with the command line's changes; without a baseline,
     the signatures that need none."""
     from mtpbench.config import GateSpec
@@ -79,8 +86,16 @@ def _judge(r: Any, baseline: Path | None, tolerance: float | None = None, allow_
         gate = gate.model_copy(update={"fail_on_underpowered": True})
     if b is None:
         return cmp.analyze(r, gate, measured=measured)
-    return cmp.compare(r, b, gate, baseline_name=str(baseline), baseline_path=baseline, allow_unmatched=allow_unmatched,
-                       accept_unchecked=accept_unchecked, measured=measured)
+    return cmp.compare(
+        r,
+        b,
+        gate,
+        baseline_name=str(baseline),
+        baseline_path=baseline,
+        allow_unmatched=allow_unmatched,
+        accept_unchecked=accept_unchecked,
+        measured=measured,
+    )
 
 
 def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> int:
@@ -232,8 +247,15 @@ def report_cmd(
 
             figures = htmlreport.Figures(painter, html is not None, png)
             r = load_run(run_dir)
-            comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered,
-                          measured=functools.partial(figures.measured, r))
+            comp = _judge(
+                r,
+                baseline,
+                tolerance,
+                allow_unmatched,
+                accept_unchecked,
+                fail_underpowered,
+                measured=functools.partial(figures.measured, r),
+            )
             out = htmlreport.write_report(r, comp, html, png, figures)
     except UserError as exc:
         raise fail(exc) from None

@@ -52,17 +52,47 @@ def run(
         if run_dir_file is not None:
             # A CI step reads this file to gate the run it made: a stale one from an earlier job must not stay.
             run_dir_file.unlink(missing_ok=True)
-        code = _run_command(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, resume,
-                            jobs, devices, executor, address, ray_resource, run_dir_file)
+        code = _run_command(
+            config,
+            out,
+            repeats,
+            mode,
+            build,
+            variant,
+            baseline,
+            no_compare,
+            dry_run,
+            resume,
+            jobs,
+            devices,
+            executor,
+            address,
+            ray_resource,
+            run_dir_file,
+        )
     if stops.caught and code == 0:
         code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
     raise typer.Exit(code)
 
 
-def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list[str] | None,
-                 build: list[str] | None, variant: list[str] | None, baseline: Path | None, no_compare: bool,
-                 dry_run: bool, resume: Path | None, jobs: int | None, devices: str | None, executor: str | None,
-                 address: str | None, ray_resource: str | None, run_dir_file: Path | None = None) -> int:
+def _run_command(
+    config: Path | None,
+    out: Path,
+    repeats: int | None,
+    mode: list[str] | None,
+    build: list[str] | None,
+    variant: list[str] | None,
+    baseline: Path | None,
+    no_compare: bool,
+    dry_run: bool,
+    resume: Path | None,
+    jobs: int | None,
+    devices: str | None,
+    executor: str | None,
+    address: str | None,
+    ray_resource: str | None,
+    run_dir_file: Path | None = None,
+) -> int:
     from mtpbench.run.devices import parse_devices
     from mtpbench.run.runner import RunOptions
 
@@ -71,12 +101,19 @@ def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list
             raise UserError(f"--executor {executor!r}: expected local or ray")
         if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
             raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
-        opts = RunOptions(jobs, parse_devices(devices) if devices else None, executor, address,
-                          ray_resource.upper() if ray_resource else None)
+        opts = RunOptions(
+            jobs,
+            parse_devices(devices) if devices else None,
+            executor,
+            address,
+            ray_resource.upper() if ray_resource else None,
+        )
         if resume is not None:
             if config is not None or repeats or mode or build or variant or dry_run:
-                raise UserError("--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
-                                "--build, --variant or --dry-run with it")
+                raise UserError(
+                    "--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
+                    "--build, --variant or --dry-run with it"
+                )
             return _resume(resume, opts, baseline, no_compare, run_dir_file)
         if config is None:
             raise UserError("give a CONFIG to run, or --resume RUN")
@@ -85,8 +122,9 @@ def _run_command(config: Path | None, out: Path, repeats: int | None, mode: list
         return fail(exc).exit_code
 
 
-def _select(cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
-            variants: list[str] | None) -> None:
+def _select(
+    cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None, variants: list[str] | None
+) -> None:
     for axis, chosen in (("modes", modes), ("builds", builds), ("variants", variants)):
         have = getattr(cfg, axis)
         for name in chosen or []:
@@ -109,18 +147,32 @@ def _finished(outcome: Any) -> None:
 
 def _interrupted(exc: Any) -> int:
     if exc.path is None:  # while a Ray cluster was started or reached: no run folder, nothing to resume
-        text = (f"mtpbench: interrupted by {exc.signal_name} before any cell-repeat ran (while starting or joining "
-                "the Ray cluster); no run folder was made")
+        text = (
+            f"mtpbench: interrupted by {exc.signal_name} before any cell-repeat ran (while starting or joining "
+            "the Ray cluster); no run folder was made"
+        )
     else:
-        text = (f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are "
-                f"kept in {exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}")
+        text = (
+            f"mtpbench: interrupted by {exc.signal_name}: every worker was stopped; finished cell-repeats are "
+            f"kept in {exc.path}\nresume with: mtpbench run --resume {shlex.quote(str(exc.path))}"
+        )
     err_console.print(text, markup=False, highlight=False, soft_wrap=True)
     return int(exc.exit_code)
 
 
-def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, builds: list[str] | None,
-         variants: list[str] | None, baseline: Path | None, no_compare: bool, dry_run: bool,
-         opts: Any = None, run_dir_file: Path | None = None) -> int:
+def _run(
+    config: Path,
+    out: Path,
+    repeats: int | None,
+    modes: list[str] | None,
+    builds: list[str] | None,
+    variants: list[str] | None,
+    baseline: Path | None,
+    no_compare: bool,
+    dry_run: bool,
+    opts: Any = None,
+    run_dir_file: Path | None = None,
+) -> int:
     from mtpbench.config import config_prompts, load_config
     from mtpbench.run import runner
     from mtpbench.store.manifest import ensure_out_dir
@@ -146,8 +198,9 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
         return 0
     placeholder = next((v for what, v, st in model_statuses(cfg) if st == "placeholder"), None)
     if placeholder is not None:  # a shipped config's /path/to/...: bad input, not a failed engine (exit 3)
-        raise UserError(f"{config}: {placeholder!r} is a placeholder: set the model and drafter first "
-                        "(--dry-run shows both)")
+        raise UserError(
+            f"{config}: {placeholder!r} is a placeholder: set the model and drafter first (--dry-run shows both)"
+        )
     ensure_out_dir(out)
     with progress_bars() as progress:
         per_cell = _prompts_per_cell(cfg, len(prompts.prompts))
@@ -161,8 +214,7 @@ def _run(config: Path, out: Path, repeats: int | None, modes: list[str] | None, 
     return verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
 
 
-def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool,
-            run_dir_file: Path | None = None) -> int:
+def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool, run_dir_file: Path | None = None) -> int:
     from mtpbench.run import runner
 
     manifest, cfg, prompts = runner.load_for_resume(run_dir)
@@ -202,7 +254,12 @@ def _render_time(outcome: Any) -> None:
 
 
 def verdict(
-    run_path: Path, base_obj: Any, base_name: str | None, run_failed: bool, *, allow_unmatched: bool = False,
+    run_path: Path,
+    base_obj: Any,
+    base_name: str | None,
+    run_failed: bool,
+    *,
+    allow_unmatched: bool = False,
     accept_unchecked: bool = False,
 ) -> int:
     """The verdict at the end of `run`: the same comparison and exit code as `compare` (or `show`)."""
@@ -214,8 +271,15 @@ def verdict(
     if base_obj is None:
         comp = cmp.analyze(r, run_failed=run_failed)
     else:
-        comp = cmp.compare(r, base_obj, baseline_name=base_name, baseline_path=base_name, run_failed=run_failed,
-                           allow_unmatched=allow_unmatched, accept_unchecked=accept_unchecked)
+        comp = cmp.compare(
+            r,
+            base_obj,
+            baseline_name=base_name,
+            baseline_path=base_name,
+            run_failed=run_failed,
+            allow_unmatched=allow_unmatched,
+            accept_unchecked=accept_unchecked,
+        )
     _print_unapplied_fix(r.cell_starts())
     console.print(report.comparison_renderable(comp, ci=wide()))
     _print_serving(r)

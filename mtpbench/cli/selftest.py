@@ -125,8 +125,9 @@ def soak_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
     cfg.repeats, cfg.hash_seeds = 1, [0]
     cfg.sampling.max_tokens = SOAK_MAX_TOKENS
     cfg.prompt_mode = "batched"
-    cfg.workload = SoakWorkload(kind="soak", rounds=SOAK_ROUNDS, order=["A", "A-shuffled"], prefix_caching=True,
-                                round_timeout_s=300.0)
+    cfg.workload = SoakWorkload(
+        kind="soak", rounds=SOAK_ROUNDS, order=["A", "A-shuffled"], prefix_caching=True, round_timeout_s=300.0
+    )
     for b in cfg.builds.values():
         b.env = {**b.env, AFTER_ENV: str(SOAK_PROMPTS)}
     cfg.name = f"{cfg.name}-soak-selftest"
@@ -148,8 +149,10 @@ def evaluate_soak(comp: Comparison, first_bad: int = 1) -> tuple[bool, list[str]
         rounds = int(c.rounds["round"].nunique()) if c.rounds is not None else 0
         good = c.complete and not fails and rounds == SOAK_ROUNDS
         ok &= good
-        lines.append(f"[{'ok' if good else 'FAIL'}] stock {c.cell}: identical counts in all {rounds} rounds of one "
-                     "engine" + (f" ({fails[0].kind.value})" if fails else ""))
+        lines.append(
+            f"[{'ok' if good else 'FAIL'}] stock {c.cell}: identical counts in all {rounds} rounds of one "
+            "engine" + (f" ({fails[0].kind.value})" if fails else "")
+        )
     for c in fault:
         found = [d for d in comp.diagnoses if d.cell == c.cell and d.kind in bad and d.severity == Severity.FAIL]
         drift = next((d.payload for d in found if isinstance(d.payload, Drift)), None)
@@ -168,8 +171,9 @@ def _by_prompt(c: Any) -> dict[str, list[int]]:
     return dict(zip(c.evidence.ids, c.evidence.per_pos.tolist(), strict=True))
 
 
-def run_soak_selftest(out: Path, make_view: Callable[[int, int], Any] | None = None,
-                      config: Path = DEFAULT_CONFIG) -> SelftestResult:
+def run_soak_selftest(
+    out: Path, make_view: Callable[[int, int], Any] | None = None, config: Path = DEFAULT_CONFIG
+) -> SelftestResult:
     cfg = soak_config(config)
     prompts = config_prompts(cfg)
     prompts.prompts = prompts.prompts[:SOAK_PROMPTS]
@@ -192,8 +196,10 @@ def _localised(comp: Comparison, stock: list[Any], fault: list[Any], lines: list
     for c in stock:
         good = bool(comp.binding.get(c.cell, {}).get("verified"))
         ok &= good
-        lines.append(f"[{'ok' if good else 'FAIL'}] stock {c.cell}: every draft layer read its own KV-cache group "
-                     "(metadata-binding probe)")
+        lines.append(
+            f"[{'ok' if good else 'FAIL'}] stock {c.cell}: every draft layer read its own KV-cache group "
+            "(metadata-binding probe)"
+        )
     for c in fault:
         found = [d for d in comp.diagnoses if d.cell == c.cell and d.kind == Kind.METADATA_BINDING]
         payload = found[0].payload if found else None

@@ -35,8 +35,10 @@ def engine_prompt(tokenizer: Any, messages: list[dict[str, str]], mode: str) -> 
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # a tokenizer without a template raises ValueError; others their own
-        raise RuntimeError(f"chat_template: chat, but the target's tokenizer cannot render a chat ({exc}); "
-                           "set chat_template: raw for a model without a chat template") from exc
+        raise RuntimeError(
+            f"chat_template: chat, but the target's tokenizer cannot render a chat ({exc}); "
+            "set chat_template: raw for a model without a chat template"
+        ) from exc
     return {"prompt_token_ids": list(tokenizer.encode(text, add_special_tokens=False))}
 
 
@@ -57,7 +59,13 @@ def _add(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] |
 
 
 def run_conversations(
-    llm: Any, sp: Any, prompts: list[dict[str, Any]], k: int, base: dict[str, Any], records: str, mode: str,
+    llm: Any,
+    sp: Any,
+    prompts: list[dict[str, Any]],
+    k: int,
+    base: dict[str, Any],
+    records: str,
+    mode: str,
     worker: Any,
 ) -> dict[str, Any]:
     """Each prompt as a conversation (its text, then its followups), one prompt at a time; counts are the
@@ -65,7 +73,10 @@ def run_conversations(
     helpers read the counters and write the records (passed in: the worker imports this module)."""
     append_record, counter_delta, emit = worker.append_record, worker.counter_delta, worker.emit
     per_request_counts, prompt_record, spec_counters = (
-        worker.per_request_counts, worker.prompt_record, worker.spec_counters)
+        worker.per_request_counts,
+        worker.prompt_record,
+        worker.spec_counters,
+    )
 
     tok = llm.get_tokenizer()
     before = spec_counters(llm.get_metrics())

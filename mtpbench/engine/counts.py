@@ -47,8 +47,9 @@ def counts_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     }
 
 
-def counts_from_histogram(hist: list[Any], k: int, num_draft_tokens: int, num_drafts: int | None = None,
-                          num_accepted: int | None = None) -> dict[str, Any]:
+def counts_from_histogram(
+    hist: list[Any], k: int, num_draft_tokens: int, num_drafts: int | None = None, num_accepted: int | None = None
+) -> dict[str, Any]:
     """Counts from vLLM's acceptance histogram: hist[j] = verify steps that accepted exactly j drafts.
     Acceptance is a prefix, so position i was accepted in every step that accepted more than i."""
     h = [int(x) for x in hist]
@@ -62,8 +63,13 @@ def counts_from_histogram(hist: list[Any], k: int, num_draft_tokens: int, num_dr
 
 def counts_from_spec_metrics(sd: dict[str, Any], k: int) -> dict[str, Any]:
     """Per-request counts from a served response's `metrics.speculative_decoding` (vLLM's summary level)."""
-    return counts_from_histogram(sd.get("acceptance_histogram") or [], k, int(sd.get("num_draft_tokens", 0)),
-                                 sd.get("num_spec_steps"), sd.get("num_accepted_draft_tokens"))
+    return counts_from_histogram(
+        sd.get("acceptance_histogram") or [],
+        k,
+        int(sd.get("num_draft_tokens", 0)),
+        sd.get("num_spec_steps"),
+        sd.get("num_accepted_draft_tokens"),
+    )
 
 
 def engine_counters(metrics: list[Any]) -> dict[str, Any]:
@@ -93,5 +99,3 @@ def sum_counts(items: list[dict[str, Any]], k: int) -> dict[str, Any]:
             per_pos[i] += int(v)
     out["accepted_per_pos"] = per_pos
     return out
-
-

@@ -63,8 +63,15 @@ def environment_fingerprint() -> dict[str, Any]:
         "versions": {m: _version(m) for m in ("vllm", "vllm_ascend", "torch", "torch_npu", "transformers")},
         "git_sha": {m: _git_sha(m) for m in ("vllm", "vllm_ascend")},
         # Switches that decide how a compiled start is served (engine/worker.py cpu_compile_cache).
-        "compile_env": {k: os.environ.get(k) for k in ("VLLM_USE_AOT_COMPILE", "VLLM_USE_MEGA_AOT_ARTIFACT",
-                                                      "VLLM_DISABLE_COMPILE_CACHE", "TORCHINDUCTOR_CACHE_DIR")},
+        "compile_env": {
+            k: os.environ.get(k)
+            for k in (
+                "VLLM_USE_AOT_COMPILE",
+                "VLLM_USE_MEGA_AOT_ARTIFACT",
+                "VLLM_DISABLE_COMPILE_CACHE",
+                "TORCHINDUCTOR_CACHE_DIR",
+            )
+        },
     }
     device = None
     try:

@@ -73,8 +73,11 @@ async def one_request(session: Any, url: str, payload: dict[str, Any], timeout_s
                         continue
                     msg = json.loads(data)
                     if "error" in msg and not msg.get("choices"):
-                        return {"ok": False, "error": f"stream error: {str(msg['error'])[:300]}",
-                                "e2e_s": time.perf_counter() - t0}
+                        return {
+                            "ok": False,
+                            "error": f"stream error: {str(msg['error'])[:300]}",
+                            "e2e_s": time.perf_counter() - t0,
+                        }
                     for ch in msg.get("choices") or []:
                         now = time.perf_counter()
                         ids = ch.get("token_ids") or []
@@ -183,15 +186,30 @@ async def run_load(
     return {"wall_s": time.perf_counter() - t_start, "server_died": died}
 
 
-async def warmup(base_url: str, model: str, prompts: list[dict[str, str]], n: int, sampling: dict[str, Any],
-                 workload: dict[str, Any], k: int) -> list[dict[str, Any]]:
+async def warmup(
+    base_url: str,
+    model: str,
+    prompts: list[dict[str, str]],
+    n: int,
+    sampling: dict[str, Any],
+    workload: dict[str, Any],
+    k: int,
+) -> list[dict[str, Any]]:
     """n requests (concurrency-limited) whose counts are excluded: the /metrics baseline is read after.
     Their results, in the order they ended."""
     if n <= 0:
         return []
     results: list[dict[str, Any]] = []
-    await run_load(base_url, model, prompts, {**workload, "num_requests": n}, sampling, k,
-                   lambda i, p, r: results.append(r), lambda: True)
+    await run_load(
+        base_url,
+        model,
+        prompts,
+        {**workload, "num_requests": n},
+        sampling,
+        k,
+        lambda i, p, r: results.append(r),
+        lambda: True,
+    )
     return results
 
 
@@ -214,5 +232,3 @@ def settled_counters(server: Server, k: int, expected: dict[str, Any] | None, ti
             return cur
         last = cur
     return last
-
-

@@ -94,8 +94,15 @@ def engine_args_to_cli(args: dict[str, Any]) -> list[str]:
     return out
 
 
-def server_command(python: str, model: str, port: int, speculative: dict[str, Any], engine_args: dict[str, Any],
-                   extra: list[str], per_request: bool = True) -> list[str]:
+def server_command(
+    python: str,
+    model: str,
+    port: int,
+    speculative: dict[str, Any],
+    engine_args: dict[str, Any],
+    extra: list[str],
+    per_request: bool = True,
+) -> list[str]:
     """The server's command line; `per_request` asks for the per-request spec-decode counts (summary level),
     which only vLLM builds since PR #48915 know."""
     args = dict(engine_args)
@@ -106,8 +113,19 @@ def server_command(python: str, model: str, port: int, speculative: dict[str, An
     else:
         args.pop("per_request_spec_decode_metrics", None)
     return [
-        python, "-m", SERVER_MODULE, "--model", model, "--host", LOOPBACK, "--port", str(port),
-        "--speculative-config", json.dumps(speculative), *engine_args_to_cli(args), *extra,
+        python,
+        "-m",
+        SERVER_MODULE,
+        "--model",
+        model,
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--speculative-config",
+        json.dumps(speculative),
+        *engine_args_to_cli(args),
+        *extra,
     ]
 
 
@@ -134,8 +152,13 @@ class Server:
         log = open(self.log_path, "ab")  # the child keeps its own copy; ours is closed below
         try:
             self.proc = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-                start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         finally:
             log.close()
@@ -233,5 +256,3 @@ def observations_from_log(text: str) -> dict[str, dict[str, object]]:
         return {}
     gid = m.group(2)
     return {"flatten-draft-metadata": {"layer": m.group(1), "kv_cache_group_id": int(gid) if gid.isdigit() else None}}
-
-

@@ -92,8 +92,15 @@ def run_serving_job(
     env = {k_: v for k_, v in os.environ.items() if k_ != "VLLM_ENABLE_V1_MULTIPROCESSING"}
 
     def new_server() -> Server:
-        cmd_ = server_command(sys.executable, job["model"], free_port(), job["speculative_config"],
-                              job["engine_args"], list(wl.get("server_args") or []), per_request)
+        cmd_ = server_command(
+            sys.executable,
+            job["model"],
+            free_port(),
+            job["speculative_config"],
+            job["engine_args"],
+            list(wl.get("server_args") or []),
+            per_request,
+        )
         return Server(cmd_, log_path, env=env)
 
     server = new_server()
@@ -114,8 +121,10 @@ def run_serving_job(
             if refused is None:
                 raise
             if policy == "on":
-                raise ServerDied(f"workload.per_request_metrics: on, but this build's server does not know "
-                                 f"{PER_REQUEST_FLAG} (vLLM before PR #48915); use auto or off\n{exc}") from None
+                raise ServerDied(
+                    f"workload.per_request_metrics: on, but this build's server does not know "
+                    f"{PER_REQUEST_FLAG} (vLLM before PR #48915); use auto or off\n{exc}"
+                ) from None
             # auto: a build before PR #48915. Once more without the flag, counters-only.
             server.stop()
             per_request = False
@@ -150,28 +159,48 @@ def run_serving_job(
             "max_model_len": models["data"][0].get("max_model_len"),
         }
         prompts = job["prompts"]
-        warm = asyncio.run(warmup(server.base_url, model_name, prompts, int(wl.get("warmup_requests", 0)),
-                                  job["sampling"], wl, k))
+        warm = asyncio.run(
+            warmup(server.base_url, model_name, prompts, int(wl.get("warmup_requests", 0)), job["sampling"], wl, k)
+        )
         if per_request and policy == "auto":
             # A build may take the flag and still answer without the counts: one probe request (the warm-up's
             # first, else one of its own; excluded like the warm-up) decides before anything is recorded.
-            probe = warm[:1] or asyncio.run(warmup(server.base_url, model_name, prompts, 1, job["sampling"],
-                                                   {**wl, "concurrency": 1}, k))
+            probe = warm[:1] or asyncio.run(
+                warmup(server.base_url, model_name, prompts, 1, job["sampling"], {**wl, "concurrency": 1}, k)
+            )
             if probe and probe[0].get("ok") and not carries_counts(probe[0]):
                 per_request = False
-                reason = (f"the server took {PER_REQUEST_FLAG} but a probe response carried no "
-                          "metrics.speculative_decoding")
+                reason = (
+                    f"the server took {PER_REQUEST_FLAG} but a probe response carried no metrics.speculative_decoding"
+                )
         n_warm = sum(1 for r in warm if r.get("ok"))
         mode = SUMMARY if per_request else COUNTERS_ONLY
-        append_record(records, {
-            **base, "type": "cell_start", "workload": wl, "requested": job["requested"], "effective": eff,
-            "per_request_metrics": mode, "per_request_reason": reason,
-            "patches": patches, "patch_mechanism": PATCH_MECHANISM,
-            "engine_args": job["engine_args"], "speculative_config": job["speculative_config"],
-            "sampling": job["sampling"], "env": fingerprint(), "engine_start_s": round(startup, 3),
-            "server": {"command": cmd, "port": port, "pid": server.pid, "log": str(log_path.name),
-                       "models": models},
-        })
+        append_record(
+            records,
+            {
+                **base,
+                "type": "cell_start",
+                "workload": wl,
+                "requested": job["requested"],
+                "effective": eff,
+                "per_request_metrics": mode,
+                "per_request_reason": reason,
+                "patches": patches,
+                "patch_mechanism": PATCH_MECHANISM,
+                "engine_args": job["engine_args"],
+                "speculative_config": job["speculative_config"],
+                "sampling": job["sampling"],
+                "env": fingerprint(),
+                "engine_start_s": round(startup, 3),
+                "server": {
+                    "command": cmd,
+                    "port": port,
+                    "pid": server.pid,
+                    "log": str(log_path.name),
+                    "models": models,
+                },
+            },
+        )
         emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches, per_request_metrics=mode)
 
         before = settled_counters(server, k, None)
@@ -182,81 +211,174 @@ def run_serving_job(
         failures: list[str] = []
 
         def on_result(i: int, prompt: dict[str, str], res: dict[str, Any]) -> None:
-            rec = {**base, "prompt_id": f"{prompt['id']}#{i}", "base_prompt_id": prompt["id"], "prompt_index": i,
-                   "workload": "serving"}
+            rec = {
+                **base,
+                "prompt_id": f"{prompt['id']}#{i}",
+                "base_prompt_id": prompt["id"],
+                "prompt_index": i,
+                "workload": "serving",
+            }
             nonlocal finished, generated
             if res.get("ok") and mode == SUMMARY and not carries_counts(res):
                 # Fail closed: this server promised per-request counts (on, or auto after the probe).
-                res = {"ok": False, "error": "response carried no metrics.speculative_decoding",
-                       "e2e_s": res.get("e2e_s")}
+                res = {
+                    "ok": False,
+                    "error": "response carried no metrics.speculative_decoding",
+                    "e2e_s": res.get("e2e_s"),
+                }
             if res.get("ok") and mode == COUNTERS_ONLY:
                 finished += 1
                 generated += int(res["num_generated_tokens"])
                 outputs[i] = str(res["output_sha256"])
                 # Latencies and tokens only: this cell's acceptance is the pooled /metrics record below.
-                append_record(records, {
-                    **rec, "type": "request",
-                    **{key: res[key] for key in ("num_prompt_tokens", "num_generated_tokens", "finish_reason",
-                                                  "output_sha256", "output_head")},
-                    "ttft_s": _r(res["ttft_s"]), "tpot_s": _r(res["tpot_s"]), "e2e_s": _r(res["e2e_s"]),
-                    "itl_s": res["itl_s"], "wall_s": _r(res["e2e_s"]), "source": COUNTERS_ONLY,
-                })
+                append_record(
+                    records,
+                    {
+                        **rec,
+                        "type": "request",
+                        **{
+                            key: res[key]
+                            for key in (
+                                "num_prompt_tokens",
+                                "num_generated_tokens",
+                                "finish_reason",
+                                "output_sha256",
+                                "output_head",
+                            )
+                        },
+                        "ttft_s": _r(res["ttft_s"]),
+                        "tpot_s": _r(res["tpot_s"]),
+                        "e2e_s": _r(res["e2e_s"]),
+                        "itl_s": res["itl_s"],
+                        "wall_s": _r(res["e2e_s"]),
+                        "source": COUNTERS_ONLY,
+                    },
+                )
                 emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"])
             elif res.get("ok"):
                 finished += 1
                 counts = {key: res[key] for key in (*FAMILIES.values(), "accepted_per_pos")}
                 counted.append(counts)
-                append_record(records, {
-                    **rec, "type": "prompt", **counts,
-                    **{key: res[key] for key in ("num_prompt_tokens", "num_generated_tokens", "finish_reason",
-                                                  "output_sha256", "output_head", "spec_decode")},
-                    "ttft_s": _r(res["ttft_s"]), "tpot_s": _r(res["tpot_s"]), "e2e_s": _r(res["e2e_s"]),
-                    "itl_s": res["itl_s"], "wall_s": _r(res["e2e_s"]), "source": "per_request",
-                })
+                append_record(
+                    records,
+                    {
+                        **rec,
+                        "type": "prompt",
+                        **counts,
+                        **{
+                            key: res[key]
+                            for key in (
+                                "num_prompt_tokens",
+                                "num_generated_tokens",
+                                "finish_reason",
+                                "output_sha256",
+                                "output_head",
+                                "spec_decode",
+                            )
+                        },
+                        "ttft_s": _r(res["ttft_s"]),
+                        "tpot_s": _r(res["tpot_s"]),
+                        "e2e_s": _r(res["e2e_s"]),
+                        "itl_s": res["itl_s"],
+                        "wall_s": _r(res["e2e_s"]),
+                        "source": "per_request",
+                    },
+                )
                 emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"], **counts)
             else:
                 failures.append(str(res.get("error")))
-                append_record(records, {**rec, "type": "request_failed", "error": res.get("error"),
-                                        "e2e_s": _r(res.get("e2e_s"))})
+                append_record(
+                    records, {**rec, "type": "request_failed", "error": res.get("error"), "e2e_s": _r(res.get("e2e_s"))}
+                )
                 emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res.get("e2e_s"), failed=True)
 
-        load = asyncio.run(run_load(server.base_url, model_name, prompts, wl, job["sampling"], k, on_result,
-                                    server.alive, seed=int(job.get("hash_seed", 0))))
+        load = asyncio.run(
+            run_load(
+                server.base_url,
+                model_name,
+                prompts,
+                wl,
+                job["sampling"],
+                k,
+                on_result,
+                server.alive,
+                seed=int(job.get("hash_seed", 0)),
+            )
+        )
         summed = sum_counts(counted, k) if mode == SUMMARY else None
         metrics_delta: dict[str, Any] | None = None
         if server.alive():
-            expected = None if summed is None else (
-                {key: before[key] + summed[key] for key in FAMILIES.values()}
-                | {"accepted_per_pos": [a + b for a, b in zip(before["accepted_per_pos"], summed["accepted_per_pos"],
-                                                              strict=True)]})
+            expected = (
+                None
+                if summed is None
+                else (
+                    {key: before[key] + summed[key] for key in FAMILIES.values()}
+                    | {
+                        "accepted_per_pos": [
+                            a + b for a, b in zip(before["accepted_per_pos"], summed["accepted_per_pos"], strict=True)
+                        ]
+                    }
+                )
+            )
             metrics_delta = counts_delta(before, settled_counters(server, k, expected))
         ok = finished
-        append_record(records, {
-            **base, "type": "load", "requests_total": int(wl["num_requests"]), "requests_ok": ok,
-            "requests_failed": len(failures), "requests_missing": int(wl["num_requests"]) - ok - len(failures),
-            "warmup_ok": n_warm, "wall_s": round(load["wall_s"], 4), "server_died": load["server_died"],
-            "metrics_delta": metrics_delta, "per_request_sum": summed,
-            "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
-            "concurrency": int(wl["concurrency"]), "request_rate": wl.get("request_rate"),
-            "per_request_metrics": mode, "per_request_reason": reason,
-        })
+        append_record(
+            records,
+            {
+                **base,
+                "type": "load",
+                "requests_total": int(wl["num_requests"]),
+                "requests_ok": ok,
+                "requests_failed": len(failures),
+                "requests_missing": int(wl["num_requests"]) - ok - len(failures),
+                "warmup_ok": n_warm,
+                "wall_s": round(load["wall_s"], 4),
+                "server_died": load["server_died"],
+                "metrics_delta": metrics_delta,
+                "per_request_sum": summed,
+                "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
+                "concurrency": int(wl["concurrency"]),
+                "request_rate": wl.get("request_rate"),
+                "per_request_metrics": mode,
+                "per_request_reason": reason,
+            },
+        )
         if mode == COUNTERS_ONLY and metrics_delta is not None and not load["server_died"]:
             # The cell-repeat's one unit of acceptance evidence: the counters around the whole load. Its
             # output hash is over the requests' outputs in index order, so identical greedy repeats count once.
             joined = json.dumps([outputs.get(i) for i in range(int(wl["num_requests"]))])
-            append_record(records, {
-                **base, "type": "prompt", "prompt_id": POOLED_PROMPT_ID, "workload": "serving",
-                "source": "metrics_delta", **metrics_delta,
-                "output_sha256": hashlib.sha256(joined.encode()).hexdigest(), "num_generated_tokens": generated,
-                "wall_s": round(load["wall_s"], 4), "requests": ok,
-            })
+            append_record(
+                records,
+                {
+                    **base,
+                    "type": "prompt",
+                    "prompt_id": POOLED_PROMPT_ID,
+                    "workload": "serving",
+                    "source": "metrics_delta",
+                    **metrics_delta,
+                    "output_sha256": hashlib.sha256(joined.encode()).hexdigest(),
+                    "num_generated_tokens": generated,
+                    "wall_s": round(load["wall_s"], 4),
+                    "requests": ok,
+                },
+            )
         if load["server_died"]:
-            raise ServerDied(f"server exited with code {server.returncode()} during the load "
-                             f"({ok} requests finished)\n{server.log_tail()}")
+            raise ServerDied(
+                f"server exited with code {server.returncode()} during the load "
+                f"({ok} requests finished)\n{server.log_tail()}"
+            )
         total = time.perf_counter() - t0
         obs = observations_from_log(server.log_text())
-        append_record(records, {**base, "type": "cell_end", "wall_s": round(total, 3),
-                                "engine_start_s": round(startup, 3), "patch_observations": obs})
+        append_record(
+            records,
+            {
+                **base,
+                "type": "cell_end",
+                "wall_s": round(total, 3),
+                "engine_start_s": round(startup, 3),
+                "patch_observations": obs,
+            },
+        )
         emit("cell_done", wall_s=total, engine_start_s=startup)
         # Failed requests on a live server are a finding of the gate (serving_summary: they fail it), not a
         # failed run: the cell completed and every request's outcome is recorded.
@@ -286,20 +408,60 @@ _BENCH_MAIN = (
 )
 
 
-def vllm_bench_serve_command(python: str, base_url: str, model: str, tokenizer: str, dataset_jsonl: Path,
-                             num_prompts: int, concurrency: int, max_tokens: int, result_dir: Path,
-                             result_name: str) -> list[str]:
+def vllm_bench_serve_command(
+    python: str,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    dataset_jsonl: Path,
+    num_prompts: int,
+    concurrency: int,
+    max_tokens: int,
+    result_dir: Path,
+    result_name: str,
+) -> list[str]:
     """`vllm bench serve` with the same load as mtpbench's client: the prompts of `dataset_jsonl` in order
     (custom dataset, no shuffle, no chat template), greedy, ignore_eos, fixed max_tokens, unlimited rate
     at `concurrency`; its per-position acceptance is the /metrics delta around its load."""
     return [
-        python, "-c", _BENCH_MAIN,
-        "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model,
-        "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(dataset_jsonl),
-        "--disable-shuffle", "--skip-chat-template", "--custom-output-len", str(max_tokens),
-        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency), "--request-rate", "inf",
-        "--temperature", "0", "--ignore-eos", "--num-warmups", "0", "--disable-tqdm",
-        "--save-result", "--result-dir", str(result_dir), "--result-filename", result_name,
+        python,
+        "-c",
+        _BENCH_MAIN,
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(dataset_jsonl),
+        "--disable-shuffle",
+        "--skip-chat-template",
+        "--custom-output-len",
+        str(max_tokens),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--num-warmups",
+        "0",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        result_name,
     ]
 
 
@@ -309,4 +471,3 @@ def write_bench_dataset(prompts: list[dict[str, str]], n: int, path: Path) -> Pa
         for i in range(n):
             f.write(json.dumps({"prompt": prompts[i % len(prompts)]["text"]}) + "\n")
     return path
-

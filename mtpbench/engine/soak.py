@@ -86,13 +86,29 @@ class _Round:
                 return False
             self.written = True
         self.timer.cancel()
-        self.write({"round": self.r, "wall_s": round(time.perf_counter() - self.t0, 4),
-                    "deadline_s": self.deadline_s, **fields})
+        self.write(
+            {
+                "round": self.r,
+                "wall_s": round(time.perf_counter() - self.t0, 4),
+                "deadline_s": self.deadline_s,
+                **fields,
+            }
+        )
         return True
 
 
-def _batched_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, Any]], k: int, base: dict[str, Any],
-                   records: str, rnd: _Round, t_ready: float, conc: int | None = None) -> float | None:
+def _batched_round(
+    w: ModuleType,
+    llm: Any,
+    sp: Any,
+    prompts: list[dict[str, Any]],
+    k: int,
+    base: dict[str, Any],
+    records: str,
+    rnd: _Round,
+    t_ready: float,
+    conc: int | None = None,
+) -> float | None:
     """The round's prompts through the engine's step loop, at most `conc` in flight (None: all at once);
     returns the highest KV-cache usage sampled (None: not exposed)."""
     engine = llm.llm_engine
@@ -123,11 +139,20 @@ def _batched_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, Any
             admit()
             rnd.unfinished = [prompts[index[x]]["id"] for x in sorted(open_ids, key=index.get) + waiting]
             counts = w.per_request_counts(getattr(output.outputs[0], "spec_decode_metrics", None), k) or {
-                "num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": [0] * k}
+                "num_drafts": 0,
+                "num_draft_tokens": 0,
+                "num_accepted_tokens": 0,
+                "accepted_per_pos": [0] * k,
+            }
             wall = time.perf_counter() - rnd.t0
-            rec = {**w.prompt_record(base, i, prompts[i], output), **counts, "wall_s": round(wall, 4),
-                   "source": "per_request", "per_request": counts,
-                   "uptime_s": round(time.perf_counter() - t_ready, 3)}
+            rec = {
+                **w.prompt_record(base, i, prompts[i], output),
+                **counts,
+                "wall_s": round(wall, 4),
+                "source": "per_request",
+                "per_request": counts,
+                "uptime_s": round(time.perf_counter() - t_ready, 3),
+            }
             w.append_record(records, rec)
             w.emit("prompt_done", index=i, prompt_id=prompts[i]["id"], wall_s=wall, round=rnd.r, **counts)
         now = time.perf_counter()
@@ -139,8 +164,17 @@ def _batched_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, Any
     return kv
 
 
-def _sequential_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, Any]], k: int,
-                      base: dict[str, Any], records: str, rnd: _Round, t_ready: float) -> float | None:
+def _sequential_round(
+    w: ModuleType,
+    llm: Any,
+    sp: Any,
+    prompts: list[dict[str, Any]],
+    k: int,
+    base: dict[str, Any],
+    records: str,
+    rnd: _Round,
+    t_ready: float,
+) -> float | None:
     """One prompt at a time; counts are the counters' differences around each prompt."""
     before = w.spec_counters(llm.get_metrics())
     rnd.unfinished = [p["id"] for p in prompts]
@@ -152,17 +186,23 @@ def _sequential_round(w: ModuleType, llm: Any, sp: Any, prompts: list[dict[str, 
         delta = w.counter_delta(before, after, k)
         before = after
         wall = time.perf_counter() - rnd.t0
-        rec = {**w.prompt_record(base, i, prompt, out[0]), **delta, "wall_s": round(wall, 4), "source": "counters",
-               "per_request": w.per_request_counts(getattr(out[0].outputs[0], "spec_decode_metrics", None), k),
-               "uptime_s": round(time.perf_counter() - t_ready, 3)}
+        rec = {
+            **w.prompt_record(base, i, prompt, out[0]),
+            **delta,
+            "wall_s": round(wall, 4),
+            "source": "counters",
+            "per_request": w.per_request_counts(getattr(out[0].outputs[0], "spec_decode_metrics", None), k),
+            "uptime_s": round(time.perf_counter() - t_ready, 3),
+        }
         w.append_record(records, rec)
         rnd.unfinished = [p["id"] for p in prompts[i + 1 :]]
         w.emit("prompt_done", index=i, prompt_id=prompt["id"], wall_s=wall, round=rnd.r, **delta)
     return _metric_values(llm.get_metrics()).get(KV_USAGE)
 
 
-def run_soak(w: ModuleType, llm: Any, sp: Any, job: dict[str, Any], k: int, base: dict[str, Any],
-             records: str, batched: bool) -> dict[str, Any]:
+def run_soak(
+    w: ModuleType, llm: Any, sp: Any, job: dict[str, Any], k: int, base: dict[str, Any], records: str, batched: bool
+) -> dict[str, Any]:
     """Every round of the job through `llm`; returns what the cell_end record adds. `w` is the worker module
     (its record and count helpers), handed over so that this module imports nothing of mtpbench."""
     wl = job["workload"]
@@ -187,8 +227,12 @@ def run_soak(w: ModuleType, llm: Any, sp: Any, job: dict[str, Any], k: int, base
         after = _metric_values(llm.get_metrics())
         late = rnd.late()
         fields = {
-            "set": name, "prompts": len(prompts), "stalled": late, "unfinished": rnd.unfinished if late else [],
-            "uptime_start_s": started, "uptime_s": round(time.perf_counter() - t_ready, 3),
+            "set": name,
+            "prompts": len(prompts),
+            "stalled": late,
+            "unfinished": rnd.unfinished if late else [],
+            "uptime_start_s": started,
+            "uptime_s": round(time.perf_counter() - t_ready, 3),
             "kv_cache_usage_max": kv,
             **{key: (int(after[m] - before.get(m, 0.0)) if m in after else None) for key, m in ROUND_COUNTERS.items()},
         }

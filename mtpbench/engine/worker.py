@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 # mtpbench.schema.SCHEMA_VERSION, restated: this module imports nothing but the standard library at module
-# level (it runs in the build's interpreter); tests/test_results.py keeps the two equal.
+# level (it runs in the build's interpreter); tests/unit/store/test_results.py keeps the two equal.
 SCHEMA_VERSION = 1
 
 EVENT_PREFIX = "@@mtpbench "
@@ -324,8 +324,7 @@ def run_job(job: dict[str, Any]) -> int:
 
         cross_check = run_soak(sys.modules[__name__], llm, sp, job, k, base, records, prompt_mode == "batched")
     elif conversations:
-        cross_check = chat.run_conversations(llm, sp, job["prompts"], k, base, records, template,
-                                             sys.modules[__name__])
+        cross_check = chat.run_conversations(llm, sp, job["prompts"], k, base, records, template, sys.modules[__name__])
     else:
         run_prompts = run_batched if prompt_mode == "batched" else run_sequential
         cross_check = run_prompts(llm, sp, chat.render_single_turn(llm, job["prompts"], template), k, base, records)

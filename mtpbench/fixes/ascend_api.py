@@ -236,7 +236,7 @@ def classify_proposer(base_module: Any, gemma4_module: Any) -> str:
 
 
 def classify_wrapper(acl_graph_module: Any) -> str:
-    """"ok" when the draft graph wrapper has the `update_draft_model_metadata` the hook hands params to."""
+    """ "ok" when the draft graph wrapper has the `update_draft_model_metadata` the hook hands params to."""
     if acl_graph_module is None:
         return f"unknown: {ACL_GRAPH} did not import"
     wrapper = getattr(acl_graph_module, "ACLGraphWrapper", None)

@@ -136,8 +136,11 @@ def check() -> tuple[bool, str]:
         return False, f"{NOT_APPLIED}: {exc}"
     found = detect(modules)
     if found.installed or found.patchable:
-        return True, f"would install the per-layer param source (SharedSource {found.shared_source}, " \
-                     f"AscendGemma4Proposer {found.proposer})"
+        return (
+            True,
+            f"would install the per-layer param source (SharedSource {found.shared_source}, "
+            f"AscendGemma4Proposer {found.proposer})",
+        )
     return False, f"{NOT_APPLIED}: {found.refusal}"
 
 

@@ -103,8 +103,11 @@ def headline(cell_starts: Iterable[Mapping[str, Any]]) -> str | None:
     cells = sorted({u.cell for u in missing})
     first = missing[0].details[0].removeprefix(_PREFIX) if missing[0].details else ""
     every = all(u.repeats == u.of for u in missing) and len(cells) == len(asked)
-    scope = f"in none of the {len(asked)} cell(s) that asked for it" if every else (
-        f"in {len(cells)} of the {len(asked)} cell(s) that asked for it")
+    scope = (
+        f"in none of the {len(asked)} cell(s) that asked for it"
+        if every
+        else (f"in {len(cells)} of the {len(asked)} cell(s) that asked for it")
+    )
     return (
         f"FIX NOT APPLIED: {fixes} was applied {scope}; "
         f"{'those cells' if not every else 'every such cell'} measured the unfixed build ({first})"
@@ -173,8 +176,12 @@ def preflight(plans: Iterable[Any], timeout_s: float = 300.0) -> list[Preflight]
             env.pop(PATCHES_ENV, None)  # the probe must not apply anything through the vLLM plugin hook
             try:
                 proc = subprocess.run(
-                    [plan.python, "-c", _PROBE, name], env=env, capture_output=True, text=True,
-                    timeout=timeout_s, check=False,
+                    [plan.python, "-c", _PROBE, name],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                    check=False,
                 )
                 answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
             except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:

@@ -192,11 +192,16 @@ def _parse(repeat: int | None, seed: int | None, obs: Mapping[str, Any]) -> Repe
     """The probe's table as recorded, or None when it is not the shape the probe writes (a hand-edited or
     foreign record must not pass for evidence, nor crash the judge)."""
     try:
-        groups = [{"id": int(g["id"]), "type": str(g.get("type", "")), "layers": [str(x) for x in g["layers"]]}
-                  for g in obs.get("groups") or []]
+        groups = [
+            {"id": int(g["id"]), "type": str(g.get("type", "")), "layers": [str(x) for x in g["layers"]]}
+            for g in obs.get("groups") or []
+        ]
         layers = {
-            str(name): {"own_group": int(v["own_group"]), "type": str(v.get("type", "")),
-                        "steps": [{str(g): int(n) for g, n in step.items()} for step in v.get("steps") or []]}
+            str(name): {
+                "own_group": int(v["own_group"]),
+                "type": str(v.get("type", "")),
+                "steps": [{str(g): int(n) for g, n in step.items()} for step in v.get("steps") or []],
+            }
             for name, v in (obs.get("layers") or {}).items()
         }
         proposes = int(obs.get("proposes") or 0)
@@ -218,9 +223,18 @@ def _wrong(b: CellBinding) -> list[LayerBinding]:
             ran = sum(reads.values())
             for g, n in sorted(reads.items(), key=lambda kv: -kv[1]):
                 if g != str(own):
-                    wrong.append(LayerBinding(layer=name, type=kind, own_group=own if own is not None else -1,
-                                              read_group=g, read_type=types.get(g) or None, steps=n, of_steps=ran,
-                                              hash_seeds=[r.hash_seed]))
+                    wrong.append(
+                        LayerBinding(
+                            layer=name,
+                            type=kind,
+                            own_group=own if own is not None else -1,
+                            read_group=g,
+                            read_type=types.get(g) or None,
+                            steps=n,
+                            of_steps=ran,
+                            hash_seeds=[r.hash_seed],
+                        )
+                    )
     return wrong
 
 
@@ -232,22 +246,49 @@ def binding_findings(bindings: Mapping[str, CellBinding]) -> list[Finding]:
             wrong = _wrong(b)
             if wrong:
                 bad = {w.layer for w in wrong}
-                payload = MetadataBinding(wrong=wrong, layers=b.layers, correct=[n for n in b.layers if n not in bad],
-                                          repeats=len(b.repeats), hash_seeds=seeds)
+                payload = MetadataBinding(
+                    wrong=wrong,
+                    layers=b.layers,
+                    correct=[n for n in b.layers if n not in bad],
+                    repeats=len(b.repeats),
+                    hash_seeds=seeds,
+                )
                 out.append(Finding(Kind.METADATA_BINDING, Severity.FAIL, cell, Cause.WRONG_GROUP_METADATA, payload))
         if b.missing:
             why = b.missing[0][2]
-            out.append(Finding(Kind.BINDING_UNOBSERVED, Severity.WARN, cell, Cause.PROBE_SAW_NOTHING,
-                               BindingUnobserved(repeats=len(b.missing), hash_seeds=[m[1] for m in b.missing],
-                                                 why=why)))
+            out.append(
+                Finding(
+                    Kind.BINDING_UNOBSERVED,
+                    Severity.WARN,
+                    cell,
+                    Cause.PROBE_SAW_NOTHING,
+                    BindingUnobserved(repeats=len(b.missing), hash_seeds=[m[1] for m in b.missing], why=why),
+                )
+            )
         for fix in b.fixes:
             probed = bool(b.repeats) or bool(b.missing)
-            status = "verified" if b.verified else (
-                "graph-mode" if b.graph_effective and probed and not _wrong(b) else "not-verified" if probed
-                else "no-probe")
+            status = (
+                "verified"
+                if b.verified
+                else (
+                    "graph-mode"
+                    if b.graph_effective and probed and not _wrong(b)
+                    else "not-verified"
+                    if probed
+                    else "no-probe"
+                )
+            )
             steps = sum(sum(r.reads(n).values()) for r in b.repeats for n in r.layers)
             severity = Severity.WARN if status in ("not-verified", "graph-mode") else Severity.INFO
-            out.append(Finding(Kind.FIX_VERIFICATION, severity, cell, Cause.NONE,
-                               FixVerification(patch=fix, status=status, layers=len(b.layers), steps=steps,
-                                               repeats=len(b.repeats))))
+            out.append(
+                Finding(
+                    Kind.FIX_VERIFICATION,
+                    severity,
+                    cell,
+                    Cause.NONE,
+                    FixVerification(
+                        patch=fix, status=status, layers=len(b.layers), steps=steps, repeats=len(b.repeats)
+                    ),
+                )
+            )
     return out

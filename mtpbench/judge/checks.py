@@ -81,7 +81,10 @@ class LengthCheck:
 
 # Fingerprint fields that identify what was measured; a baseline that leaves one null cannot vouch for it.
 IDENTITY_FIELDS = (
-    "model_config_sha256", "drafter_config_sha256", "model_weights_sha256", "drafter_weights_sha256",
+    "model_config_sha256",
+    "drafter_config_sha256",
+    "model_weights_sha256",
+    "drafter_weights_sha256",
     "prompts_sha256",
 )
 
@@ -119,7 +122,10 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
         name = baseline_name or baseline.name
         raise NotComparableError(
             f"run {run.run_id} is not comparable with baseline {name}: " + "; ".join(mismatches),
-            run.run_id, name, mismatches, unchecked,
+            run.run_id,
+            name,
+            mismatches,
+            unchecked,
         )
     return unchecked
 
@@ -160,8 +166,9 @@ def resolve_entry(
     return e, ("baseline" if e is not None else "")
 
 
-def _decide(delta: float, se: float | None, df: float | None, drop: float, gate: GateSpec, alpha: float,
-            cert_alpha: float) -> Verdict:
+def _decide(
+    delta: float, se: float | None, df: float | None, drop: float, gate: GateSpec, alpha: float, cert_alpha: float
+) -> Verdict:
     """The gate's rule for one check (δ = `drop`; α = the run's false-alarm rate split over its checks; the
     certification share = 1 − gate.confidence split over the run's primary checks): regression when the
     estimate is below −θ, θ = max(t_{1−α}·se, δ − t_{power}·se) (significant, and a δ drop is caught with
@@ -196,16 +203,29 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     method, a failure under gate.fail_on_underpowered. A pass is never claimed with an interval."""
     tot = c.evidence.total()
     if tot.num_drafts <= 0 or i >= len(tot.accepted_per_pos):
-        return PositionCheck(c.cell, i, None, entry.rates_pct[i] / 100, None, None, Verdict.NO_DATA,
-                             method=COUNTERS_ONLY, entry=label)
+        return PositionCheck(
+            c.cell, i, None, entry.rates_pct[i] / 100, None, None, Verdict.NO_DATA, method=COUNTERS_ONLY, entry=label
+        )
     run_rate = tot.accepted_per_pos[i] / tot.num_drafts
     bc = entry.counts
     pooled = bc is not None and bc.num_drafts > 0
     base_rate = bc.accepted_per_pos[i] / bc.num_drafts if bc is not None and pooled else entry.rates_pct[i] / 100
     delta = run_rate - base_rate
     verdict = _point_verdict(delta, tol)
-    return PositionCheck(c.cell, i, run_rate, base_rate, delta, None, verdict, None, underpowered=True, prompts=0,
-                         method=COUNTERS_ONLY, entry=label)
+    return PositionCheck(
+        c.cell,
+        i,
+        run_rate,
+        base_rate,
+        delta,
+        None,
+        verdict,
+        None,
+        underpowered=True,
+        prompts=0,
+        method=COUNTERS_ONLY,
+        entry=label,
+    )
 
 
 @dataclass(frozen=True)
@@ -245,8 +265,15 @@ def aligned_with(c: CellResult, entry: BaselineEntry) -> tuple[PromptCounts, Pro
     return None if base is None else c.evidence.align(base)
 
 
-def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, conf: float,
-          positions: list[int], aligned: tuple[PromptCounts, PromptCounts] | None) -> _Diff | None:
+def _diff(
+    c: CellResult,
+    entry: BaselineEntry,
+    col: Column,
+    exact_base: float,
+    conf: float,
+    positions: list[int],
+    aligned: tuple[PromptCounts, PromptCounts] | None,
+) -> _Diff | None:
     """The cell's estimate minus the baseline's, by the best method the entry allows: paired prompt by prompt
     (per-prompt counts: the prompts' own difficulty cancels), against pooled counts (MOVER with Wilson for one
     position; a normal interval on the summed positions, whose pooled se is bounded by the sum of the
@@ -261,8 +288,9 @@ def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, c
         ea = clustered_ratio(col(a.per_pos), a.drafts, conf)
         eb = clustered_ratio(col(b.per_pos), b.drafts, conf)
         run = run_est.value if ea.value is None else ea.value
-        return _Diff(run, exact_base if eb.value is None else eb.value, est.value, est.ci, "paired", a.g, est.se,
-                     est.df)
+        return _Diff(
+            run, exact_base if eb.value is None else eb.value, est.value, est.ci, "paired", a.g, est.se, est.df
+        )
     bc = entry.counts
     if bc is not None and bc.num_drafts > 0:
         base = sum(bc.accepted_per_pos[i] for i in positions) / bc.num_drafts
@@ -277,12 +305,20 @@ def _diff(c: CellResult, entry: BaselineEntry, col: Column, exact_base: float, c
             ci = None if se is None else two_sided(delta, se, df, conf)
         return _Diff(run_est.value, base, delta, ci, "pooled-baseline", ev.g, se, df)
     ci = None if run_est.ci is None else Interval(run_est.ci.low - exact_base, run_est.ci.high - exact_base)
-    return _Diff(run_est.value, exact_base, run_est.value - exact_base, ci, "exact-baseline", ev.g, run_est.se,
-                 run_est.df)
+    return _Diff(
+        run_est.value, exact_base, run_est.value - exact_base, ci, "exact-baseline", ev.g, run_est.se, run_est.df
+    )
 
 
-def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec, alpha: float,
-                    cert_alpha: float, aligned: tuple[PromptCounts, PromptCounts] | None) -> PositionCheck:
+def _position_check(
+    c: CellResult,
+    i: int,
+    entry: BaselineEntry,
+    gate: GateSpec,
+    alpha: float,
+    cert_alpha: float,
+    aligned: tuple[PromptCounts, PromptCounts] | None,
+) -> PositionCheck:
     tol = gate.tolerance_pts / 100
     label = f"{entry.build}/{entry.mode}"
     if c.counters_only:
@@ -290,21 +326,38 @@ def _position_check(c: CellResult, i: int, entry: BaselineEntry, gate: GateSpec,
     base_rate = entry.rates_pct[i] / 100
     d = _diff(c, entry, lambda m: m[:, i], base_rate, gate.confidence, [i], aligned)
     if d is None or d.delta is None:
-        return PositionCheck(c.cell, i, None if d is None else d.run, base_rate, None, None, Verdict.NO_DATA,
-                             entry=label)
+        return PositionCheck(
+            c.cell, i, None if d is None else d.run, base_rate, None, None, Verdict.NO_DATA, entry=label
+        )
     verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
     smallest = detectable_drop(d.se, d.df, alpha, gate.power)
     return PositionCheck(
-        c.cell, i, d.run, d.base, d.delta, d.ci, verdict, smallest,
+        c.cell,
+        i,
+        d.run,
+        d.base,
+        d.delta,
+        d.ci,
+        verdict,
+        smallest,
         # Only a check that could not certify δ is underpowered: a pass has certified it.
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=d.prompts, method=d.method, entry=label,
-        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha), se=d.se,
+        prompts=d.prompts,
+        method=d.method,
+        entry=label,
+        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha),
+        se=d.se,
     )
 
 
-def _length_check(c: CellResult, entry: BaselineEntry, gate: GateSpec, alpha: float,
-                  cert_alpha: float, aligned: tuple[PromptCounts, PromptCounts] | None) -> LengthCheck:
+def _length_check(
+    c: CellResult,
+    entry: BaselineEntry,
+    gate: GateSpec,
+    alpha: float,
+    cert_alpha: float,
+    aligned: tuple[PromptCounts, PromptCounts] | None,
+) -> LengthCheck:
     """The primary endpoint: acceptance length (1 + accepted tokens per draft step, over all k positions of
     the entry) against the entry's, δ = gate.tolerance_al_pct % of the entry's AL, by the same rule."""
     k = len(entry.rates_pct)
@@ -322,26 +375,37 @@ def _length_check(c: CellResult, entry: BaselineEntry, gate: GateSpec, alpha: fl
         tol = gate.tolerance_al_pct / 100 * base
         delta = run - base
         verdict = _point_verdict(delta, tol)
-        return LengthCheck(c.cell, run, base, delta, None, verdict, tol, underpowered=True, method=COUNTERS_ONLY,
-                           entry=label)
+        return LengthCheck(
+            c.cell, run, base, delta, None, verdict, tol, underpowered=True, method=COUNTERS_ONLY, entry=label
+        )
     d = _diff(c, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)), aligned)
     if d is None or d.delta is None:
-        return LengthCheck(c.cell, None if d is None else 1.0 + d.run, exact, None, None, Verdict.NO_DATA,
-                           entry=label)
+        return LengthCheck(c.cell, None if d is None else 1.0 + d.run, exact, None, None, Verdict.NO_DATA, entry=label)
     base = 1.0 + d.base
     tol = gate.tolerance_al_pct / 100 * base
     verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
     smallest = detectable_drop(d.se, d.df, alpha, gate.power)
     return LengthCheck(
-        c.cell, 1.0 + d.run, base, d.delta, d.ci, verdict, tol, smallest,
+        c.cell,
+        1.0 + d.run,
+        base,
+        d.delta,
+        d.ci,
+        verdict,
+        tol,
+        smallest,
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=d.prompts, method=d.method, entry=label,
-        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha), se=d.se,
+        prompts=d.prompts,
+        method=d.method,
+        entry=label,
+        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha),
+        se=d.se,
     )
 
 
-def _check_findings(c: CellResult, checks: list[PositionCheck], length: LengthCheck | None,
-                    gate: GateSpec) -> list[Finding]:
+def _check_findings(
+    c: CellResult, checks: list[PositionCheck], length: LengthCheck | None, gate: GateSpec
+) -> list[Finding]:
     """The cell's checks as findings. The primary endpoint (gate.primary) is what a pass certifies: its
     inconclusive fails (exit 5) and its underpowered pass warns. The other endpoint is a diagnosis: a drop
     it finds significant and relevant still fails (exit 1: it is in the run's false-alarm budget), and what
@@ -351,11 +415,18 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], length: LengthCh
 
     def numbers(xs: list[PositionCheck], check: str | None = None) -> PositionChecks:
         return PositionChecks(
-            check=check, positions=[x.pos for x in xs], run_rates=[x.run_rate for x in xs],
-            base_rates=[x.base_rate for x in xs], deltas=[x.delta for x in xs],
-            cis=[None if x.ci is None else [x.ci.low, x.ci.high] for x in xs], mdes=[x.mde for x in xs],
-            prompts=max((x.prompts for x in xs), default=0), tolerance_pts=gate.tolerance_pts,
-            confidence=gate.confidence, power=gate.power, entry=xs[0].entry if xs else "",
+            check=check,
+            positions=[x.pos for x in xs],
+            run_rates=[x.run_rate for x in xs],
+            base_rates=[x.base_rate for x in xs],
+            deltas=[x.delta for x in xs],
+            cis=[None if x.ci is None else [x.ci.low, x.ci.high] for x in xs],
+            mdes=[x.mde for x in xs],
+            prompts=max((x.prompts for x in xs), default=0),
+            tolerance_pts=gate.tolerance_pts,
+            confidence=gate.confidence,
+            power=gate.power,
+            entry=xs[0].entry if xs else "",
             method=COUNTERS_ONLY if any(x.method == COUNTERS_ONLY for x in xs) else None,
         )
 
@@ -366,10 +437,18 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], length: LengthCh
     weak_why = Cause.NO_PER_REQUEST_COUNTS if c.counters_only else Cause.TOO_LITTLE_EVIDENCE
     if length is not None:
         n = LengthChecks(
-            run_al=length.run_al, base_al=length.base_al, delta=length.delta,
-            ci=None if length.ci is None else [length.ci.low, length.ci.high], mde=length.mde,
-            prompts=length.prompts, tolerance=length.tolerance, tolerance_pct=gate.tolerance_al_pct,
-            confidence=gate.confidence, power=gate.power, entry=length.entry, primary=al_primary,
+            run_al=length.run_al,
+            base_al=length.base_al,
+            delta=length.delta,
+            ci=None if length.ci is None else [length.ci.low, length.ci.high],
+            mde=length.mde,
+            prompts=length.prompts,
+            tolerance=length.tolerance,
+            tolerance_pct=gate.tolerance_al_pct,
+            confidence=gate.confidence,
+            power=gate.power,
+            entry=length.entry,
+            primary=al_primary,
             method=COUNTERS_ONLY if length.method == COUNTERS_ONLY else None,
         )
         if length.verdict == Verdict.REGRESSION:
@@ -384,13 +463,15 @@ def _check_findings(c: CellResult, checks: list[PositionCheck], length: LengthCh
             out.append(Finding(Kind.UNDERPOWERED, weak_sev(), c.cell, weak_why, n))
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
     if by[Verdict.REGRESSION]:
-        out.append(Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE,
-                           numbers(by[Verdict.REGRESSION])))
+        out.append(
+            Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE, numbers(by[Verdict.REGRESSION]))
+        )
     if by[Verdict.INCONCLUSIVE]:
         sev = Severity.INFO if al_primary else Severity.FAIL
         check = "positions" if al_primary else "baseline"
-        out.append(Finding(Kind.INCONCLUSIVE, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE,
-                           numbers(by[Verdict.INCONCLUSIVE], check)))
+        out.append(
+            Finding(Kind.INCONCLUSIVE, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, numbers(by[Verdict.INCONCLUSIVE], check))
+        )
     if by[Verdict.IMPROVEMENT]:
         sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
         out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))

@@ -69,8 +69,22 @@ from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
 
 __all__ = [
-    "FAIL", "INFO", "KIND_EXIT", "WARN", "Cause", "CellResult", "Comparison", "Finding", "Kind", "PositionCheck",
-    "RepeatResult", "Severity", "Verdict", "analyze", "collect", "compare",
+    "FAIL",
+    "INFO",
+    "KIND_EXIT",
+    "WARN",
+    "Cause",
+    "CellResult",
+    "Comparison",
+    "Finding",
+    "Kind",
+    "PositionCheck",
+    "RepeatResult",
+    "Severity",
+    "Verdict",
+    "analyze",
+    "collect",
+    "compare",
 ]
 
 
@@ -117,8 +131,15 @@ class Comparison:
 Measured = Callable[["Comparison"], None]
 
 
-def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
-            measured: Measured | None = None, baseline_checks: int = 0, primary_checks: int = 1) -> Comparison:
+def analyze(
+    run: Run,
+    gate: GateSpec | None = None,
+    run_failed: bool = False,
+    *,
+    measured: Measured | None = None,
+    baseline_checks: int = 0,
+    primary_checks: int = 1,
+) -> Comparison:
     """The run's cells and their diagnoses. `measured(comp)` is called once the cells are known and before
     any diagnosis is made: it may read the cells (and the checks, under compare), nothing else. The report
     draws its figures in another process meanwhile; the diagnoses take as long again as collecting."""
@@ -127,15 +148,22 @@ def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False, *,
     cells = collect(run, gate.confidence)
     greedy = cfg.sampling.temperature == 0.0
     pairs = _divergence_pairs(cfg, cells, greedy)
-    comp = Comparison(run.run_id, cells, gate=gate, greedy=greedy, primary=primary_checks,
-                      family=baseline_checks + sum(c.evidence.k or run.typed.k for c, _ in pairs))
+    comp = Comparison(
+        run.run_id,
+        cells,
+        gate=gate,
+        greedy=greedy,
+        primary=primary_checks,
+        family=baseline_checks + sum(c.evidence.k or run.typed.k for c, _ in pairs),
+    )
     if measured is not None:
         measured(comp)
     for c in cells:
         comp.diagnoses.extend(_cell_health(c))
     if run_failed and not any(d.kind == Kind.RUN_FAILED for d in comp.diagnoses):
-        comp.diagnoses.append(Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS,
-                                      RunFailed(excluded=[])))
+        comp.diagnoses.append(
+            Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, RunFailed(excluded=[]))
+        )
     comp.diagnoses.extend(_serving_diagnoses(run, cells))
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
     comp.diagnoses.extend(_unapplied(u) for u in unapplied(run.cell_starts()))
@@ -190,7 +218,10 @@ def compare(
             f"baseline {name} cannot check {', '.join(unchecked)} of run {run.run_id}: it may describe another "
             "model, drafter or prompt set. Use it only if the run's config names it as its baseline, or pass "
             "--accept-unchecked",
-            run.run_id, name, [f"unchecked: {u}" for u in unchecked], unchecked,
+            run.run_id,
+            name,
+            [f"unchecked: {u}" for u in unchecked],
+            unchecked,
         )
     late: list[Finding] = []  # the checks' findings, after analyze's own
     resolved: dict[str, BaselineEntry] = {}  # cell -> the entry that judged it (acceptance and throughput alike)
@@ -204,8 +235,15 @@ def compare(
         if comp.unchecked:
             identity = [u for u in comp.unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
             by = None if not identity else "config" if named else "flag"
-            late.append(Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY,
-                                Unchecked(fields=comp.unchecked, identity=identity, accepted_by=by)))
+            late.append(
+                Finding(
+                    Kind.UNCHECKED,
+                    Severity.INFO,
+                    "*",
+                    Cause.UNVERIFIED_IDENTITY,
+                    Unchecked(fields=comp.unchecked, identity=identity, accepted_by=by),
+                )
+            )
         emap = dict(run.typed.config.baseline_entry)
         emap.update(entry_map or {})
         for c in comp.cells:
@@ -219,12 +257,21 @@ def compare(
                 )
                 entries = [f"{e.build}/{e.mode}" for e in baseline.entries]
                 sev = Severity.WARN if allow_unmatched else Severity.FAIL
-                late.append(Finding(Kind.NO_BASELINE, sev, c.cell, Cause.NO_BASELINE_ENTRY,
-                                    NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries)))
+                late.append(
+                    Finding(
+                        Kind.NO_BASELINE,
+                        sev,
+                        c.cell,
+                        Cause.NO_BASELINE_ENTRY,
+                        NoBaseline(build=c.build, mode=c.mode, baseline=name, entries=entries),
+                    )
+                )
                 continue
             pair = aligned_with(c, entry)
-            checks = [_position_check(c, i, entry, comp.gate, comp.alpha, comp.cert_alpha, pair)
-                      for i in range(len(entry.rates_pct or []))]
+            checks = [
+                _position_check(c, i, entry, comp.gate, comp.alpha, comp.cert_alpha, pair)
+                for i in range(len(entry.rates_pct or []))
+            ]
             comp.checks.extend(checks)
             # An entry without rates (an upstream per-request AL golden) has no pooled AL to check either.
             length = _length_check(c, entry, comp.gate, comp.alpha, comp.cert_alpha, pair) if entry.rates_pct else None
@@ -241,8 +288,7 @@ def compare(
     n_cells, k = len({c.cell for c in run.typed.cells}), run.typed.k
     g = gate or run.typed.config.gate
     n_primary = n_cells * (k if g.primary == "positions" else 1)
-    comp = analyze(run, gate, run_failed, measured=judge, baseline_checks=n_cells * (k + 1),
-                   primary_checks=n_primary)
+    comp = analyze(run, gate, run_failed, measured=judge, baseline_checks=n_cells * (k + 1), primary_checks=n_primary)
     comp.diagnoses.extend(late)
     comp.diagnoses.extend(serving_summary.throughput_diagnoses(run, resolved, comp.cells))
     return comp

@@ -77,8 +77,13 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
     spreads = rates.max(axis=0) - rates.min(axis=0)
     pos = int(np.argmax(spreads))
     n_prompts = int(rows["prompt"].nunique())
-    common = {"pos": pos, "spread": float(spreads[pos]), "prompts": n_prompts, "repeats": len(reps),
-              "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)}}
+    common = {
+        "pos": pos,
+        "spread": float(spreads[pos]),
+        "prompts": n_prompts,
+        "repeats": len(reps),
+        "per_seed": {str(s): float(rates[j, pos]) for j, s in enumerate(seeds)},
+    }
     if greedy:
         # Deterministic decoding: repeats must agree exactly, prompt by prompt. No test needed.
         distinct = _dedupe(rows, [*SIG, *_pos_cols(k)]).groupby("prompt").size()
@@ -89,8 +94,9 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         differing = heapq.nsmallest(10, map(str, names))  # the first ten are shown; all are counted
         texts = rows[rows["prompt"].isin(codes)].groupby("prompt")["sha"].nunique()
         same_text = bool((texts == 1).all())
-        payload = Instability(**common, method="exact", prompts_differing=len(names), differing=differing,
-                              same_text=same_text)
+        payload = Instability(
+            **common, method="exact", prompts_differing=len(names), differing=differing, same_text=same_text
+        )
         fails = spreads[pos] > gate.instability_pts / 100
     else:
         piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *_pos_cols(k)], aggfunc="sum")
@@ -136,9 +142,18 @@ def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec)
         return None
     same_text = _same_outputs(cell, ref)
     payload = Divergence(
-        pos=i, delta=delta, ci=None, prompts=0, method=COUNTERS_ONLY, reference=ref.cell, reference_mode=ref.mode,
-        mode=cell.mode, run_rate=rates[i][0], reference_rate=rates[i][1],
-        effective_cudagraph_mode=cell.effective.get("cudagraph_mode"), same_text=same_text,
+        pos=i,
+        delta=delta,
+        ci=None,
+        prompts=0,
+        method=COUNTERS_ONLY,
+        reference=ref.cell,
+        reference_mode=ref.mode,
+        mode=cell.mode,
+        run_rate=rates[i][0],
+        reference_rate=rates[i][1],
+        effective_cudagraph_mode=cell.effective.get("cudagraph_mode"),
+        same_text=same_text,
         tolerance_pts=gate.divergence_pts,
     )
     cause = Cause.NONE if same_text is None else Cause.DRAFT_GRAPH_METADATA if same_text else Cause.TARGET_NUMERICS
@@ -176,10 +191,18 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float)
     i, est, n = chosen
     same_text = _same_outputs(cell, ref)
     payload = Divergence(
-        pos=i, delta=est.value, ci=None if est.ci is None else [est.ci.low, est.ci.high], prompts=n,
-        reference=ref.cell, reference_mode=ref.mode, mode=cell.mode, run_rate=cell.summary.per_pos[i],
-        reference_rate=ref.summary.per_pos[i], effective_cudagraph_mode=cell.effective.get("cudagraph_mode"),
-        same_text=same_text, tolerance_pts=gate.divergence_pts,
+        pos=i,
+        delta=est.value,
+        ci=None if est.ci is None else [est.ci.low, est.ci.high],
+        prompts=n,
+        reference=ref.cell,
+        reference_mode=ref.mode,
+        mode=cell.mode,
+        run_rate=cell.summary.per_pos[i],
+        reference_rate=ref.summary.per_pos[i],
+        effective_cudagraph_mode=cell.effective.get("cudagraph_mode"),
+        same_text=same_text,
+        tolerance_pts=gate.divergence_pts,
     )
     if worst is None:
         return Finding(Kind.INCONCLUSIVE, Severity.FAIL, cell.cell, Cause.TOO_LITTLE_EVIDENCE, payload)
@@ -206,8 +229,15 @@ def _text_changes(cells: list[CellResult]) -> list[Finding]:
     for build in dict.fromkeys(c.build for c in cells):
         changed = sorted({p for cell, p in pairs if build_of[cell] == build})
         if changed:
-            out.append(Finding(Kind.TEXT_CHANGED, Severity.WARN, f"{build}/*", Cause.TARGET_NUMERICS,
-                               TextChanged(build=build, prompts=changed)))
+            out.append(
+                Finding(
+                    Kind.TEXT_CHANGED,
+                    Severity.WARN,
+                    f"{build}/*",
+                    Cause.TARGET_NUMERICS,
+                    TextChanged(build=build, prompts=changed),
+                )
+            )
     return out
 
 
@@ -217,9 +247,12 @@ def _unapplied(u: Unapplied) -> Finding:
     raised = u.status == "failed"
     return Finding(
         Kind.FIX_NOT_APPLIED if is_fix(u.patch) else Kind.PATCH_NOT_APPLIED,
-        Severity.FAIL if raised else Severity.WARN, u.cell, Cause.PATCH_RAISED if raised else Cause.PATCH_REFUSED,
-        PatchNotApplied(patch=u.patch, variant=u.variant, status=u.status, repeats=u.repeats, of=u.of,
-                        details=list(u.details)),
+        Severity.FAIL if raised else Severity.WARN,
+        u.cell,
+        Cause.PATCH_RAISED if raised else Cause.PATCH_REFUSED,
+        PatchNotApplied(
+            patch=u.patch, variant=u.variant, status=u.status, repeats=u.repeats, of=u.of, details=list(u.details)
+        ),
     )
 
 
@@ -233,9 +266,16 @@ def sampler_broken(cell_starts: list[dict[str, Any]]) -> list[Finding]:
         if isinstance(probe, dict) and probe.get("status") == "broken":
             by.setdefault(str(s.get("cell")), []).append(s)
     return [
-        Finding(Kind.SAMPLER_BROKEN, Severity.FAIL, cell, Cause.CPU_EXPAND_KERNEL,
-                SamplerBroken(hash_seeds=[s.get("hash_seed") for s in starts],
-                              detail=str(starts[0]["sampled_expand"].get("detail", ""))))
+        Finding(
+            Kind.SAMPLER_BROKEN,
+            Severity.FAIL,
+            cell,
+            Cause.CPU_EXPAND_KERNEL,
+            SamplerBroken(
+                hash_seeds=[s.get("hash_seed") for s in starts],
+                detail=str(starts[0]["sampled_expand"].get("detail", "")),
+            ),
+        )
         for cell, starts in by.items()
     ]
 
@@ -246,30 +286,51 @@ def _cell_health(c: CellResult) -> list[Finding]:
     if left_out:
         out.append(
             Finding(
-                Kind.RUN_FAILED, Severity.FAIL, c.cell, Cause.INCOMPLETE_REPEATS,
-                RunFailed(excluded=[ExcludedRepeat(r.repeat, r.hash_seed, r.status.value, r.prompts, c.prompts_expected)
-                                    for r in left_out], used=len(c.used_repeats), repeats=len(c.repeats)),
+                Kind.RUN_FAILED,
+                Severity.FAIL,
+                c.cell,
+                Cause.INCOMPLETE_REPEATS,
+                RunFailed(
+                    excluded=[
+                        ExcludedRepeat(r.repeat, r.hash_seed, r.status.value, r.prompts, c.prompts_expected)
+                        for r in left_out
+                    ],
+                    used=len(c.used_repeats),
+                    repeats=len(c.repeats),
+                ),
             )
         )
     off = [r for r in c.used_repeats if r.counts.num_drafts == 0]
     if off:
         out.append(
             Finding(
-                Kind.SPECULATION_OFF, Severity.FAIL, c.cell, Cause.SPECULATION_DISABLED,
-                SpeculationOff(hash_seeds=[r.hash_seed for r in off], repeats=len(c.used_repeats),
-                               all=len(off) == len(c.used_repeats), prompts=c.prompts_expected),
+                Kind.SPECULATION_OFF,
+                Severity.FAIL,
+                c.cell,
+                Cause.SPECULATION_DISABLED,
+                SpeculationOff(
+                    hash_seeds=[r.hash_seed for r in off],
+                    repeats=len(c.used_repeats),
+                    all=len(off) == len(c.used_repeats),
+                    prompts=c.prompts_expected,
+                ),
             )
         )
     if c.graph_downgraded:
         out.append(
             Finding(
-                Kind.GRAPH_DOWNGRADED, Severity.WARN, c.cell, Cause.PLATFORM_DOWNGRADE,
-                Downgraded(requested=c.requested.get("cudagraph_mode"), effective=c.effective.get("cudagraph_mode"),
-                           device_type=c.effective.get("device_type")),
+                Kind.GRAPH_DOWNGRADED,
+                Severity.WARN,
+                c.cell,
+                Cause.PLATFORM_DOWNGRADE,
+                Downgraded(
+                    requested=c.requested.get("cudagraph_mode"),
+                    effective=c.effective.get("cudagraph_mode"),
+                    device_type=c.effective.get("device_type"),
+                ),
             )
         )
     return out
-
 
 
 Pair = tuple[CellResult, CellResult]
@@ -281,8 +342,11 @@ def _divergence_pairs(cfg: ManifestConfig, cells: list[CellResult], greedy: bool
     if not ref_mode:
         return []
     refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
-    return [(c, refs[(c.build, c.variant)]) for c in cells
-            if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]]
+    return [
+        (c, refs[(c.build, c.variant)])
+        for c in cells
+        if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]
+    ]
 
 
 def _serving_diagnoses(run: Run, cells: list[CellResult]) -> list[Finding]:

@@ -8,7 +8,7 @@ acceptance before and after any split of the round sequence (so a step and a ste
 its null distribution comes from permuting each prompt's rounds (a prompt's observations are exchangeable
 across rounds when nothing drifts; prompt effects and bursty, prompt-level noise are kept, DESIGN: the prompt
 is the unit of evidence). Its false-alarm rate is the stated level (the gate's false_alarm split over the
-run's soak cells), which tests/test_drift.py measures under bursty no-drift data. A significant change
+run's soak cells), which tests/unit/judge/test_drift.py measures under bursty no-drift data. A significant change
 fails when it exceeds the gate's tolerance and warns otherwise.
 
 Also: a round that accepts nothing after round 0 accepted drafts (speculation off within the process),
@@ -71,13 +71,21 @@ def round_stats(cell: CellResult) -> list[RoundStat]:
         kv = [float(e["kv_cache_usage_max"]) for e in es if e.get("kv_cache_usage_max") is not None]
         hits = [int(e["prefix_cache_hits"]) for e in es if e.get("prefix_cache_hits") is not None]
         up = [float(e["uptime_s"]) for e in es if e.get("uptime_s") is not None]
-        out.append(RoundStat(
-            round=int(r), set=next((str(e["set"]) for e in es if e.get("set")), None), prompts=int(n[r]),
-            drafts=int(row["num_drafts"]), draft_tokens=int(row["num_draft_tokens"]),
-            accepted=int(row["num_accepted_tokens"]), per_pos=tuple(int(row[c]) for c in _pos_cols(k)),
-            stalled=any(bool(e.get("stalled")) for e in es), uptime_s=max(up) if up else None,
-            kv_cache_usage_max=max(kv) if kv else None, prefix_cache_hits=sum(hits) if hits else None,
-        ))
+        out.append(
+            RoundStat(
+                round=int(r),
+                set=next((str(e["set"]) for e in es if e.get("set")), None),
+                prompts=int(n[r]),
+                drafts=int(row["num_drafts"]),
+                draft_tokens=int(row["num_draft_tokens"]),
+                accepted=int(row["num_accepted_tokens"]),
+                per_pos=tuple(int(row[c]) for c in _pos_cols(k)),
+                stalled=any(bool(e.get("stalled")) for e in es),
+                uptime_s=max(up) if up else None,
+                kv_cache_usage_max=max(kv) if kv else None,
+                prefix_cache_hits=sum(hits) if hits else None,
+            )
+        )
     return out
 
 
@@ -108,16 +116,24 @@ def _exact(cell: CellResult, rep: int, rows: pd.DataFrame, k: int) -> Drift | No
     sha_ref = first.loc[codes, "sha"].to_numpy()
     compared = rows.groupby("prompt")["round"].nunique()
     return Drift(
-        method="exact", repeat=rep, hash_seed=_seed(cell, rep), first_round=r0, rounds=int(rows["round"].nunique()),
-        prompts=int((compared > 1).sum()), rate_before=_rate(before), rate_after=_rate(at),
-        moved=heapq.nsmallest(10, map(str, names)), prompts_moved=len(names),
+        method="exact",
+        repeat=rep,
+        hash_seed=_seed(cell, rep),
+        first_round=r0,
+        rounds=int(rows["round"].nunique()),
+        prompts=int((compared > 1).sum()),
+        rate_before=_rate(before),
+        rate_after=_rate(at),
+        moved=heapq.nsmallest(10, map(str, names)),
+        prompts_moved=len(names),
         rounds_moved=sorted(int(x) for x in moved["round"].unique()),
         same_text=bool((at["sha"].to_numpy() == sha_ref).all()),
     )
 
 
-def change_point_pvalue(acc: np.ndarray, drafts: np.ndarray, permutations: int = PERMUTATIONS,
-                        seed: int = 0) -> tuple[float, int, float] | None:
+def change_point_pvalue(
+    acc: np.ndarray, drafts: np.ndarray, permutations: int = PERMUTATIONS, seed: int = 0
+) -> tuple[float, int, float] | None:
     """(p-value, first round after the best split, pooled rate after minus before) for prompts × rounds
     matrices of accepted and draft tokens; None when there is nothing to test (fewer than 2 rounds or no drafts)."""
     p, r = acc.shape
@@ -154,8 +170,9 @@ def _sampled(cell: CellResult, rep: int, rows: pd.DataFrame, alpha: float, gate:
     a_rows = a_rows[a_rows["prompt"].isin(full[full == n_rounds].index)]
     if not len(a_rows):
         return None
-    piv = a_rows.pivot_table(index="prompt", columns="round", values=["num_accepted_tokens", "num_draft_tokens"],
-                             aggfunc="sum")
+    piv = a_rows.pivot_table(
+        index="prompt", columns="round", values=["num_accepted_tokens", "num_draft_tokens"], aggfunc="sum"
+    )
     res = change_point_pvalue(piv["num_accepted_tokens"].to_numpy(), piv["num_draft_tokens"].to_numpy())
     if res is None or res[0] >= alpha:
         return None
@@ -163,9 +180,16 @@ def _sampled(cell: CellResult, rep: int, rows: pd.DataFrame, alpha: float, gate:
     rounds = sorted(int(x) for x in piv["num_accepted_tokens"].columns)
     first_round = rounds[at]
     drift = Drift(
-        method="change-point", repeat=rep, hash_seed=_seed(cell, rep), first_round=first_round, rounds=len(rounds),
-        prompts=len(piv), rate_before=_rate(a_rows[a_rows["round"] < first_round]),
-        rate_after=_rate(a_rows[a_rows["round"] >= first_round]), pvalue=pvalue, false_alarm=alpha,
+        method="change-point",
+        repeat=rep,
+        hash_seed=_seed(cell, rep),
+        first_round=first_round,
+        rounds=len(rounds),
+        prompts=len(piv),
+        rate_before=_rate(a_rows[a_rows["round"] < first_round]),
+        rate_after=_rate(a_rows[a_rows["round"] >= first_round]),
+        pvalue=pvalue,
+        false_alarm=alpha,
         tolerance_pts=gate.tolerance_pts,
     )
     return drift, abs(delta) * 100 > gate.tolerance_pts
@@ -179,9 +203,14 @@ def _off(cell: CellResult, rep: int, rows: pd.DataFrame) -> RoundSpeculationOff 
     if not off:
         return None
     d0 = int(tot.loc[0, "num_draft_tokens"])
-    return RoundSpeculationOff(repeat=rep, hash_seed=_seed(cell, rep), first_round=off[0], rounds_off=off,
-                               rate_round0=int(tot.loc[0, "num_accepted_tokens"]) / d0 if d0 else None,
-                               drafts=int(tot.loc[off[0], "num_drafts"]))
+    return RoundSpeculationOff(
+        repeat=rep,
+        hash_seed=_seed(cell, rep),
+        first_round=off[0],
+        rounds_off=off,
+        rate_round0=int(tot.loc[0, "num_accepted_tokens"]) / d0 if d0 else None,
+        drafts=int(tot.loc[off[0], "num_drafts"]),
+    )
 
 
 def _stalls(cell: CellResult) -> list[Finding]:
@@ -191,10 +220,25 @@ def _stalls(cell: CellResult) -> list[Finding]:
             continue
         unfinished = [str(u) for u in e.get("unfinished") or []]
         rep = int(e.get("repeat", 0))
-        out.append(Finding(Kind.STALL, Severity.FAIL, cell.cell, Cause.ENGINE_STALLED, Stall(
-            repeat=rep, hash_seed=_seed(cell, rep), round=int(e["round"]), deadline_s=e.get("deadline_s"),
-            wall_s=e.get("wall_s"), unfinished=len(unfinished), first_unfinished=heapq.nsmallest(10, unfinished),
-            uptime_s=e.get("uptime_s"), watchdog=bool(e.get("watchdog")))))
+        out.append(
+            Finding(
+                Kind.STALL,
+                Severity.FAIL,
+                cell.cell,
+                Cause.ENGINE_STALLED,
+                Stall(
+                    repeat=rep,
+                    hash_seed=_seed(cell, rep),
+                    round=int(e["round"]),
+                    deadline_s=e.get("deadline_s"),
+                    wall_s=e.get("wall_s"),
+                    unfinished=len(unfinished),
+                    first_unfinished=heapq.nsmallest(10, unfinished),
+                    uptime_s=e.get("uptime_s"),
+                    watchdog=bool(e.get("watchdog")),
+                ),
+            )
+        )
     return out
 
 

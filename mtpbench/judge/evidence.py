@@ -107,8 +107,11 @@ def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
     n = len(vals)
     if n == 0:
         return np.zeros((0, k), dtype=np.int64)
-    lengths = np.fromiter(map(len, vals), dtype=np.int64, count=n) if all(
-        isinstance(v, (list, tuple, np.ndarray)) for v in vals[:1]) else None
+    lengths = (
+        np.fromiter(map(len, vals), dtype=np.int64, count=n)
+        if all(isinstance(v, (list, tuple, np.ndarray)) for v in vals[:1])
+        else None
+    )
     if lengths is not None and bool((lengths == k).all()):
         # The common case, flattened in one pass (an order of magnitude faster than np.asarray on lists).
         return np.fromiter(itertools.chain.from_iterable(vals), dtype=np.int64, count=n * k).reshape(n, k)
@@ -199,13 +202,18 @@ def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
 
 def _outputs(fr: _Frame, code: int, repeat: int) -> dict[str, str]:
     rows = fr.df[(fr.df["cell"].to_numpy() == code) & (fr.df["repeat"].to_numpy() == repeat)]
-    return dict(zip(fr.prompts[rows["prompt"].to_numpy()].tolist(), fr.shas[rows["sha"].to_numpy()].tolist(),
-                    strict=True))
+    return dict(
+        zip(fr.prompts[rows["prompt"].to_numpy()].tolist(), fr.shas[rows["sha"].to_numpy()].tolist(), strict=True)
+    )
 
 
 def _counts_row(row: pd.Series, k: int) -> Counts:
-    return Counts(int(row["num_drafts"]), int(row["num_draft_tokens"]), int(row["num_accepted_tokens"]),
-                  tuple(int(row[c]) for c in _pos_cols(k)))
+    return Counts(
+        int(row["num_drafts"]),
+        int(row["num_draft_tokens"]),
+        int(row["num_accepted_tokens"]),
+        tuple(int(row[c]) for c in _pos_cols(k)),
+    )
 
 
 def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:

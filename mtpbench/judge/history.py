@@ -132,8 +132,10 @@ def _units(ev: PromptCounts) -> tuple[np.ndarray, np.ndarray]:
     codes = np.arange(ev.g) % MAX_UNITS
     n_units = min(ev.g, MAX_UNITS)
     drafts = np.bincount(codes, weights=ev.drafts.astype(np.float64), minlength=n_units)
-    accepted = np.stack([np.bincount(codes, weights=ev.per_pos[:, i].astype(np.float64), minlength=n_units)
-                         for i in range(ev.k)], axis=1).reshape(n_units, ev.k)
+    accepted = np.stack(
+        [np.bincount(codes, weights=ev.per_pos[:, i].astype(np.float64), minlength=n_units) for i in range(ev.k)],
+        axis=1,
+    ).reshape(n_units, ev.k)
     return drafts.astype(np.int64), accepted.astype(np.int64)
 
 
@@ -163,9 +165,17 @@ def point(run: Run) -> RunPoint:
         patches[cell] = [f"{p.get('name')} ({p.get('status')})" for p in s.get("patches") or [] if isinstance(p, dict)]
         effective[cell] = (s.get("effective") or {}).get("cudagraph_mode")
     return RunPoint(
-        run_id=run.run_id, path=run.path, created=str(run.manifest.get("created") or ""), versions=versions,
-        git_sha=shas, counts=counts, units=units, patches=patches, effective=effective,
-        tool_version=run.manifest.get("tool_version"), status=str(run.manifest.get("status") or ""),
+        run_id=run.run_id,
+        path=run.path,
+        created=str(run.manifest.get("created") or ""),
+        versions=versions,
+        git_sha=shas,
+        counts=counts,
+        units=units,
+        patches=patches,
+        effective=effective,
+        tool_version=run.manifest.get("tool_version"),
+        status=str(run.manifest.get("status") or ""),
         incomplete=incomplete,
     )
 
@@ -179,8 +189,10 @@ def _what_changed(a: RunPoint, b: RunPoint, cell: str) -> list[str]:
         if a.git_sha.get(name) != b.git_sha.get(name):
             out.append(f"{name} git {str(a.git_sha.get(name))[:10]} → {str(b.git_sha.get(name))[:10]}")
     if a.patches.get(cell) != b.patches.get(cell):
-        out.append(f"patches [{', '.join(a.patches.get(cell) or []) or 'none'}] → "
-                   f"[{', '.join(b.patches.get(cell) or []) or 'none'}]")
+        out.append(
+            f"patches [{', '.join(a.patches.get(cell) or []) or 'none'}] → "
+            f"[{', '.join(b.patches.get(cell) or []) or 'none'}]"
+        )
     if a.effective.get(cell) != b.effective.get(cell):
         out.append(f"effective cudagraph_mode {a.effective.get(cell)} → {b.effective.get(cell)}")
     if a.tool_version != b.tool_version:
@@ -231,8 +243,16 @@ def _permutation_p(unit_rates: list[np.ndarray], rng: np.random.Generator) -> fl
     return (hits + 1) / (PERMUTATIONS + 1)
 
 
-def _segment(group: HistoryGroup, cell: str, pos: int, lo: int, hi: int, alpha: float, confidence: float,
-             rng: np.random.Generator) -> list[ChangePoint]:
+def _segment(
+    group: HistoryGroup,
+    cell: str,
+    pos: int,
+    lo: int,
+    hi: int,
+    alpha: float,
+    confidence: float,
+    rng: np.random.Generator,
+) -> list[ChangePoint]:
     idx = [
         n
         for n in range(lo, hi)
@@ -260,12 +280,21 @@ def _segment(group: HistoryGroup, cell: str, pos: int, lo: int, hi: int, alpha: 
         p = _permutation_p(unit_rates, rng)
         if p < alpha:
             at = idx[t]
-            out.append(ChangePoint(
-                cell=cell, pos=pos, index=at, run_id=group.runs[at].run_id, before=before, after=after,
-                delta=delta, ci=ci, pvalue=p, units=(sum(len(u) for u in unit_rates[:t]),
-                                                     sum(len(u) for u in unit_rates[t:])),
-                changed=_what_changed(group.runs[idx[t - 1]], group.runs[at], cell),
-            ))
+            out.append(
+                ChangePoint(
+                    cell=cell,
+                    pos=pos,
+                    index=at,
+                    run_id=group.runs[at].run_id,
+                    before=before,
+                    after=after,
+                    delta=delta,
+                    ci=ci,
+                    pvalue=p,
+                    units=(sum(len(u) for u in unit_rates[:t]), sum(len(u) for u in unit_rates[t:])),
+                    changed=_what_changed(group.runs[idx[t - 1]], group.runs[at], cell),
+                )
+            )
             out += _segment(group, cell, pos, lo, at, alpha, confidence, rng)
             out += _segment(group, cell, pos, at, hi, alpha, confidence, rng)
     return out
@@ -301,23 +330,40 @@ def _stamp(path: Path) -> dict[str, list[int]]:
 
 def _point_to_json(pt: RunPoint, fp: dict[str, Any], gate: dict[str, Any]) -> dict[str, Any]:
     return {
-        "version": POINT_CACHE_VERSION, "fingerprint": fp, "gate": gate, "run_id": pt.run_id,
-        "created": pt.created, "versions": pt.versions, "git_sha": pt.git_sha,
+        "version": POINT_CACHE_VERSION,
+        "fingerprint": fp,
+        "gate": gate,
+        "run_id": pt.run_id,
+        "created": pt.created,
+        "versions": pt.versions,
+        "git_sha": pt.git_sha,
         "counts": {c: [d, list(a)] for c, (d, a) in pt.counts.items()},
         "units": {c: [d.tolist(), a.tolist()] for c, (d, a) in pt.units.items()},
-        "patches": pt.patches, "effective": pt.effective, "tool_version": pt.tool_version,
-        "status": pt.status, "incomplete": sorted(pt.incomplete),
+        "patches": pt.patches,
+        "effective": pt.effective,
+        "tool_version": pt.tool_version,
+        "status": pt.status,
+        "incomplete": sorted(pt.incomplete),
     }
 
 
 def _point_from_json(path: Path, d: dict[str, Any], k: int) -> RunPoint:
     return RunPoint(
-        run_id=str(d["run_id"]), path=path, created=str(d["created"]), versions=dict(d["versions"]),
-        git_sha=dict(d["git_sha"]), counts={c: (int(v[0]), [int(x) for x in v[1]]) for c, v in d["counts"].items()},
-        units={c: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.int64).reshape(-1, k))
-               for c, v in d["units"].items()},
-        patches={c: list(v) for c, v in d["patches"].items()}, effective=dict(d["effective"]),
-        tool_version=d["tool_version"], status=str(d["status"]), incomplete=set(d["incomplete"]),
+        run_id=str(d["run_id"]),
+        path=path,
+        created=str(d["created"]),
+        versions=dict(d["versions"]),
+        git_sha=dict(d["git_sha"]),
+        counts={c: (int(v[0]), [int(x) for x in v[1]]) for c, v in d["counts"].items()},
+        units={
+            c: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.int64).reshape(-1, k))
+            for c, v in d["units"].items()
+        },
+        patches={c: list(v) for c, v in d["patches"].items()},
+        effective=dict(d["effective"]),
+        tool_version=d["tool_version"],
+        status=str(d["status"]),
+        incomplete=set(d["incomplete"]),
     )
 
 
@@ -372,8 +418,9 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
             continue
         key = json.dumps(fp, sort_keys=True, default=str)
         tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
-        g = groups.setdefault(key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[],
-                                                tolerance_pts=tol))
+        g = groups.setdefault(
+            key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[], tolerance_pts=tol)
+        )
         g.runs.append(pt)
     for g in groups.values():
         g.runs.sort(key=lambda r: (r.created, r.run_id))

@@ -37,8 +37,9 @@ def _well_formed(obs: Mapping[str, Any]) -> bool:
     return all(n >= 0 for n in counts) and isinstance(obs.get("graph_wrapper", False), bool)
 
 
-def replay_findings(cells: Iterable[CellResult], starts: Iterable[Mapping[str, Any]],
-                    ends: Iterable[Mapping[str, Any]]) -> list[Finding]:
+def replay_findings(
+    cells: Iterable[CellResult], starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[str, Any]]
+) -> list[Finding]:
     ends_by = {(e.get("cell"), e.get("repeat")): e for e in ends}
     probed: dict[str, list[tuple[int | None, Mapping[str, Any] | None]]] = {}
     for s in starts:
@@ -64,7 +65,8 @@ def _judge(c: CellResult, reps: list[tuple[int | None, Mapping[str, Any] | None]
         return min(values) if values else 0
 
     payload = dict(
-        requested=requested, effective=None if effective is None else str(effective),
+        requested=requested,
+        effective=None if effective is None else str(effective),
         device_type=c.effective.get("device_type"),
         runnable=next((str(o.get("runnable")) for o in seen if o.get("runnable")), None),
         graph_wrapper=bool(seen) and all(bool(o.get("graph_wrapper")) for o in seen),

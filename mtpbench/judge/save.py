@@ -18,16 +18,23 @@ from mtpbench.store.results import Run
 
 
 def _counts(c: Counts) -> dict[str, Any]:
-    return {"num_drafts": int(c.num_drafts), "num_draft_tokens": int(c.num_draft_tokens),
-            "num_accepted_tokens": int(c.num_accepted_tokens),
-            "accepted_per_pos": [int(x) for x in c.accepted_per_pos]}
+    return {
+        "num_drafts": int(c.num_drafts),
+        "num_draft_tokens": int(c.num_draft_tokens),
+        "num_accepted_tokens": int(c.num_accepted_tokens),
+        "accepted_per_pos": [int(x) for x in c.accepted_per_pos],
+    }
 
 
 def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
     ev = cell.evidence
     return {
-        pid: {"num_drafts": int(ev.drafts[i]), "num_draft_tokens": int(ev.draft_tokens[i]),
-              "num_accepted_tokens": int(ev.accepted[i]), "accepted_per_pos": [int(x) for x in ev.per_pos[i]]}
+        pid: {
+            "num_drafts": int(ev.drafts[i]),
+            "num_draft_tokens": int(ev.draft_tokens[i]),
+            "num_accepted_tokens": int(ev.accepted[i]),
+            "accepted_per_pos": [int(x) for x in ev.per_pos[i]],
+        }
         for i, pid in enumerate(ev.ids)
     }
 
@@ -43,8 +50,10 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
     off = [c.cell for c in cells if c.summary.counts.num_drafts <= 0]
     if off:
         # A baseline that records "no speculation" would call every build that lost its drafter a pass.
-        raise UserError(f"{run.path}: {', '.join(off)} recorded zero drafts: speculative decoding did not run, "
-                        "so there is no acceptance to keep as a baseline")
+        raise UserError(
+            f"{run.path}: {', '.join(off)} recorded zero drafts: speculative decoding did not run, "
+            "so there is no acceptance to keep as a baseline"
+        )
     per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
     served = summarize_serving(run, cells=everything) if is_serving(run) else None
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant, served) for c in cells}

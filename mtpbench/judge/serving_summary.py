@@ -127,8 +127,11 @@ def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult
     for cell in order:
         mine = [r for r in run.records if r.get("cell") == cell]
         # Requests: per-request prompt records, or (counters-only) request records without counts.
-        reqs = [r for r in mine if (r.get("type") == "prompt" and r.get("source") != "metrics_delta")
-                or r.get("type") == "request"]
+        reqs = [
+            r
+            for r in mine
+            if (r.get("type") == "prompt" and r.get("source") != "metrics_delta") or r.get("type") == "request"
+        ]
         starts = [r for r in mine if r.get("type") == "cell_start"]
         ev = judged[cell]
         pooled = any(r.get("type") == "prompt" and r.get("source") == "metrics_delta" for r in mine)
@@ -173,9 +176,13 @@ def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult
                 server_died=any(x.get("server_died") for x in loads),
                 errors=[str(r.get("error")) for r in failed][:5],
                 acceptance=COUNTERS_ONLY if counters_only else PER_REQUEST,
-                acceptance_reasons=sorted({str(s["per_request_reason"]) for s in starts
-                                           if s.get("per_request_metrics") == COUNTERS_ONLY
-                                           and s.get("per_request_reason")}),
+                acceptance_reasons=sorted(
+                    {
+                        str(s["per_request_reason"])
+                        for s in starts
+                        if s.get("per_request_metrics") == COUNTERS_ONLY and s.get("per_request_reason")
+                    }
+                ),
             )
         )
     return out
@@ -222,8 +229,9 @@ def _max_tokens(run: Run) -> int | None:
     return run.typed.config.sampling.max_tokens
 
 
-def baseline_fields(run: Run, build: str, mode: str, variant: str | None = None,
-                    served: list[ServingCell] | None = None) -> dict[str, Any] | None:
+def baseline_fields(
+    run: Run, build: str, mode: str, variant: str | None = None, served: list[ServingCell] | None = None
+) -> dict[str, Any] | None:
     """What `baseline save` stores for a serving cell (None for an offline run); `served`: the run's
     summarize_serving, when the caller has it."""
     if not is_serving(run):
@@ -267,20 +275,41 @@ def diagnoses(run: Run, cells: list[CellResult] | None = None) -> list[Finding]:
         # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the
         # run-failed warning), not a gate finding; its recorded requests are still shown in the table.
         if c.cell not in incomplete and (c.requests_failed or missing > 0):
-            out.append(Finding(Kind.FAILED_REQUESTS, Severity.FAIL, c.cell, Cause.REQUESTS_FAILED, FailedRequests(
-                ok=c.requests_ok, total=c.requests_total, failed=c.requests_failed, not_finished=max(missing, 0),
-                server_died=c.server_died, first_error=c.errors[0] if c.errors else None,
-            )))
-        for rep, (match, delta, summed) in enumerate(zip(c.counts_match, c.metrics_delta, c.per_request_sum,
-                                                          strict=True)):
+            out.append(
+                Finding(
+                    Kind.FAILED_REQUESTS,
+                    Severity.FAIL,
+                    c.cell,
+                    Cause.REQUESTS_FAILED,
+                    FailedRequests(
+                        ok=c.requests_ok,
+                        total=c.requests_total,
+                        failed=c.requests_failed,
+                        not_finished=max(missing, 0),
+                        server_died=c.server_died,
+                        first_error=c.errors[0] if c.errors else None,
+                    ),
+                )
+            )
+        for rep, (match, delta, summed) in enumerate(
+            zip(c.counts_match, c.metrics_delta, c.per_request_sum, strict=True)
+        ):
             if match is False:
-                out.append(Finding(Kind.COUNT_MISMATCH, Severity.WARN, c.cell, Cause.COUNTERS_DISAGREE,
-                                   CountMismatch(repeat=rep, metrics_delta=delta, per_request_sum=summed)))
+                out.append(
+                    Finding(
+                        Kind.COUNT_MISMATCH,
+                        Severity.WARN,
+                        c.cell,
+                        Cause.COUNTERS_DISAGREE,
+                        CountMismatch(repeat=rep, metrics_delta=delta, per_request_sum=summed),
+                    )
+                )
     return out
 
 
-def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry],
-                         cells: list[CellResult] | None = None) -> list[Finding]:
+def throughput_diagnoses(
+    run: Run, entries: dict[str, BaselineEntry], cells: list[CellResult] | None = None
+) -> list[Finding]:
     """req/s below the baseline entry's by more than the workload's tolerance (same NUM only)."""
     if not is_serving(run):
         return []
@@ -296,9 +325,20 @@ def throughput_diagnoses(run: Run, entries: dict[str, BaselineEntry],
         tol = float(wl.get("throughput_tolerance_pct", 20.0))
         if drop * 100 > tol:
             sev = Severity.FAIL if wl.get("fail_on_throughput_drop") else Severity.WARN
-            out.append(Finding(Kind.THROUGHPUT_DROP, sev, c.cell, Cause.SLOWER_SERVING, ThroughputDrop(
-                req_per_s=c.req_per_s, baseline_req_per_s=entry.serving.req_per_s, drop=drop, tolerance_pct=tol,
-            )))
+            out.append(
+                Finding(
+                    Kind.THROUGHPUT_DROP,
+                    sev,
+                    c.cell,
+                    Cause.SLOWER_SERVING,
+                    ThroughputDrop(
+                        req_per_s=c.req_per_s,
+                        baseline_req_per_s=entry.serving.req_per_s,
+                        drop=drop,
+                        tolerance_pct=tol,
+                    ),
+                )
+            )
     return out
 
 

@@ -60,8 +60,9 @@ class Sizing:
         return None if not need or any(n is None for n in need) else max(n for n in need if n is not None)
 
 
-def prompts_for(se: float, g: int, drop: float, alpha: float, power: float,
-                cert: tuple[float, float] | None = None) -> int:
+def prompts_for(
+    se: float, g: int, drop: float, alpha: float, power: float, cert: tuple[float, float] | None = None
+) -> int:
     """Smallest prompt count G' whose detectable drop, with se scaled by √(g/G'), is at most `drop`; with
     `cert` = (the certificate's one-sided share, the harmless-failure share), also whose certifiable drop is."""
     if se <= 0:
@@ -82,8 +83,17 @@ def primary_count(gate: GateSpec, cells: int, k: int) -> int:
     return cells * (1 if gate.primary == "acceptance_length" else k)
 
 
-def size_from_ses(entry: str, prompts: int, drafts_per_prompt: float, al: tuple[float | None, float],
-                  ses: list[float | None], gate: GateSpec, checks: int, primary: int, source: str) -> Sizing:
+def size_from_ses(
+    entry: str,
+    prompts: int,
+    drafts_per_prompt: float,
+    al: tuple[float | None, float],
+    ses: list[float | None],
+    gate: GateSpec,
+    checks: int,
+    primary: int,
+    source: str,
+) -> Sizing:
     """`al` = (se of the AL difference, the baseline's AL); `ses` per position; `checks` the run's family,
     `primary` the checks a pass certifies (compare.Comparison.family / .primary)."""
     alpha = gate.false_alarm / max(checks, 1)
@@ -113,10 +123,17 @@ def size_entry(entry: BaselineEntry, gate: GateSpec, checks: int, primary: int =
         return None if se is None else math.sqrt(2) * se
 
     al = clustered_ratio(per_pos.sum(axis=1), drafts).value
-    return size_from_ses(f"{entry.build}/{entry.mode}", len(ids), float(drafts.mean()) if len(ids) else 0.0,
-                         (se2(per_pos.sum(axis=1)), 1.0 + (al or 0.0)),
-                         [se2(per_pos[:, i]) for i in range(per_pos.shape[1])], gate, checks, primary,
-                         "baseline spread x sqrt(2), an upper bound")
+    return size_from_ses(
+        f"{entry.build}/{entry.mode}",
+        len(ids),
+        float(drafts.mean()) if len(ids) else 0.0,
+        (se2(per_pos.sum(axis=1)), 1.0 + (al or 0.0)),
+        [se2(per_pos[:, i]) for i in range(per_pos.shape[1])],
+        gate,
+        checks,
+        primary,
+        "baseline spread x sqrt(2), an upper bound",
+    )
 
 
 def size_pilot(comp: Comparison) -> list[Sizing]:
@@ -131,8 +148,19 @@ def size_pilot(comp: Comparison) -> list[Sizing]:
         c = next(c for c in comp.cells if c.cell == cell)
         g = c.evidence.g
         drafts = float(c.evidence.drafts.mean()) if g else 0.0
-        out.append(size_from_ses(cell, xs[0].prompts, drafts, (length.se, length.base_al), [x.se for x in xs],
-                                 comp.gate, comp.family, comp.primary, "pilot run against the baseline, paired"))
+        out.append(
+            size_from_ses(
+                cell,
+                xs[0].prompts,
+                drafts,
+                (length.se, length.base_al),
+                [x.se for x in xs],
+                comp.gate,
+                comp.family,
+                comp.primary,
+                "pilot run against the baseline, paired",
+            )
+        )
     return out
 
 

@@ -133,8 +133,10 @@ def _request_al_check(
     if se == 0.0:  # every prompt the same AL: the mean is exact
         verdict = Verdict.REGRESSION if delta < -drop else Verdict.IMPROVEMENT if delta > drop else Verdict.PASS
         return verdict, [m.request_mean_al, m.request_mean_al]
-    return _decide(delta, se, df, drop, gate, alpha, cert_alpha), [up.al + lower_bound(delta, se, df, cert_alpha),
-                                                                  m.request_mean_al]
+    return _decide(delta, se, df, drop, gate, alpha, cert_alpha), [
+        up.al + lower_bound(delta, se, df, cert_alpha),
+        m.request_mean_al,
+    ]
 
 
 def _worst(verdicts: list[Verdict]) -> Verdict:
@@ -149,8 +151,15 @@ def _statistical(checks: list[PositionCheck], length: LengthCheck | None, gate: 
     return _worst([x.verdict for x in checks])
 
 
-def findings(c: CellResult, baseline: Baseline, checks: list[PositionCheck], length: LengthCheck | None,
-             gate: GateSpec, alpha: float, cert_alpha: float) -> list[Finding]:
+def findings(
+    c: CellResult,
+    baseline: Baseline,
+    checks: list[PositionCheck],
+    length: LengthCheck | None,
+    gate: GateSpec,
+    alpha: float,
+    cert_alpha: float,
+) -> list[Finding]:
     """The upstream finding of one cell (none when the baseline has no upstream golden), and for a golden
     without per-position rates mtpbench's own verdict on the per-request AL as a finding that can fail."""
     up = baseline.upstream
@@ -172,9 +181,19 @@ def findings(c: CellResult, baseline: Baseline, checks: list[PositionCheck], len
         source=f"{up.source.repository} {up.source.file}"
         + (f"@{up.source.commit[:8]}" if up.source.commit else f" ({up.source.pull_request})"),
         definition=up.definition,
-        al=al, golden_al=up.al, al_limits=limits, per_pos=m.per_pos, conditional=m.conditional,
-        golden_per_pos=up.per_pos, pos_minimums=minimums, failed=failed, upstream=upstream_verdict,
-        statistical=stat.value, disagree=(upstream_verdict == "pass") != stat_ok, prompts=m.prompts, al_ci=ci,
+        al=al,
+        golden_al=up.al,
+        al_limits=limits,
+        per_pos=m.per_pos,
+        conditional=m.conditional,
+        golden_per_pos=up.per_pos,
+        pos_minimums=minimums,
+        failed=failed,
+        upstream=upstream_verdict,
+        statistical=stat.value,
+        disagree=(upstream_verdict == "pass") != stat_ok,
+        prompts=m.prompts,
+        al_ci=ci,
     )
     severity = Severity.FAIL if upstream_verdict != "pass" else Severity.WARN if payload.disagree else Severity.INFO
     out = [Finding(Kind.UPSTREAM_RULE, severity, c.cell, Cause.UPSTREAM_TOLERANCE, payload)]

@@ -131,8 +131,13 @@ def _rows_for(run: Run, prompts: np.ndarray, max_rows: int) -> tuple[np.ndarray,
     return np.where(pos >= 0, pos // width, bands), labels, "prompt order"
 
 
-def heatmap(run: Run, cells: list[CellResult], k: int, max_rows: int = MAX_HEATMAP_ROWS,
-            changed: set[tuple[str, str]] | None = None) -> Heatmap:
+def heatmap(
+    run: Run,
+    cells: list[CellResult],
+    k: int,
+    max_rows: int = MAX_HEATMAP_ROWS,
+    changed: set[tuple[str, str]] | None = None,
+) -> Heatmap:
     """Per (cell, row) the evidence stage's per-prompt counts summed (complete repeats, identical greedy
     repeats once: the numbers `show` and `compare` judge); `changed`: evidence.changed_text(cells)."""
     cols = [f"pos{i}" for i in range(k)]
@@ -154,10 +159,16 @@ def heatmap(run: Run, cells: list[CellResult], k: int, max_rows: int = MAX_HEATM
     long["row"] = [labels[r] for r in row_of[code]]
     marks = changed_text(cells) if changed is None else changed
     long["changed"] = [(c, p) in marks for c, p in zip(long["cell"], long["prompt"], strict=True)]
-    g = long.groupby(["cell", "row"], sort=False).agg(
-        drafts=("drafts", "sum"), prompts=("prompt", "nunique"), changed=("changed", "any"),
-        **{c: (c, "sum") for c in cols},
-    ).reset_index()
+    g = (
+        long.groupby(["cell", "row"], sort=False)
+        .agg(
+            drafts=("drafts", "sum"),
+            prompts=("prompt", "nunique"),
+            changed=("changed", "any"),
+            **{c: (c, "sum") for c in cols},
+        )
+        .reset_index()
+    )
     d = g["drafts"].to_numpy(dtype=np.float64)
     for c in cols:
         g[c] = np.divide(g[c].to_numpy(dtype=np.float64), d, out=np.full(len(g), np.nan), where=d > 0)
@@ -199,8 +210,12 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
         return None
     # Drawn before compare's diagnoses exist (the `measured` hook): the drift judgement is asked here, as is.
     alpha = comp.gate.false_alarm / len(cells)
-    first = {c.cell: getattr(d.payload, "first_round", None) for c, _ in cells
-             for d in drift_findings(c, comp.gate, comp.greedy, alpha) if d.kind == Kind.DRIFT}
+    first = {
+        c.cell: getattr(d.payload, "first_round", None)
+        for c, _ in cells
+        for d in drift_findings(c, comp.gate, comp.greedy, alpha)
+        if d.kind == Kind.DRIFT
+    }
     k = max(len(st[0].per_pos) for _, st in cells)
     return RoundsView(
         cells=[c.cell for c, _ in cells],

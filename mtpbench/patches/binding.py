@@ -53,7 +53,7 @@ def _same_tensor(a: Any, b: Any) -> bool:
 
 
 def attention_type(spec: Any) -> str:
-    """"sliding_attention" / "full_attention" from a KV-cache spec (vLLM's SlidingWindowSpec has a window)."""
+    """ "sliding_attention" / "full_attention" from a KV-cache spec (vLLM's SlidingWindowSpec has a window)."""
     if getattr(spec, "sliding_window", None):
         return "sliding_attention"
     name = type(spec).__name__

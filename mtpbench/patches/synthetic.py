@@ -91,15 +91,29 @@ def _greedy_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     ) -> None:
         if not SYNTHETIC_MODE:
             return original(
-                output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
-                is_greedy, max_spec_len, uniform_probs, synthetic_conditional_rates, SYNTHETIC_MODE,
-            )  # fmt: skip
+                output_token_ids,
+                cu_num_draft_tokens,
+                draft_token_ids,
+                target_argmax,
+                bonus_token_ids,
+                is_greedy,
+                max_spec_len,
+                uniform_probs,
+                synthetic_conditional_rates,
+                SYNTHETIC_MODE,
+            )
         # The greedy kernel skips requests that are not greedy (rejection_sampler.py:740-743).
         flags = None if is_greedy is None else [bool(x) for x in is_greedy.tolist()]
         _synthetic_fill(
-            output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
-            uniform_probs, synthetic_conditional_rates, lambda req: flags is not None and not flags[req],
-        )  # fmt: skip
+            output_token_ids,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            target_argmax,
+            bonus_token_ids,
+            uniform_probs,
+            synthetic_conditional_rates,
+            lambda req: flags is not None and not flags[req],
+        )
         return None
 
     setattr(greedy, _MARKER, True)
@@ -126,16 +140,33 @@ def _random_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     ) -> None:
         if not SYNTHETIC_MODE:
             return original(
-                output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs,
-                bonus_token_ids, recovered_token_ids, uniform_probs, is_greedy, max_spec_len, vocab_size,
-                synthetic_conditional_rates, NO_DRAFT_PROBS, SYNTHETIC_MODE,
-            )  # fmt: skip
+                output_token_ids,
+                cu_num_draft_tokens,
+                draft_token_ids,
+                draft_probs,
+                target_probs,
+                bonus_token_ids,
+                recovered_token_ids,
+                uniform_probs,
+                is_greedy,
+                max_spec_len,
+                vocab_size,
+                synthetic_conditional_rates,
+                NO_DRAFT_PROBS,
+                SYNTHETIC_MODE,
+            )
         # The random kernel skips greedy requests (rejection_sampler.py:846-849).
         flags = [bool(x) for x in is_greedy.tolist()]
         _synthetic_fill(
-            output_token_ids, cu_num_draft_tokens, draft_token_ids, recovered_token_ids, bonus_token_ids,
-            uniform_probs, synthetic_conditional_rates, lambda req: flags[req],
-        )  # fmt: skip
+            output_token_ids,
+            cu_num_draft_tokens,
+            draft_token_ids,
+            recovered_token_ids,
+            bonus_token_ids,
+            uniform_probs,
+            synthetic_conditional_rates,
+            lambda req: flags[req],
+        )
         return None
 
     setattr(random, _MARKER, True)

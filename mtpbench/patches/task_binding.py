@@ -14,7 +14,7 @@ object (the same list or tensor object, never an equal copy; numbers and strings
 means nothing) votes for that layer's KV-cache group. The group with the most votes is the one the task
 read; a tie is "ambiguous", no vote "unidentified". The result has the shape the CPU probe records
 (binding.BindingRecorder.snapshot's "layers"), so the judge reads both alike. Tested against fakes of that
-code (tests/test_task_binding.py); no live vllm-ascend process was available to wire it into.
+code (tests/unit/patches/test_task_binding.py); no live vllm-ascend process was available to wire it into.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def task_groups(
 
 def tasks_per_graph_ok(tasks: Sequence[Any], draft_steps: int, draft_layers: int) -> bool:
     """A captured draft graph holds one task per draft step and draft attention layer, no more, no fewer."""
-    pairs = {(getattr(getattr(t, "provider", None), "layer_name", None), getattr(t, "provider_index", None))
-             for t in tasks}
+    pairs = {
+        (getattr(getattr(t, "provider", None), "layer_name", None), getattr(t, "provider_index", None)) for t in tasks
+    }
     return len(tasks) == draft_steps * draft_layers == len(pairs)

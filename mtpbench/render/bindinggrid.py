@@ -40,8 +40,9 @@ def _grid(cell: str, doc: dict[str, Any]) -> str:
     groups = doc.get("groups") or []
     seeds = [str(r.get("PYTHONHASHSEED")) for r in doc.get("repeats") or []]
     top = "".join(f'<th colspan="{len(groups)}">PYTHONHASHSEED {_e(s)}</th>' for s in seeds)
-    head = "".join(f"<th>group {_e(g['id'])}<br><small>{_e(attn_type_text(g.get('type')))}</small></th>"
-                   for g in groups) * len(seeds)
+    head = "".join(
+        f"<th>group {_e(g['id'])}<br><small>{_e(attn_type_text(g.get('type')))}</small></th>" for g in groups
+    ) * len(seeds)
     rows = []
     for layer in doc.get("layers") or []:
         own = str(layer.get("own_group"))
@@ -58,9 +59,11 @@ def _grid(cell: str, doc: dict[str, Any]) -> str:
         label = f"{layer_label(str(layer.get('layer')))} ({attn_type_text(layer.get('type'))}, group {own})"
         rows.append(f'<tr><td class="l">{_e(label)}</td>{"".join(tds)}</tr>')
     verdict = binding_verdict(bool(doc.get("verified")), ", ".join(seeds), bool(doc.get("graph_effective")))
-    return (f'<h3><code>{_e(cell)}</code>: {_e(verdict)}</h3>'
-            f'<table class="binding"><tr><th class="l" rowspan="2">draft layer</th>{top}</tr><tr>{head}</tr>'
-            f'{"".join(rows)}</table>')
+    return (
+        f"<h3><code>{_e(cell)}</code>: {_e(verdict)}</h3>"
+        f'<table class="binding"><tr><th class="l" rowspan="2">draft layer</th>{top}</tr><tr>{head}</tr>'
+        f"{''.join(rows)}</table>"
+    )
 
 
 def binding_section(binding: dict[str, dict[str, Any]]) -> str:
@@ -68,5 +71,7 @@ def binding_section(binding: dict[str, dict[str, Any]]) -> str:
     if not binding:
         return ""
     grids = "".join(_grid(cell, doc) for cell, doc in binding.items())
-    return (f'<section id="metadata-binding"><h2>{_e(BINDING_HEADING)}</h2>{grids}'
-            f'<p class="meta">{_e(BINDING_CAPTION)}</p></section>')
+    return (
+        f'<section id="metadata-binding"><h2>{_e(BINDING_HEADING)}</h2>{grids}'
+        f'<p class="meta">{_e(BINDING_CAPTION)}</p></section>'
+    )

@@ -63,11 +63,17 @@ def group_tables(g: HistoryGroup) -> list[Table]:
             version = r.versions.get("vllm_ascend") or r.versions.get("vllm") or "–"
             moved = [cp for cp in g.change_points if cp.cell == cell and cp.index == n]
             t.add_row(
-                str(n), r.created, r.run_id, version, sha, "–" if c is None else str(c[0]),
+                str(n),
+                r.created,
+                r.run_id,
+                version,
+                sha,
+                "–" if c is None else str(c[0]),
                 *[_pct(g.rate(cell, n, i)) for i in range(g.k)],
                 _status(r, cell),
                 Text(", ".join(f"pos{cp.pos} {100 * cp.delta:+.1f}" for cp in moved), style="bold red")
-                if (cell, n) in marks else "",
+                if (cell, n) in marks
+                else "",
             )
         out.append(t)
     return out
@@ -78,13 +84,18 @@ def history_renderable(h: History) -> Group:
     for gi, g in enumerate(h.groups, start=1):
         head = Text(f"group {gi}: {len(g.runs)} run(s) of {key_text(g)}", style="bold")
         if gi > 1:
-            head.append(f"\n  not comparable with group 1 ({_differs(h.groups[0], g)} differ): shown apart",
-                        style="yellow")
+            head.append(
+                f"\n  not comparable with group 1 ({_differs(h.groups[0], g)} differ): shown apart", style="yellow"
+            )
         parts.append(head)
         parts.extend(group_tables(g))
         if not g.change_points:
-            parts.append(Text(f"no change point: no position moved by more than {g.tolerance_pts:g} pts with support",
-                              style="green"))
+            parts.append(
+                Text(
+                    f"no change point: no position moved by more than {g.tolerance_pts:g} pts with support",
+                    style="green",
+                )
+            )
         for cp in g.change_points:
             parts.append(Text(f"CHANGE {cp.cell} at run #{cp.index} {cp.run_id}: {cp.why}", style="red"))
         first = g.first
@@ -104,17 +115,37 @@ def history_json(h: History) -> str:
                 "key": g.key,
                 "tolerance_pts": g.tolerance_pts,
                 "runs": [
-                    {"run_id": r.run_id, "path": str(r.path), "created": r.created, "versions": r.versions,
-                     "git_sha": r.git_sha,
-                     "cells": {c: {"num_drafts": v[0], "accepted_per_pos": v[1],
-                                   "per_pos": [a / v[0] if v[0] else None for a in v[1]]}
-                               for c, v in r.counts.items()}}
+                    {
+                        "run_id": r.run_id,
+                        "path": str(r.path),
+                        "created": r.created,
+                        "versions": r.versions,
+                        "git_sha": r.git_sha,
+                        "cells": {
+                            c: {
+                                "num_drafts": v[0],
+                                "accepted_per_pos": v[1],
+                                "per_pos": [a / v[0] if v[0] else None for a in v[1]],
+                            }
+                            for c, v in r.counts.items()
+                        },
+                    }
                     for r in g.runs
                 ],
                 "change_points": [
-                    {"cell": c.cell, "pos": c.pos, "run_id": c.run_id, "index": c.index, "before": c.before,
-                     "after": c.after, "delta": c.delta, "ci": None if c.ci is None else [c.ci.low, c.ci.high],
-                     "pvalue": c.pvalue, "changed": c.changed, "why": c.why}
+                    {
+                        "cell": c.cell,
+                        "pos": c.pos,
+                        "run_id": c.run_id,
+                        "index": c.index,
+                        "before": c.before,
+                        "after": c.after,
+                        "delta": c.delta,
+                        "ci": None if c.ci is None else [c.ci.low, c.ci.high],
+                        "pvalue": c.pvalue,
+                        "changed": c.changed,
+                        "why": c.why,
+                    }
                     for c in g.change_points
                 ],
                 "first_change": None if g.first is None else g.first.run_id,
@@ -132,10 +163,15 @@ def _html_page(h: History, svgs: list[str]) -> str:
     for gi, (g, svg) in enumerate(zip(h.groups, svgs, strict=True), start=1):
         body.append(f"<h2>Group {gi}: {len(g.runs)} run(s)</h2><p class='meta'>{e(key_text(g))}</p>")
         if gi > 1:
-            body.append(f"<p class='apart'>Not comparable with group 1 ({e(_differs(h.groups[0], g))} differ): "
-                        "shown apart.</p>")
-        cps = "".join(f"<li><b>{e(c.cell)}</b> at run <code>{e(c.run_id)}</code>: {e(c.why)}</li>"
-                      for c in g.change_points) or "<li>no change point</li>"
+            body.append(
+                f"<p class='apart'>Not comparable with group 1 ({e(_differs(h.groups[0], g))} differ): shown apart.</p>"
+            )
+        cps = (
+            "".join(
+                f"<li><b>{e(c.cell)}</b> at run <code>{e(c.run_id)}</code>: {e(c.why)}</li>" for c in g.change_points
+            )
+            or "<li>no change point</li>"
+        )
         body.append(f"<ul>{cps}</ul><figure class='trend'>{svg}</figure>")
         for cell in g.cells:
             head = "".join(f"<th>pos{i} %</th>" for i in range(g.k))
@@ -145,14 +181,20 @@ def _html_page(h: History, svgs: list[str]) -> str:
                 + "</tr>"
                 for n, r in enumerate(g.runs)
             )
-            body.append(f"<h3>{e(cell)}</h3><table><tr><th>#</th><th>created</th><th>run</th><th>build</th>{head}"
-                        f"</tr>{rows}</table>")
-    css = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:1.5rem auto;padding:0 1rem}"
-           "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2rem .5rem}.meta{color:#555}"
-           ".apart{color:#8d6e00}figure svg{max-width:100%;height:auto}")
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>mtpbench history</title>"
-            f"<style>{css}</style></head><body><h1>mtpbench history</h1>{''.join(body)}"
-            f"<p class='meta'>mtpbench {e(__version__)}</p></body></html>\n")
+            body.append(
+                f"<h3>{e(cell)}</h3><table><tr><th>#</th><th>created</th><th>run</th><th>build</th>{head}"
+                f"</tr>{rows}</table>"
+            )
+    css = (
+        "body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:1.5rem auto;padding:0 1rem}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2rem .5rem}.meta{color:#555}"
+        ".apart{color:#8d6e00}figure svg{max-width:100%;height:auto}"
+    )
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>mtpbench history</title>"
+        f"<style>{css}</style></head><body><h1>mtpbench history</h1>{''.join(body)}"
+        f"<p class='meta'>mtpbench {e(__version__)}</p></body></html>\n"
+    )
 
 
 def write_outputs(h: History, html_path: Path | None, png_dir: Path | None) -> list[Path]:

@@ -120,8 +120,20 @@ def _diagnoses(comp: Comparison) -> str:
 
 def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
     k = max((c.summary.counts.k for c in comp.cells), default=0)
-    head = ["cell", "graph mode requested", "effective", "compilation", "patches", "repeats", "drafts",
-            *[f"pos{i} %" for i in range(k)], "mean %", "AL pooled", "AL per request", "changed text"]
+    head = [
+        "cell",
+        "graph mode requested",
+        "effective",
+        "compilation",
+        "patches",
+        "repeats",
+        "drafts",
+        *[f"pos{i} %" for i in range(k)],
+        "mean %",
+        "AL pooled",
+        "AL per request",
+        "changed text",
+    ]
     rows = []
     for c in comp.cells:
         s = c.summary
@@ -135,9 +147,12 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
         if len(prompts) > 12:  # a serving run can change thousands: the count and the first few
             prompts = [f"{len(prompts)} prompts: {', '.join(prompts[:10])}, …"]
         cells = [
-            f'<td class="l"><code>{_e(c.cell)}</code></td>', f'<td class="l">{_e(req)}</td>',
-            f"<td{eff_cls}>{_e(eff)}</td>", f'<td class="l">{_e(comp_mode)}</td>',
-            f'<td class="l">{_e(patches or "none")}</td>', f"<td>{c.repeats_done}/{len(c.repeats)}</td>",
+            f'<td class="l"><code>{_e(c.cell)}</code></td>',
+            f'<td class="l">{_e(req)}</td>',
+            f"<td{eff_cls}>{_e(eff)}</td>",
+            f'<td class="l">{_e(comp_mode)}</td>',
+            f'<td class="l">{_e(patches or "none")}</td>',
+            f"<td>{c.repeats_done}/{len(c.repeats)}</td>",
             f"<td>{s.counts.num_drafts}</td>",
             *[f"<td>{_pct(s.per_pos[i]) if i < s.counts.k else ''}</td>" for i in range(k)],
             f"<td>{_pct(s.mean)}</td>",
@@ -208,8 +223,7 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
         f" · created {_e(m.get('created'))} · status {_e(m.get('status'))}"
         + (f" · baseline <code>{_e(comp.baseline)}</code>" if comp.baseline else " · no baseline")
     )
-    run_keys = ("run_id", "created", "finished", "status", "command", "config_path", "tool_version", "model",
-                "drafter")
+    run_keys = ("run_id", "created", "finished", "status", "command", "config_path", "tool_version", "model", "drafter")
     provenance = {
         "run": {**{key: m.get(key) for key in run_keys}, "prompts": _prompts_summary(m.get("prompts"))},
         "config": cfg,
@@ -249,8 +263,9 @@ drop is the drafter's.</figcaption></figure></section>
 """
 
 
-def write_report(run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None,
-                 figures: Figures | None = None) -> Rendered:
+def write_report(
+    run: Run, comp: Comparison, html_path: Path | None, png_dir: Path | None, figures: Figures | None = None
+) -> Rendered:
     """Write the HTML and/or the PNGs. `figures`: already handed to a painter (cli's report); without
     them the figures are drawn here, in this process."""
     if figures is None:

@@ -17,6 +17,8 @@ from mtpbench.render.words import cause_text, check_message, finding_line, findi
 # Which depends on the gate's primary endpoint: its inconclusive fails, the other endpoint's is a diagnosis.
 def _fails(primary: bool) -> set[Verdict]:
     return {Verdict.REGRESSION, Verdict.INCONCLUSIVE} if primary else {Verdict.REGRESSION}
+
+
 # Signatures every cell is tested for, so a pass shows up as a passing testcase.
 _CELL_SIGNATURES = (Kind.SPECULATION_OFF, Kind.INSTABILITY, Kind.GRAPH_DIVERGENCE)
 
@@ -72,7 +74,8 @@ def comparison_junit(comp: Comparison) -> str:
                         ET.SubElement(el, "system-out").text = finding_line(d)
     for i, d in enumerate(comp.diagnoses):
         by_checks = d.kind in (Kind.REGRESSION, Kind.IMPROVEMENT, Kind.INCONCLUSIVE) and isinstance(
-            d.payload, PositionChecks | LengthChecks)
+            d.payload, PositionChecks | LengthChecks
+        )
         if i in covered or by_checks:
             continue  # already a testcase: its cell × signature, or its cell × position checks
         el = case(d.cell, d.name)
@@ -91,7 +94,6 @@ def comparison_junit(comp: Comparison) -> str:
     suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
-
 
 
 def not_comparable_junit(exc: NotComparableError) -> str:

@@ -54,8 +54,9 @@ def draw(job: Job) -> Drawn:
     from mtpbench.render import plots
 
     plt = plots.require()
-    make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure,
-            "rounds": plots.rounds_figure}[job.figure]
+    make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure, "rounds": plots.rounds_figure}[
+        job.figure
+    ]
     fig = make(*job.args)
     try:
         png = plots.save_png(fig, job.png, close=False) if job.png is not None else None
@@ -85,8 +86,9 @@ class Painter:
         if not all(argv):  # an embedded interpreter may have no sys.executable
             return cls(None)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    env=env)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+            )
         except OSError:
             return cls(None)
         return cls(proc)

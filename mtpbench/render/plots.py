@@ -64,20 +64,29 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
         k = len(v.rates)
         xs = list(range(k))
         heights = [_pct(r) for r in v.rates]
-        colors = [VERDICT_COLOR.get(vd, BAR_COLOR) if vd in ("regression", "improvement") else BAR_COLOR
-                  for vd in v.verdicts]
+        colors = [
+            VERDICT_COLOR.get(vd, BAR_COLOR) if vd in ("regression", "improvement") else BAR_COLOR for vd in v.verdicts
+        ]
         ax.bar(xs, [0 if math.isnan(h) else h for h in heights], color=colors, width=0.6, zorder=1)
         lo = [h - _pct(c[0]) if c else 0 for h, c in zip(heights, v.ci, strict=True)]
         hi = [_pct(c[1]) - h if c else 0 for h, c in zip(heights, v.ci, strict=True)]
         ax.errorbar(xs, heights, yerr=[lo, hi], fmt="none", ecolor="#263238", capsize=4, lw=1, zorder=3)
         base = [_pct(b) for b in v.baseline]
         if any(not math.isnan(b) for b in base):
-            ax.hlines(base, [x - 0.38 for x in xs], [x + 0.38 for x in xs], colors="black", lw=2.2, zorder=4,
-                      label="baseline")
+            ax.hlines(
+                base, [x - 0.38 for x in xs], [x + 0.38 for x in xs], colors="black", lw=2.2, zorder=4, label="baseline"
+            )
         for j, (label, rates) in enumerate(v.repeats):
             off = (j - (len(v.repeats) - 1) / 2) * 0.09
-            ax.scatter([x + off for x in xs], [_pct(r) for r in rates], s=16, zorder=5, edgecolors="white",
-                       linewidths=0.5, label=label)
+            ax.scatter(
+                [x + off for x in xs],
+                [_pct(r) for r in rates],
+                s=16,
+                zorder=5,
+                edgecolors="white",
+                linewidths=0.5,
+                label=label,
+            )
         ax.set_xticks(xs, [f"pos{i}" for i in xs])
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3, zorder=0)
@@ -136,8 +145,9 @@ def history_figure(group: HistoryGroup) -> Figure:
     """Per-position acceptance of every cell across the group's runs, change points as vertical lines."""
     plt = require()
     cells = group.cells
-    fig, axes = plt.subplots(len(cells), 1, figsize=(max(5.0, 0.7 * len(group.runs) + 3), 2.4 * len(cells)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(cells), 1, figsize=(max(5.0, 0.7 * len(group.runs) + 3), 2.4 * len(cells)), squeeze=False, sharex=True
+    )
     xs = list(range(len(group.runs)))
     for ax, cell in zip(axes[:, 0], cells, strict=True):
         for i in range(group.k):
@@ -173,8 +183,9 @@ def rounds_figure(rv: RoundsView, title: str = "") -> Figure:
         ax.plot(xs, [_pct(y) for y in rv.mean[j]], color="black", marker="s", ms=3, lw=1.5, label="mean")
         if rv.drift_round[j] is not None:
             ax.axvline(rv.drift_round[j] - 0.5, color="#c62828", ls="--", lw=1)
-            ax.annotate(f"drift from round {rv.drift_round[j]}", (rv.drift_round[j] - 0.45, 4), fontsize=7,
-                        color="#c62828")
+            ax.annotate(
+                f"drift from round {rv.drift_round[j]}", (rv.drift_round[j] - 0.45, 4), fontsize=7, color="#c62828"
+            )
         for r in rv.stalled[j]:
             ax.plot([r], [2], marker="x", color="#c62828", ms=8)
         ax.set_ylim(0, 105)

@@ -35,8 +35,14 @@ from mtpbench.schema import COUNTERS_ONLY
 REPORT_SCHEMA = 2
 
 STYLE = {Severity.FAIL: "bold red", Severity.WARN: "yellow", Severity.INFO: "cyan"}
-VERDICT_STYLE = {Verdict.REGRESSION: "bold red", Verdict.INCONCLUSIVE: "bold yellow", Verdict.IMPROVEMENT: "cyan",
-                 Verdict.PASS: "green", Verdict.NO_BASELINE: "red", Verdict.NO_DATA: "red"}
+VERDICT_STYLE = {
+    Verdict.REGRESSION: "bold red",
+    Verdict.INCONCLUSIVE: "bold yellow",
+    Verdict.IMPROVEMENT: "cyan",
+    Verdict.PASS: "green",
+    Verdict.NO_BASELINE: "red",
+    Verdict.NO_DATA: "red",
+}
 VERDICT_WORD = {
     ExitCode.OK: "PASS",
     ExitCode.REGRESSION: "FAIL",
@@ -70,8 +76,13 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
     k = max((c.evidence.k for c in cells), default=0)
     cols: list[Column] = [("cell", "graph mode", "left"), ("rep", "drafts", "right"), ("prompts", "", "right")]
     cols += [(f"pos{i} %", "[95% CI]" if ci else "", "right") for i in range(k)]
-    cols += [("mean", "%", "right"), ("avg", "acc", "right"), ("AL", "pooled", "right"), ("AL", "per req", "right"),
-             ("spread", "pts", "right")]
+    cols += [
+        ("mean", "%", "right"),
+        ("avg", "acc", "right"),
+        ("AL", "pooled", "right"),
+        ("AL", "per req", "right"),
+        ("spread", "pts", "right"),
+    ]
     soak = any(c.rounds is not None for c in cells)  # a soak run: mean acceptance per round of one engine
     cols += [ROUNDS_COLUMN] if soak else []
     rows: list[list[Cell]] = []
@@ -99,8 +110,13 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
 
 def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Column], list[list[Cell]]]:
     """One row per cell × position; `ci` adds the interval and prompt columns (they need ~100 columns)."""
-    cols: list[Column] = [("cell", "", "left"), ("pos", "", "right"), ("run", "%", "right"),
-                          ("base", "%", "right"), ("Δ", "pts", "right")]
+    cols: list[Column] = [
+        ("cell", "", "left"),
+        ("pos", "", "right"),
+        ("run", "%", "right"),
+        ("base", "%", "right"),
+        ("Δ", "pts", "right"),
+    ]
     if ci:
         cols += [("Δ 95% CI", "pts", "right"), ("prompts", "", "right")]
     cols += [("MDE", "pts", "right"), ("verdict", "", "left")]
@@ -108,12 +124,19 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
     for x in checks:
         weak = x.underpowered and x.verdict == Verdict.PASS
         note = f" ({COUNTERS_ONLY})" if x.method == COUNTERS_ONLY else " (underpowered)" if weak else ""
-        row: list[Cell] = [(x.cell, "", ""), (str(x.pos), "", ""), (pct(x.run_rate), "", ""),
-                           (pct(x.base_rate), "", ""), (pts(x.delta), "", "")]
+        row: list[Cell] = [
+            (x.cell, "", ""),
+            (str(x.pos), "", ""),
+            (pct(x.run_rate), "", ""),
+            (pct(x.base_rate), "", ""),
+            (pts(x.delta), "", ""),
+        ]
         if ci:
             pooled = x.method == COUNTERS_ONLY  # one /metrics count per repeat: no prompts, no interval
-            row += [(ci_text(x.ci), "", ""), (COUNTERS_ONLY if pooled else str(x.prompts) if x.prompts else "–",
-                                              "", "")]
+            row += [
+                (ci_text(x.ci), "", ""),
+                (COUNTERS_ONLY if pooled else str(x.prompts) if x.prompts else "–", "", ""),
+            ]
         row += [
             ("–" if x.mde is None else f"{100 * x.mde:.1f}", "", "yellow" if weak else ""),
             (x.verdict.value + note, "", VERDICT_STYLE.get(x.verdict, "")),
@@ -123,11 +146,21 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
 
 
 def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
-    t = Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-              collapse_padding=True)
+    t = Table(
+        title=title or None,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for i, (name, sub, justify) in enumerate(cols):
-        t.add_column(f"{name}\n{sub}" if sub else name, justify=justify,  # type: ignore[arg-type]
-                     no_wrap=i > 0, min_width=20 if i == 0 else None)
+        t.add_column(
+            f"{name}\n{sub}" if sub else name,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=i > 0,
+            min_width=20 if i == 0 else None,
+        )
     for row in rows:
         cells = []
         for main, detail, style in row:
@@ -164,7 +197,6 @@ def checks_table(checks: list[PositionCheck], baseline: str | None, ci: bool = T
     return rich_table(cols, rows, f"against baseline {baseline}" if baseline else "")
 
 
-
 def diagnosis_text(d: Finding) -> Text:
     t = Text()
     t.append(f"{d.severity.value.upper():4} ", style=STYLE.get(d.severity, ""))
@@ -173,7 +205,6 @@ def diagnosis_text(d: Finding) -> Text:
     if cause_text(d):
         t.append(f"\n       likely cause: {cause_text(d)}", style="dim")
     return t
-
 
 
 def verdict_line(comp: Comparison) -> Text:

@@ -35,21 +35,46 @@ def _num(x: float | None, fmt: str) -> str:
 def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
     """One header and row builder for the table and Markdown renderers."""
     k = max((len(c.pooled_per_pos) for c in cells), default=0)
-    head = ["cell", "requests\nok", "req/s", "out\ntok/s", "TTFT ms\np50/p99", "TPOT ms\np50/p99",
-            *[f"pos{i} %\n[95% CI]" for i in range(k)], "mean %\npooled", "AL\npooled", "AL\nreq mean",
-            "/metrics\n= sum", "acceptance\nfrom"]
+    head = [
+        "cell",
+        "requests\nok",
+        "req/s",
+        "out\ntok/s",
+        "TTFT ms\np50/p99",
+        "TPOT ms\np50/p99",
+        *[f"pos{i} %\n[95% CI]" for i in range(k)],
+        "mean %\npooled",
+        "AL\npooled",
+        "AL\nreq mean",
+        "/metrics\n= sum",
+        "acceptance\nfrom",
+    ]
     rows = []
     for c in cells:
-        match = "yes" if c.counts_match and all(m is True for m in c.counts_match) else (
-            "NO" if any(m is False for m in c.counts_match) else "n/a")
-        rows.append([
-            c.cell, f"{c.requests_ok}/{c.requests_total}", _num(c.req_per_s, ".2f"), _num(c.output_tok_per_s, ".0f"),
-            _ms(c.ttft_s), _ms(c.tpot_s),
-            *[f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
-              for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)],
-            _p(c.pooled_mean), _num(c.pooled_al, ".2f"), _num(c.mean_request_al, ".2f"), match,
-            COUNTERS_ONLY_METHOD if c.acceptance == COUNTERS_ONLY else PER_REQUEST,
-        ])
+        match = (
+            "yes"
+            if c.counts_match and all(m is True for m in c.counts_match)
+            else ("NO" if any(m is False for m in c.counts_match) else "n/a")
+        )
+        rows.append(
+            [
+                c.cell,
+                f"{c.requests_ok}/{c.requests_total}",
+                _num(c.req_per_s, ".2f"),
+                _num(c.output_tok_per_s, ".0f"),
+                _ms(c.ttft_s),
+                _ms(c.tpot_s),
+                *[
+                    f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
+                    for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)
+                ],
+                _p(c.pooled_mean),
+                _num(c.pooled_al, ".2f"),
+                _num(c.mean_request_al, ".2f"),
+                match,
+                COUNTERS_ONLY_METHOD if c.acceptance == COUNTERS_ONLY else PER_REQUEST,
+            ]
+        )
     return head, rows
 
 
@@ -60,7 +85,10 @@ def serving_table(cells: list[ServingCell]) -> Table:
         "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
         "/metrics = sum: the counter deltas equal the per-request counts; counters-only: the build returned no "
         "per-request counts, acceptance is the /metrics deltas pooled over the load (no interval)",
-        title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
     )
     for i, h in enumerate(head):
         t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i != 0)

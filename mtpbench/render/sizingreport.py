@@ -22,8 +22,11 @@ def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None
     if not sizes:
         return Group(Text("sizing: the baseline has no per-prompt counts to size from (rates only)", style="yellow"))
     s0 = sizes[0]
-    what = (f"no drop ≥ {gate.tolerance_al_pct:g} % in acceptance length" if gate.primary == "acceptance_length"
-            else f"no drop ≥ {gate.tolerance_pts:g} pts per position")
+    what = (
+        f"no drop ≥ {gate.tolerance_al_pct:g} % in acceptance length"
+        if gate.primary == "acceptance_length"
+        else f"no drop ≥ {gate.tolerance_pts:g} pts per position"
+    )
     head = Text(
         f"sizing: to certify {what} ({100 * gate.power:g} % power, {100 * gate.false_alarm:g} % false alarms per "
         f"run over {s0.checks} checks, one-sided α {s0.alpha:.2g} each; {100 * gate.confidence:g} % confidence); "
@@ -39,7 +42,15 @@ def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None
             n = have if have is not None else s.prompts
             ok = p.prompts_needed is not None and n >= p.prompts_needed
             name = ("AL" if p.pos == AL else f"pos{p.pos}") + (" (primary)" if p.primary else " (diagnosis)")
-            t.add_row(s.entry, str(s.prompts), f"{s.drafts_per_prompt:.0f}", name, _num(p, p.drop), _num(p, p.se),
-                      _num(p, p.detectable), "–" if p.prompts_needed is None else str(p.prompts_needed),
-                      Text("enough" if ok else "too few", style="green" if ok else "yellow" if p.primary else "dim"))
+            t.add_row(
+                s.entry,
+                str(s.prompts),
+                f"{s.drafts_per_prompt:.0f}",
+                name,
+                _num(p, p.drop),
+                _num(p, p.se),
+                _num(p, p.detectable),
+                "–" if p.prompts_needed is None else str(p.prompts_needed),
+                Text("enough" if ok else "too few", style="green" if ok else "yellow" if p.primary else "dim"),
+            )
     return Group(head, t)

@@ -21,9 +21,13 @@ def upstream_message(n: UpstreamCheck) -> str:
         parts.append(f"AL {_limit(n.al)} vs golden {n.golden_al:g} (allowed {allowed})")
     if n.golden_per_pos:
         mins = n.pos_minimums or [None] * len(n.golden_per_pos)
-        parts.append("rates " + ", ".join(
-            f"pos{i} {_limit(a, 4)} vs {g:g} (min {_limit(m, 4)})"
-            for i, (a, g, m) in enumerate(zip(n.per_pos, n.golden_per_pos, mins, strict=True))))
+        parts.append(
+            "rates "
+            + ", ".join(
+                f"pos{i} {_limit(a, 4)} vs {g:g} (min {_limit(m, 4)})"
+                for i, (a, g, m) in enumerate(zip(n.per_pos, n.golden_per_pos, mins, strict=True))
+            )
+        )
     else:
         parts.append("rates " + ", ".join(f"pos{i} {_limit(a, 4)}" for i, a in enumerate(n.per_pos)))
     parts.append("conditional " + ", ".join(f"pos{i} {_limit(c, 4)}" for i, c in enumerate(n.conditional)))

@@ -17,20 +17,28 @@ def certified_text(comp: Comparison) -> str:
     conf = f"{100 * comp.gate.confidence:g} % confidence over the run's {comp.primary} primary check(s)"
     pos_ok = [x for x in comp.checks if x.verdict == Verdict.PASS and x.method != COUNTERS_ONLY]
     pos = sorted({x.pos for x in pos_ok})
-    where = f"pos{pos[0]}-{pos[-1]}" if len(pos) > 1 and pos == list(range(pos[0], pos[-1] + 1)) else (
-        ", ".join(f"pos{p}" for p in pos))
+    where = (
+        f"pos{pos[0]}-{pos[-1]}"
+        if len(pos) > 1 and pos == list(range(pos[0], pos[-1] + 1))
+        else (", ".join(f"pos{p}" for p in pos))
+    )
     if comp.gate.primary == "acceptance_length":
         al_ok = [x for x in comp.lengths if x.verdict == Verdict.PASS and x.method != COUNTERS_ONLY]
         if not al_ok:
             return "no drop is ruled out (no check could certify one)"
         left = len(comp.lengths) - len(al_ok)
         base = ", ".join(dict.fromkeys(f"{x.base_al:.2f}" for x in al_ok if x.base_al is not None))
-        also = (f"; per position, a {comp.gate.tolerance_pts:g}-pt drop is also ruled out at {where} in "
-                f"{len(pos_ok)} of {len(comp.checks)} checks" if pos_ok else
-                "; no position could rule out a drop of its own")
+        also = (
+            f"; per position, a {comp.gate.tolerance_pts:g}-pt drop is also ruled out at {where} in "
+            f"{len(pos_ok)} of {len(comp.checks)} checks"
+            if pos_ok
+            else "; no position could rule out a drop of its own"
+        )
         note = f"; {left} cell(s) not certified" if left else ""
-        return (f"no drop ≥ {comp.gate.tolerance_al_pct:g} % in acceptance length (baseline {base} tokens/step) in "
-                f"{len(al_ok)} cell(s), {conf}{note}{also}")
+        return (
+            f"no drop ≥ {comp.gate.tolerance_al_pct:g} % in acceptance length (baseline {base} tokens/step) in "
+            f"{len(al_ok)} cell(s), {conf}{note}{also}"
+        )
     if not pos_ok:
         return "no drop is ruled out (no check could certify one)"
     cells = len({x.cell for x in pos_ok})

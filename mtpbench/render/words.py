@@ -129,8 +129,9 @@ def _positions(n: PositionChecks, with_ci: bool = True) -> str:
 
 
 def _mdes(n: PositionChecks) -> str:
-    return ", ".join(f"pos{p} {'n/a' if m is None else f'{100 * m:.1f}'}" for p, m in zip(n.positions, n.mdes,
-                                                                                        strict=True))
+    return ", ".join(
+        f"pos{p} {'n/a' if m is None else f'{100 * m:.1f}'}" for p, m in zip(n.positions, n.mdes, strict=True)
+    )
 
 
 # The method, and what it means for a verdict (compare._counters_only_check).
@@ -167,8 +168,9 @@ def _msg_regression(n: PositionChecks | LengthChecks) -> str:
         tail = COUNTERS_ONLY_TEXT if n.method == COUNTERS_ONLY else f"{n.prompts} prompts"
         return f"{_al(n)}; tolerance {_al_tol(n)}, {tail}, entry {n.entry}{_al_role(n)}"
     if n.method == COUNTERS_ONLY:
-        return (f"{_positions(n, with_ci=False)}; tolerance {n.tolerance_pts:g} pts, entry {n.entry}; "
-                f"{COUNTERS_ONLY_TEXT}")
+        return (
+            f"{_positions(n, with_ci=False)}; tolerance {n.tolerance_pts:g} pts, entry {n.entry}; {COUNTERS_ONLY_TEXT}"
+        )
     return f"{_positions(n)}; tolerance {n.tolerance_pts:g} pts, {n.prompts} prompts, entry {n.entry}"
 
 
@@ -180,14 +182,18 @@ def _msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
             f"{_ci_list(n.ci)}, {n.prompts} prompts)"
         )
     if isinstance(n, LengthChecks):
-        return (f"{_al(n)}: the data neither rule out a drop of {_al_tol(n)} nor confirm one ({n.prompts} "
-                f"prompts; the smallest drop this run catches with {100 * n.power:g} % power: {_al_mde(n)} "
-                "tokens/step)"
-                f"{_al_role(n)}")
+        return (
+            f"{_al(n)}: the data neither rule out a drop of {_al_tol(n)} nor confirm one ({n.prompts} "
+            f"prompts; the smallest drop this run catches with {100 * n.power:g} % power: {_al_mde(n)} "
+            "tokens/step)"
+            f"{_al_role(n)}"
+        )
     if n.check == "positions":
-        return (f"{_positions(n)}: not certified per position (a drop of {n.tolerance_pts:g} pts is neither "
-                f"ruled out nor confirmed; smallest drop caught with {100 * n.power:g} % power: {_mdes(n)} pts, "
-                f"{n.prompts} prompts); a diagnosis, the gate certifies acceptance length")
+        return (
+            f"{_positions(n)}: not certified per position (a drop of {n.tolerance_pts:g} pts is neither "
+            f"ruled out nor confirmed; smallest drop caught with {100 * n.power:g} % power: {_mdes(n)} pts, "
+            f"{n.prompts} prompts); a diagnosis, the gate certifies acceptance length"
+        )
     return (
         f"{_positions(n)}: the data neither rule out a drop of {n.tolerance_pts:g} pts nor confirm one "
         f"({n.prompts} prompts; the smallest drop this run catches with {100 * n.power:g} % power: {_mdes(n)} pts)"
@@ -197,13 +203,19 @@ def _msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
 def _msg_underpowered(n: PositionChecks | LengthChecks) -> str:
     if isinstance(n, LengthChecks):
         if n.method == COUNTERS_ONLY:
-            return (f"{_al(n, with_ci=False)}: within {_al_tol(n)}, but the power to detect a drop that large is "
-                    f"unknown; {COUNTERS_ONLY_TEXT}")
-        return (f"could not have caught a drop of {_al_tol(n)} with {100 * n.power:g} % power: smallest such "
-                f"drop {_al_mde(n)} tokens/step ({n.prompts} prompts)")
+            return (
+                f"{_al(n, with_ci=False)}: within {_al_tol(n)}, but the power to detect a drop that large is "
+                f"unknown; {COUNTERS_ONLY_TEXT}"
+            )
+        return (
+            f"could not have caught a drop of {_al_tol(n)} with {100 * n.power:g} % power: smallest such "
+            f"drop {_al_mde(n)} tokens/step ({n.prompts} prompts)"
+        )
     if n.method == COUNTERS_ONLY:
-        return (f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
-                f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}")
+        return (
+            f"{_positions(n, with_ci=False)}: within the {n.tolerance_pts:g}-pt tolerance, but the power to "
+            f"detect a drop that large is unknown; {COUNTERS_ONLY_TEXT}"
+        )
     return (
         f"could not have caught a drop of {n.tolerance_pts:g} pts with {100 * n.power:g} % power: smallest such "
         f"drop {_mdes(n)} pts ({n.prompts} prompts)"
@@ -218,9 +230,11 @@ def _msg_improvement(n: PositionChecks | LengthChecks) -> str:
 
 def _msg_speculation_off(n: SpeculationOff | RoundSpeculationOff) -> str:
     if isinstance(n, RoundSpeculationOff):
-        return (f"within one process (PYTHONHASHSEED={n.hash_seed}): round {n.first_round} accepted no draft token "
-                f"({n.drafts} drafts) after round 0 accepted {pct(n.rate_round0)} %; rounds "
-                f"{', '.join(map(str, n.rounds_off))} accepted nothing")
+        return (
+            f"within one process (PYTHONHASHSEED={n.hash_seed}): round {n.first_round} accepted no draft token "
+            f"({n.drafts} drafts) after round 0 accepted {pct(n.rate_round0)} %; rounds "
+            f"{', '.join(map(str, n.rounds_off))} accepted nothing"
+        )
     seeds = ", ".join(f"PYTHONHASHSEED={s}" for s in n.hash_seeds)
     where = f"every complete repeat ({seeds})" if n.all else f"repeats {seeds} of {n.repeats}"
     return f"zero drafts recorded in {where}: speculative decoding did not run"
@@ -229,7 +243,7 @@ def _msg_speculation_off(n: SpeculationOff | RoundSpeculationOff) -> str:
 def _msg_no_baseline(n: NoBaseline) -> str:
     return (
         f"baseline {n.baseline} has no entry for {n.build}/{n.mode} (entries: {', '.join(n.entries)}); "
-        "name one with `baseline_entry:` in the config, add a `mode: \"*\"` entry for the build, or pass "
+        'name one with `baseline_entry:` in the config, add a `mode: "*"` entry for the build, or pass '
         "--allow-unmatched"
     )
 
@@ -237,8 +251,9 @@ def _msg_no_baseline(n: NoBaseline) -> str:
 def _msg_run_failed(n: RunFailed) -> str:
     if not n.excluded:
         return "the run did not finish"
-    parts = [f"r{e.repeat} (PYTHONHASHSEED={e.hash_seed}) {e.status}, {e.prompts}/{e.expected} prompts"
-             for e in n.excluded]
+    parts = [
+        f"r{e.repeat} (PYTHONHASHSEED={e.hash_seed}) {e.status}, {e.prompts}/{e.expected} prompts" for e in n.excluded
+    ]
     return (
         f"{len(n.excluded)} of {n.repeats} repeats left out of every verdict: {'; '.join(parts)}; "
         f"verdicts use the {n.used} complete one(s)"
@@ -307,26 +322,34 @@ def _msg_failed_requests(n: FailedRequests) -> str:
 
 
 def _msg_count_mismatch(n: CountMismatch) -> str:
-    return (f"repeat {n.repeat}: /metrics spec-decode deltas {n.metrics_delta} differ from the sum of the "
-            f"per-request counts {n.per_request_sum}; the per-request counts are what the verdicts use")
+    return (
+        f"repeat {n.repeat}: /metrics spec-decode deltas {n.metrics_delta} differ from the sum of the "
+        f"per-request counts {n.per_request_sum}; the per-request counts are what the verdicts use"
+    )
 
 
 def _msg_throughput_drop(n: ThroughputDrop) -> str:
-    return (f"{n.req_per_s:.2f} req/s vs baseline {n.baseline_req_per_s:.2f} req/s (-{100 * n.drop:.1f} %, "
-            f"tolerance {n.tolerance_pct:g} %)")
+    return (
+        f"{n.req_per_s:.2f} req/s vs baseline {n.baseline_req_per_s:.2f} req/s (-{100 * n.drop:.1f} %, "
+        f"tolerance {n.tolerance_pct:g} %)"
+    )
 
 
 def _msg_sampler_broken(n: SamplerBroken) -> str:
     seeds = ", ".join(f"PYTHONHASHSEED={s}" for s in n.hash_seeds)
-    return (f"sampled acceptance measured with an expand kernel that leaves the per-token temperature unwritten "
-            f"({seeds}: {n.detail}); these rates measure leftover memory, not the drafter")
+    return (
+        f"sampled acceptance measured with an expand kernel that leaves the per-token temperature unwritten "
+        f"({seeds}: {n.detail}); these rates measure leftover memory, not the drafter"
+    )
 
 
 def _msg_not_applied(n: PatchNotApplied) -> str:
     what = "fix not applied" if is_fix(n.patch) else "patch not applied"
     why = "; ".join(d.removeprefix("fix not applied: ") for d in n.details)
-    return (f"{n.patch}: {what} in {n.repeats} of {n.of} repeats ({n.status}: {why}); this cell measured the "
-            "build without it, whatever its variant's name says")
+    return (
+        f"{n.patch}: {what} in {n.repeats} of {n.of} repeats ({n.status}: {why}); this cell measured the "
+        "build without it, whatever its variant's name says"
+    )
 
 
 MESSAGES: dict[Kind, Callable[[Any], str]] = {
@@ -363,10 +386,14 @@ def check_message(x: PositionCheck) -> str:
     """One cell × position check in words (JUnit, CI annotations)."""
     mde = "–" if x.mde is None else f"{100 * x.mde:.1f}"
     if x.method == COUNTERS_ONLY:
-        return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts; "
-                f"{COUNTERS_ONLY_TEXT}): {x.verdict.value}")
-    return (f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "
-            f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}")
+        return (
+            f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts; "
+            f"{COUNTERS_ONLY_TEXT}): {x.verdict.value}"
+        )
+    return (
+        f"pos{x.pos} {pct(x.run_rate)} % vs baseline {pct(x.base_rate)} % ({pts(x.delta)} pts, CI "
+        f"{ci_text(x.ci) or 'none'}, MDE {mde} pts, {x.prompts} prompts): {x.verdict.value}"
+    )
 
 
 def length_message(x: LengthCheck) -> str:
@@ -378,8 +405,10 @@ def length_message(x: LengthCheck) -> str:
         return f"AL {run} vs baseline {base} tokens/step ({delta}; {COUNTERS_ONLY_TEXT}): {x.verdict.value}"
     ci = "none" if x.ci is None else f"[{x.ci.low:+.3f}, {x.ci.high:+.3f}]"
     mde = "–" if x.mde is None else f"{x.mde:.3f}"
-    return (f"AL {run} vs baseline {base} tokens/step ({delta}, CI {ci}, MDE {mde}, tolerance {x.tolerance:.3f}, "
-            f"{x.prompts} prompts): {x.verdict.value}")
+    return (
+        f"AL {run} vs baseline {base} tokens/step ({delta}, CI {ci}, MDE {mde}, tolerance {x.tolerance:.3f}, "
+        f"{x.prompts} prompts): {x.verdict.value}"
+    )
 
 
 def finding_message(f: Finding) -> str:

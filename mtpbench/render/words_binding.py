@@ -11,8 +11,15 @@ from typing import Any
 from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, GraphReplay, MetadataBinding
 
 __all__ = [
-    "BINDING_CAPTION", "BINDING_HEADING", "attn_type_text", "binding_verdict", "layer_label",
-    "msg_binding_unobserved", "msg_fix_verification", "msg_graph_replay", "msg_metadata_binding",
+    "BINDING_CAPTION",
+    "BINDING_HEADING",
+    "attn_type_text",
+    "binding_verdict",
+    "layer_label",
+    "msg_binding_unobserved",
+    "msg_fix_verification",
+    "msg_graph_replay",
+    "msg_metadata_binding",
 ]
 
 BINDING_HEADING = "Which KV-cache group each draft layer read (metadata-binding probe)"
@@ -31,7 +38,7 @@ def binding_verdict(verified: bool, seeds: str, graph: bool = False) -> str:
 
 
 def layer_label(name: str) -> str:
-    """"draft layer 3" for vLLM's "draft_model.layers.3.self_attn.attn"; the name itself otherwise."""
+    """ "draft layer 3" for vLLM's "draft_model.layers.3.self_attn.attn"; the name itself otherwise."""
     digits = name.split(".layers.")[1].split(".")[0] if ".layers." in name else ""
     return f"draft layer {digits}" if digits.isdigit() else name
 
@@ -46,7 +53,7 @@ def _hash_seeds(seeds: list[int | None]) -> str:
 
 
 def _layers_text(names: list[str]) -> str:
-    """"draft layers 1-2" / "draft layer 0" / "draft layers 0, 3" (names as vLLM's draft layers)."""
+    """ "draft layers 1-2" / "draft layer 0" / "draft layers 0, 3" (names as vLLM's draft layers)."""
     labels = [layer_label(n) for n in names]
     nums = [lab.rsplit(" ", 1)[1] for lab in labels if lab.startswith("draft layer ")]
     if len(nums) != len(labels) or not nums:
@@ -70,10 +77,14 @@ def msg_metadata_binding(n: MetadataBinding) -> str:
                 alike.setdefault(key, []).append(w.layer)
         said = []
         for (kind, own, read, read_type, steps, of), names in alike.items():
-            what = ("metadata of no group of its step" if read == "unidentified"
-                    else f"group {read} ({attn_type_text(read_type)})")
-            said.append(f"{_layers_text(names)} ({attn_type_text(kind)}, group {own}) read {what} in {steps}/{of} "
-                        "draft steps")
+            what = (
+                "metadata of no group of its step"
+                if read == "unidentified"
+                else f"group {read} ({attn_type_text(read_type)})"
+            )
+            said.append(
+                f"{_layers_text(names)} ({attn_type_text(kind)}, group {own}) read {what} in {steps}/{of} draft steps"
+            )
         bad = {x for names in alike.values() for x in names}
         ok = [x for x in n.layers if x not in bad]
         tail = f"; {_layers_text(ok)} correct" if ok else ""
@@ -82,41 +93,57 @@ def msg_metadata_binding(n: MetadataBinding) -> str:
 
 
 def msg_binding_unobserved(n: BindingUnobserved) -> str:
-    return (f"the metadata-binding probe recorded no draft step in {n.repeats} repeat(s) ({_hash_seeds(n.hash_seeds)}: "
-            f"{n.why}): which group the draft layers read is not verified there")
+    return (
+        f"the metadata-binding probe recorded no draft step in {n.repeats} repeat(s) ({_hash_seeds(n.hash_seeds)}: "
+        f"{n.why}): which group the draft layers read is not verified there"
+    )
 
 
 def msg_fix_verification(n: FixVerification) -> str:
     if n.status == "verified":
-        return (f"{n.patch}: fix applied and verified: every draft layer ({n.layers}) read its own KV-cache group "
-                f"in all {n.steps} layer-steps over {n.repeats} repeat(s) (metadata-binding probe)")
+        return (
+            f"{n.patch}: fix applied and verified: every draft layer ({n.layers}) read its own KV-cache group "
+            f"in all {n.steps} layer-steps over {n.repeats} repeat(s) (metadata-binding probe)"
+        )
     if n.status == "graph-mode":
-        return (f"{n.patch}: fix applied, not verified in graph mode: the metadata-binding probe sees the metadata "
-                "the eager path hands each draft layer, not the params a replayed draft graph's tasks were bound to")
+        return (
+            f"{n.patch}: fix applied, not verified in graph mode: the metadata-binding probe sees the metadata "
+            "the eager path hands each draft layer, not the params a replayed draft graph's tasks were bound to"
+        )
     if n.status == "no-probe":
-        return (f"{n.patch}: fix applied, not verified: the variant has no metadata-binding probe (add "
-                "metadata-binding to the variant to check that every draft layer reads its own KV-cache group)")
-    return (f"{n.patch}: fix applied but NOT verified: the metadata-binding probe saw draft layers read another "
-            "group's metadata, or saw no draft step (see the metadata-binding findings)")
+        return (
+            f"{n.patch}: fix applied, not verified: the variant has no metadata-binding probe (add "
+            "metadata-binding to the variant to check that every draft layer reads its own KV-cache group)"
+        )
+    return (
+        f"{n.patch}: fix applied but NOT verified: the metadata-binding probe saw draft layers read another "
+        "group's metadata, or saw no draft step (see the metadata-binding findings)"
+    )
 
 
 def msg_graph_replay(n: GraphReplay) -> str:
     """The replay proof of one cell (graph-replay probe), and the failure when a graph mode ran the draft eagerly."""
     seeds = ", ".join("?" if s is None else str(s) for s in n.hash_seeds)
     runnable = n.runnable or "unknown"
-    counts = (f"{n.replays} draft replays, {n.captures} captures, {n.eager_calls} eager calls of the graph wrapper "
-              f"over {n.proposes} proposes; {n.captured} draft graphs held")
+    counts = (
+        f"{n.replays} draft replays, {n.captures} captures, {n.eager_calls} eager calls of the graph wrapper "
+        f"over {n.proposes} proposes; {n.captured} draft graphs held"
+    )
     if n.status == "replayed":
         return f"draft graphs replayed: the drafter runs {runnable} ({counts}; PYTHONHASHSEED {seeds})"
     if n.status == "not-replayed":
         what = "is no graph wrapper" if not n.graph_wrapper else "never replayed a graph"
-        return (f"graph mode {n.requested} requested and effective ({n.effective}), but the drafter's runnable "
-                f"{runnable} {what} ({counts}; PYTHONHASHSEED {seeds}): the draft ran eagerly under a graph "
-                "mode's name")
+        return (
+            f"graph mode {n.requested} requested and effective ({n.effective}), but the drafter's runnable "
+            f"{runnable} {what} ({counts}; PYTHONHASHSEED {seeds}): the draft ran eagerly under a graph "
+            "mode's name"
+        )
     if n.status == "no-graph-effective":
-        return (f"no graph on {n.device_type or 'this platform'}: {n.requested} requested, {n.effective} effective; "
-                f"the drafter's runnable {runnable} is {'a' if n.graph_wrapper else 'no'} graph wrapper and replayed "
-                f"{n.replays} graphs, so no replay is claimed")
+        return (
+            f"no graph on {n.device_type or 'this platform'}: {n.requested} requested, {n.effective} effective; "
+            f"the drafter's runnable {runnable} is {'a' if n.graph_wrapper else 'no'} graph wrapper and replayed "
+            f"{n.replays} graphs, so no replay is claimed"
+        )
     if n.status == "eager-requested":
         return f"eager cell: no graph requested, the drafter runs {runnable} ({n.replays} replays)"
     return f"the graph-replay probe saw no draft step in some repeat (PYTHONHASHSEED {seeds}): replay not proven"

@@ -59,7 +59,10 @@ def probe_platform(python: str | None, count: bool = False, timeout_s: float = 1
     try:
         proc = subprocess.run(
             [exe, "-c", _PLATFORM_PROBE, *(["count"] if count else [])],
-            capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"cannot run the build interpreter {exe}: {exc}") from None

@@ -75,7 +75,11 @@ def probe(python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
     exe = python or sys.executable
     try:
         proc = subprocess.run(
-            [exe, "-c", PROBE], capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            [exe, "-c", PROBE],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
             stdin=subprocess.DEVNULL,
         )
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:

@@ -93,8 +93,14 @@ def supervise(spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> d
     with open(spec.log_path, "w", encoding="utf-8") as log:
         try:
             proc = subprocess.Popen(
-                spec.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+                spec.command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+                start_new_session=True,
             )
         except OSError as exc:
             entry.update(status="failed", error=f"cannot start {spec.command[0]}: {exc}", wall_s=0.0)
@@ -164,8 +170,7 @@ def supervise(spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> d
     elif outcome == "generation-timeout":
         entry.update(
             status="timeout",
-            error=f"generation exceeded {spec.generation_timeout_s:g} s (generation_timeout_s)\n"
-            f"{_tail(spec.log_path)}",
+            error=f"generation exceeded {spec.generation_timeout_s:g} s (generation_timeout_s)\n{_tail(spec.log_path)}",
         )
     elif rc == 0:
         entry["status"] = "ok"
@@ -297,27 +302,42 @@ class RayExecutor:
                 if unplaceable_since is not None and now - unplaceable_since > place_s:
                     ray.cancel(ref, force=True)
                     want = ", ".join(f"{v:g} {k}" for k, v in request.items())
-                    return {"status": "failed", "wall_s": round(now - t0, 3),
-                            "error": f"no live node of the Ray cluster could place this task ({want}) for "
-                                     f"{place_s:g} s (ray_place_timeout_s)"}
+                    return {
+                        "status": "failed",
+                        "wall_s": round(now - t0, 3),
+                        "error": f"no live node of the Ray cluster could place this task ({want}) for "
+                        f"{place_s:g} s (ray_place_timeout_s)",
+                    }
         try:
             res = ray.get(ref)
         except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as exc:
             if stop.is_set():
-                return {"status": "interrupted", "error": "interrupted: the Ray task was cancelled",
-                        "wall_s": round(time.monotonic() - t0, 3)}
-            return {"status": "failed", "error": f"Ray task failed: {str(exc).splitlines()[0]}",
-                    "wall_s": round(time.monotonic() - t0, 3)}
+                return {
+                    "status": "interrupted",
+                    "error": "interrupted: the Ray task was cancelled",
+                    "wall_s": round(time.monotonic() - t0, 3),
+                }
+            return {
+                "status": "failed",
+                "error": f"Ray task failed: {str(exc).splitlines()[0]}",
+                "wall_s": round(time.monotonic() - t0, 3),
+            }
         except ray.exceptions.RuntimeEnvSetupError as exc:
-            return {"status": "failed", "wall_s": round(time.monotonic() - t0, 3),
-                    "error": f"the node could not set up mtpbench (py_modules) within "
-                             f"{self.settings.deadlines.upload_s:g} s (ray_upload_timeout_s) or failed: "
-                             f"{str(exc).splitlines()[0]}"}
+            return {
+                "status": "failed",
+                "wall_s": round(time.monotonic() - t0, 3),
+                "error": f"the node could not set up mtpbench (py_modules) within "
+                f"{self.settings.deadlines.upload_s:g} s (ray_upload_timeout_s) or failed: "
+                f"{str(exc).splitlines()[0]}",
+            }
         except ray.exceptions.RayError as exc:
             # A node or worker that died mid-task lands here: this cell fails, the others go on, and
             # --resume runs it again.
-            return {"status": "failed", "error": f"Ray: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                    "wall_s": round(time.monotonic() - t0, 3)}
+            return {
+                "status": "failed",
+                "error": f"Ray: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                "wall_s": round(time.monotonic() - t0, 3),
+            }
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(spec.log_path).write_text(res["log"], encoding="utf-8")
         if res["records"]:

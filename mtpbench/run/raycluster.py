@@ -12,7 +12,7 @@ joined to it, for the driver (which would otherwise rewrite 127.0.0.1 into the o
 The cluster runs in a session led by a keeper (`_KEEPER`) whose stdin is a pipe from mtpbench: when it closes
 (the run ended, a signal stopped it, or mtpbench died, even by SIGKILL) the keeper SIGKILLs its session. A
 session, not a process group: Ray's raylet puts each worker in a group of its own (a group kill left idle
-workers running, found by tests/test_ray_deadlines.py).
+workers running, found by tests/unit/run/test_ray_deadlines.py).
 
 Every blocking Ray call runs in a daemon thread waited for with a deadline while the stop signals are watched:
 a deadline ends in ClusterError (one line, exit 3) naming what was waited for and its config key; a signal in
@@ -109,8 +109,9 @@ class RayDeadlines:
 
     @classmethod
     def from_config(cls, cfg: Any) -> RayDeadlines:
-        return cls(cfg.ray_start_timeout_s, cfg.ray_connect_timeout_s, cfg.ray_upload_timeout_s,
-                   cfg.ray_place_timeout_s)
+        return cls(
+            cfg.ray_start_timeout_s, cfg.ray_connect_timeout_s, cfg.ray_upload_timeout_s, cfg.ray_place_timeout_s
+        )
 
 
 @dataclass
@@ -174,8 +175,10 @@ def wait_reachable(address: str, seconds: float, caught: list[int]) -> None:
         check_stop(caught)
         left = end - time.monotonic()
         if left <= 0:
-            raise ClusterError(f"the Ray cluster at {address} (--address / RAY_ADDRESS / ray_address) did not "
-                               f"answer within {seconds:g} s (ray_connect_timeout_s){': ' + last if last else ''}")
+            raise ClusterError(
+                f"the Ray cluster at {address} (--address / RAY_ADDRESS / ray_address) did not "
+                f"answer within {seconds:g} s (ray_connect_timeout_s){': ' + last if last else ''}"
+            )
         try:
             with socket.create_connection(hp, timeout=min(left, 2.0)):
                 return
@@ -214,14 +217,25 @@ class LocalCluster:
         fd, log = tempfile.mkstemp(prefix="mtpbench-ray-head-", suffix=".log")
         self.log = Path(log)
         port = _free_port()
-        ray_start = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--node-ip-address=127.0.0.1",
-                     f"--port={port}", f"--temp-dir={self.tmp}", "--include-dashboard=false",
-                     "--disable-usage-stats", "--block"]
+        ray_start = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            f"--temp-dir={self.tmp}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--block",
+        ]
         env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, LOOPBACK_ENV: "0"}
         cmd = [sys.executable, "-c", _KEEPER, str(self.tmp), *ray_start]
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT,
-                                         start_new_session=True, env=env)
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
         finally:
             os.close(fd)
         t0 = time.monotonic()
@@ -230,11 +244,15 @@ class LocalCluster:
                 check_stop(self.caught)
                 if self.proc.poll() is not None:
                     tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                    raise ClusterError(f"the local Ray cluster did not start (`ray start` exited with code "
-                                       f"{self.proc.returncode}: {tail[0]}); its log: {self.log}")
+                    raise ClusterError(
+                        f"the local Ray cluster did not start (`ray start` exited with code "
+                        f"{self.proc.returncode}: {tail[0]}); its log: {self.log}"
+                    )
                 if time.monotonic() - t0 > self.deadline_s:
-                    raise ClusterError(f"the local Ray cluster did not start within {self.deadline_s:g} s "
-                                       f"(ray_start_timeout_s); its log: {self.log}")
+                    raise ClusterError(
+                        f"the local Ray cluster did not start within {self.deadline_s:g} s "
+                        f"(ray_start_timeout_s); its log: {self.log}"
+                    )
                 time.sleep(0.1)
         except BaseException as exc:
             self.stop(keep_log=isinstance(exc, ClusterError))
@@ -323,8 +341,13 @@ def join(ray: Any, s: RaySettings) -> Joined:
 
         try:
             bounded(init, d.connect_s, f"joining the Ray cluster at {address}", "ray_connect_timeout_s", s.caught)
-            nodes = bounded(ray.nodes, d.connect_s, f"listing the nodes of the Ray cluster at {address}",
-                            "ray_connect_timeout_s", s.caught)
+            nodes = bounded(
+                ray.nodes,
+                d.connect_s,
+                f"listing the nodes of the Ray cluster at {address}",
+                "ray_connect_timeout_s",
+                s.caught,
+            )
         except ValueError as exc:
             raise UserError(f"Ray cluster address {address!r}: {exc}") from None
         except (ConnectionError, RuntimeError) as exc:
@@ -335,9 +358,13 @@ def join(ray: Any, s: RaySettings) -> Joined:
         # Joined again with mtpbench as the job's py_modules: apart, the upload has a deadline of its own.
         bounded(ray.shutdown, d.connect_s, "leaving the Ray cluster", "ray_connect_timeout_s", s.caught)
         pkg = str(Path(mtpbench.__file__).resolve().parent)
-        bounded(lambda: init(runtime_env=upload_env(pkg, d.upload_s)), d.upload_s,
-                f"shipping mtpbench ({package_mb(pkg):.1f} MB, py_modules) to the Ray cluster at {address}",
-                "ray_upload_timeout_s", s.caught)
+        bounded(
+            lambda: init(runtime_env=upload_env(pkg, d.upload_s)),
+            d.upload_s,
+            f"shipping mtpbench ({package_mb(pkg):.1f} MB, py_modules) to the Ray cluster at {address}",
+            "ray_upload_timeout_s",
+            s.caught,
+        )
     except BaseException:
         joined.leave(ray)
         raise
@@ -359,8 +386,9 @@ def fits(node: Mapping[str, Any], request: Mapping[str, float]) -> bool:
     return bool(node.get("Alive")) and all(float(have.get(k, 0.0)) >= v for k, v in request.items())
 
 
-def fit_problem(nodes: Sequence[Mapping[str, Any]], resource: str, needs: Sequence[tuple[str, int]],
-                address: str) -> str | None:
+def fit_problem(
+    nodes: Sequence[Mapping[str, Any]], resource: str, needs: Sequence[tuple[str, int]], address: str
+) -> str | None:
     """Why some cell-repeat can never run on these nodes (each task runs on one node), or None."""
     alive = [n for n in nodes if n.get("Alive")]
     if not alive:
@@ -374,27 +402,56 @@ def fit_problem(nodes: Sequence[Mapping[str, Any]], resource: str, needs: Sequen
             continue
         short = next(k for k in req if max(float((x.get("Resources") or {}).get(k, 0.0)) for x in alive) < req[k])
         most = max(float((x.get("Resources") or {}).get(short, 0.0)) for x in alive)
-        have = "; ".join(f"{x.get('NodeManagerAddress', '?')}: " + ", ".join(
-            f"{k} {float(v):g}" for k, v in sorted((x.get("Resources") or {}).items()) if k in ("CPU", "GPU", "NPU"))
-            for x in alive)
-        where = f"no node of the Ray cluster at {address} has {short}" if most == 0 else (
-            f"the most any node of the Ray cluster at {address} has is {most:g}")
-        return (f"{cell}: needs {req[short]:g} {short} on one node, but {where} (nodes: {have}); "
-                f"start nodes that have it, or choose --ray-resource")
+        have = "; ".join(
+            f"{x.get('NodeManagerAddress', '?')}: "
+            + ", ".join(
+                f"{k} {float(v):g}" for k, v in sorted((x.get("Resources") or {}).items()) if k in ("CPU", "GPU", "NPU")
+            )
+            for x in alive
+        )
+        where = (
+            f"no node of the Ray cluster at {address} has {short}"
+            if most == 0
+            else (f"the most any node of the Ray cluster at {address} has is {most:g}")
+        )
+        return (
+            f"{cell}: needs {req[short]:g} {short} on one node, but {where} (nodes: {have}); "
+            f"start nodes that have it, or choose --ray-resource"
+        )
     return None
 
 
 def upload_env(package_dir: str, upload_s: float) -> dict[str, Any]:
     """The runtime_env that ships mtpbench to every node; Ray fails a task whose node cannot set it up in
     `upload_s` (setup_timeout_seconds: Ray's own deadline for the node's download and unpacking)."""
-    return {"py_modules": [package_dir], "excludes": ["__pycache__"],
-            "config": {"setup_timeout_seconds": max(math.ceil(upload_s), 1)}}
+    return {
+        "py_modules": [package_dir],
+        "excludes": ["__pycache__"],
+        "config": {"setup_timeout_seconds": max(math.ceil(upload_s), 1)},
+    }
 
 
 def package_mb(package_dir: str) -> float:
-    return sum(p.stat().st_size for p in Path(package_dir).rglob("*") if p.is_file() and "__pycache__" not in
-               p.parts) / 1e6
+    return (
+        sum(p.stat().st_size for p in Path(package_dir).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        / 1e6
+    )
 
 
-__all__ = ["ClusterError", "Joined", "LocalCluster", "RayDeadlines", "RaySettings", "bounded", "driver_on_loopback",
-           "fit_problem", "fits", "host_port", "join", "package_mb", "ray_request", "upload_env", "wait_reachable"]
+__all__ = [
+    "ClusterError",
+    "Joined",
+    "LocalCluster",
+    "RayDeadlines",
+    "RaySettings",
+    "bounded",
+    "driver_on_loopback",
+    "fit_problem",
+    "fits",
+    "host_port",
+    "join",
+    "package_mb",
+    "ray_request",
+    "upload_env",
+    "wait_reachable",
+]

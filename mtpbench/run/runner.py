@@ -90,13 +90,26 @@ def _setup(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions) -> _Setup
     return _Setup(jobs, executor, DevicePool(devices), bind, need, source)
 
 
-def _executor(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions, setup: _Setup, stops: StopSignals,
-              todo: list[int] | None = None) -> LocalExecutor | RayExecutor:
+def _executor(
+    cfg: ExperimentConfig,
+    cells: list[Cell],
+    opts: RunOptions,
+    setup: _Setup,
+    stops: StopSignals,
+    todo: list[int] | None = None,
+) -> LocalExecutor | RayExecutor:
     """The executor, before anything runs: for Ray, the cluster started or reached, every cell-repeat checked
     to fit one of its nodes and mtpbench shipped, each within its deadline (a stop signal ends the waits)."""
-    ray = RaySettings(opts.address or cfg.ray_address, setup.ray_resource or "GPU", RayDeadlines.from_config(cfg),
-                      [(f"{cells[i].cell_id} r{cells[i].repeat}", setup.need[i])
-                       for i in (range(len(cells)) if todo is None else todo)], stops.caught)
+    ray = RaySettings(
+        opts.address or cfg.ray_address,
+        setup.ray_resource or "GPU",
+        RayDeadlines.from_config(cfg),
+        [
+            (f"{cells[i].cell_id} r{cells[i].repeat}", setup.need[i])
+            for i in (range(len(cells)) if todo is None else todo)
+        ],
+        stops.caught,
+    )
     executor = make_executor(setup.executor, ray)
     stops.rearm()
     return executor
@@ -198,9 +211,14 @@ def _schedule(
                     if setup.executor == "ray":
                         spec.devices = [f"ray{j}" for j in range(setup.need[i])]
                     c = manifest["cells"][i]
-                    c.update(status="running", attempt=int(pl.job.get("attempt", 1)), devices=devs or None,
-                             started=now_iso(), queued_s=round(time.monotonic() - t_start, 3),
-                             log=str(Path(spec.log_path).relative_to(run_dir)))
+                    c.update(
+                        status="running",
+                        attempt=int(pl.job.get("attempt", 1)),
+                        devices=devs or None,
+                        started=now_iso(),
+                        queued_s=round(time.monotonic() - t_start, 3),
+                        log=str(Path(spec.log_path).relative_to(run_dir)),
+                    )
                     write_json_atomic(mpath, manifest)
                     th = threading.Thread(target=work, args=(i, spec), name=f"cell-{i}", daemon=True)
                     active[i] = (th, devs)
@@ -267,8 +285,16 @@ def execute(
         return _execute(cfg, prompts, out_dir, config_path, cells, on_event, options or RunOptions(), stops)
 
 
-def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_path: str, cells: list[Cell],
-             on_event: EventCallback, opts: RunOptions, stops: StopSignals) -> RunOutcome:
+def _execute(
+    cfg: ExperimentConfig,
+    prompts: PromptSet,
+    out_dir: Path,
+    config_path: str,
+    cells: list[Cell],
+    on_event: EventCallback,
+    opts: RunOptions,
+    stops: StopSignals,
+) -> RunOutcome:
     setup = _setup(cfg, cells, opts)
     executor = _executor(cfg, cells, opts, setup, stops)
     try:
@@ -293,8 +319,16 @@ def _execute(cfg: ExperimentConfig, prompts: PromptSet, out_dir: Path, config_pa
         for pl in plans:
             pl.job["attempt"] = 1
         manifest["cells"] = [
-            {"cell": pl.cell.cell_id, "build": pl.cell.build, "mode": pl.cell.mode, "variant": pl.cell.variant,
-             "repeat": pl.cell.repeat, "hash_seed": pl.cell.hash_seed, "status": "pending", "attempt": 1}
+            {
+                "cell": pl.cell.cell_id,
+                "build": pl.cell.build,
+                "mode": pl.cell.mode,
+                "variant": pl.cell.variant,
+                "repeat": pl.cell.repeat,
+                "hash_seed": pl.cell.hash_seed,
+                "status": "pending",
+                "attempt": 1,
+            }
             for pl in plans
         ]
         write_json_atomic(run_dir / MANIFEST, manifest)
@@ -336,8 +370,9 @@ def load_for_resume(run_dir: Path) -> tuple[dict[str, Any], ExperimentConfig, Pr
     return manifest, cfg, prompts
 
 
-def resume(run_dir: Path, on_event: EventCallback = lambda kind, payload: None,
-           options: RunOptions | None = None) -> RunOutcome:
+def resume(
+    run_dir: Path, on_event: EventCallback = lambda kind, payload: None, options: RunOptions | None = None
+) -> RunOutcome:
     """Run again, in the same folder, the cell-repeats that did not finish (pending, failed, timed out,
     interrupted, or `running` when the runner itself was killed); each is a new attempt whose records
     supersede the earlier attempt's."""
@@ -351,8 +386,9 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
     lock = _lock(run_dir)
     try:
         manifest, cfg, prompts = load_for_resume(run_dir)
-        cells = [Cell(c["build"], c["mode"], c["variant"], int(c["repeat"]), int(c["hash_seed"]))
-                 for c in manifest["cells"]]
+        cells = [
+            Cell(c["build"], c["mode"], c["variant"], int(c["repeat"]), int(c["hash_seed"])) for c in manifest["cells"]
+        ]
         setup = _setup(cfg, cells, opts)
         plans = plan(cfg, prompts, cells, str(manifest["run_id"]), str((run_dir / RECORDS).resolve()))
         todo = [i for i, c in enumerate(manifest["cells"]) if c.get("status", "pending") in RERUN]
@@ -366,8 +402,12 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
                 # A repeat that never started has no records to supersede: it keeps its attempt number.
                 attempt = int(c.get("attempt", 1)) + (c.get("status", "pending") != "pending")
                 keep = {k: c[k] for k in ("cell", "build", "mode", "variant", "repeat", "hash_seed")}
-                manifest["cells"][i] = {**keep, "status": "pending", "attempt": attempt,
-                                        "previous": {"status": c.get("status"), "error": c.get("error")}}
+                manifest["cells"][i] = {
+                    **keep,
+                    "status": "pending",
+                    "attempt": attempt,
+                    "previous": {"status": c.get("status"), "error": c.get("error")},
+                }
             for i, pl in enumerate(plans):
                 pl.job["attempt"] = int(manifest["cells"][i].get("attempt", 1))
             manifest.update(status="running", finished=None)
@@ -388,7 +428,23 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
 
 
 __all__ = [
-    "LOCK", "RERUN", "STOP_SIGNALS", "Cell", "CellPlan", "Estimate", "EventCallback", "RunInterrupted", "RunOptions",
-    "RunOutcome", "StopSignals", "engine_args_for", "estimate", "execute", "expand", "load_for_resume",
-    "plan", "resume", "time_breakdown",
+    "LOCK",
+    "RERUN",
+    "STOP_SIGNALS",
+    "Cell",
+    "CellPlan",
+    "Estimate",
+    "EventCallback",
+    "RunInterrupted",
+    "RunOptions",
+    "RunOutcome",
+    "StopSignals",
+    "engine_args_for",
+    "estimate",
+    "execute",
+    "expand",
+    "load_for_resume",
+    "plan",
+    "resume",
+    "time_breakdown",
 ]

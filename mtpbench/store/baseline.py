@@ -108,8 +108,10 @@ class BaselineEntry(Strict):
                 acc = sum(pc.accepted_per_pos[i] for pc in self.prompts.values())
                 from_prompts = 100.0 * acc / drafts if drafts else 0.0
                 if abs(rate - from_prompts) > RATE_SLACK_PTS:
-                    raise ValueError(f"rates_pct: position {i} says {rate} % but the per-prompt counts give "
-                                     f"{from_prompts:.3f} % ({acc}/{drafts})")
+                    raise ValueError(
+                        f"rates_pct: position {i} says {rate} % but the per-prompt counts give "
+                        f"{from_prompts:.3f} % ({acc}/{drafts})"
+                    )
         if self.counts is None:
             return self
         c = self.counts
@@ -120,8 +122,7 @@ class BaselineEntry(Strict):
             from_counts = 100.0 * a / c.num_drafts if c.num_drafts else 0.0
             if abs(rate - from_counts) > RATE_SLACK_PTS:
                 raise ValueError(
-                    f"rates_pct: position {i} says {rate} % but counts give {from_counts:.3f} % "
-                    f"({a}/{c.num_drafts})"
+                    f"rates_pct: position {i} says {rate} % but counts give {from_counts:.3f} % ({a}/{c.num_drafts})"
                 )
         return self
 
@@ -190,8 +191,10 @@ def load_baseline(path: str | Path) -> Baseline:
             )
     up = b.upstream
     if up is not None and up.per_pos and len(up.per_pos) != b.fingerprint.num_speculative_tokens:
-        raise UserError(f"{path}: upstream.per_pos: {len(up.per_pos)} positions, fingerprint says "
-                        f"k={b.fingerprint.num_speculative_tokens}")
+        raise UserError(
+            f"{path}: upstream.per_pos: {len(up.per_pos)} positions, fingerprint says "
+            f"k={b.fingerprint.num_speculative_tokens}"
+        )
     return b
 
 

@@ -34,9 +34,26 @@ _META_KEY = b"mtpbench.columnar"
 
 # Scalar prompt fields kept as columns (anything else of a prompt record goes to `extra_json`).
 _SCALARS = (
-    "cell", "build", "mode", "variant", "repeat", "hash_seed", "prompt_id", "prompt_index",
-    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_prompt_tokens", "num_generated_tokens",
-    "finish_reason", "output_sha256", "output_head", "wall_s", "source", "attempt", "round",
+    "cell",
+    "build",
+    "mode",
+    "variant",
+    "repeat",
+    "hash_seed",
+    "prompt_id",
+    "prompt_index",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_prompt_tokens",
+    "num_generated_tokens",
+    "finish_reason",
+    "output_sha256",
+    "output_head",
+    "wall_s",
+    "source",
+    "attempt",
+    "round",
 )
 
 

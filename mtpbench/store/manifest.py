@@ -107,6 +107,7 @@ def new_manifest(run_id: str, config: dict[str, Any], config_path: str, prompts:
         "cells": [],
     }
 
+
 class ManifestCell(_OnDisk):
     cell: str = Field(min_length=1)
     build: str = Field(min_length=1)
@@ -180,6 +181,7 @@ class Manifest(_OnDisk):
     def k(self) -> int:
         return self.config.speculative.num_speculative_tokens
 
+
 def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:
     """manifest.json as its raw dict and its typed model; any problem is a UserError naming the key."""
     try:
@@ -201,4 +203,3 @@ def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:
         return manifest, Manifest.model_validate(manifest)
     except ValidationError as exc:
         raise UserError(f"{mpath}: manifest key {_first_error(exc)}") from None
-

@@ -22,9 +22,22 @@ from mtpbench.schema import SCHEMA_VERSION, schema_problem
 RECORDS = "records.jsonl"
 
 PROMPT_COLUMNS = [
-    "cell", "build", "mode", "variant", "repeat", "hash_seed", "prompt_id", "prompt_index",
-    "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos",
-    "num_generated_tokens", "output_sha256", "wall_s", "round",
+    "cell",
+    "build",
+    "mode",
+    "variant",
+    "repeat",
+    "hash_seed",
+    "prompt_id",
+    "prompt_index",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "accepted_per_pos",
+    "num_generated_tokens",
+    "output_sha256",
+    "wall_s",
+    "round",
 ]
 
 # Bounds that no real run comes near, so that 10**30 or a bool is a typed error, not a silent number:
@@ -148,7 +161,11 @@ class TornMark(_OnDisk):
 
 # Records of other types (added by newer writers of the same schema) are checked against RecordBase.
 RECORD_MODELS: dict[str, type[_OnDisk]] = {
-    "prompt": PromptRecord, "cell_start": CellStart, "cell_end": CellEnd, TORN: TornMark, "round_end": RoundEnd,
+    "prompt": PromptRecord,
+    "cell_start": CellStart,
+    "cell_end": CellEnd,
+    TORN: TornMark,
+    "round_end": RoundEnd,
 }
 
 
@@ -229,12 +246,19 @@ def scan_records(path: Path, k: int | None = None, run_id: str | None = None) ->
         if checked["type"] == TORN:
             continue
         if run_id is not None and checked.get("run_id") not in (None, run_id):
-            raise UserError(f"{where}: a record of run {checked['run_id']!r} in run {run_id!r}: records of two "
-                            "runs cannot be judged as one")
+            raise UserError(
+                f"{where}: a record of run {checked['run_id']!r} in run {run_id!r}: records of two "
+                "runs cannot be judged as one"
+            )
         if checked["type"] == "prompt":
             # A soak repeat sends its prompts once per round (`round`, engine/soak.py): once per round each.
-            key = (checked.get("cell"), checked.get("repeat"), checked.get("attempt", 1), checked.get("prompt_id"),
-                   checked.get("round", 0))
+            key = (
+                checked.get("cell"),
+                checked.get("repeat"),
+                checked.get("attempt", 1),
+                checked.get("prompt_id"),
+                checked.get("round", 0),
+            )
             if key in seen:
                 where_round = f" round {key[4]}" if "round" in checked else ""
                 raise UserError(

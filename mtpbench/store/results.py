@@ -53,8 +53,9 @@ class Run:
     @property
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
-            recs = scan_records(self.path / RECORDS, self.meta.k if self.meta else None,
-                                self.meta.run_id if self.meta else None)
+            recs = scan_records(
+                self.path / RECORDS, self.meta.k if self.meta else None, self.meta.run_id if self.meta else None
+            )
             self._records = current_attempts(recs.records, self.manifest["cells"])
         return self._records
 
@@ -90,6 +91,7 @@ class Run:
         meta = self.meta_records if self.meta_records is not None else self.records
         return [r for r in meta if r.get("type") == "cell_end"]
 
+
 def load_run(path: str | Path) -> Run:
     p = Path(path)
     kind = path_kind(p, "a run folder")
@@ -108,8 +110,15 @@ def load_run(path: str | Path) -> Run:
         for w in said:
             warnings.warn(w, DataWarning, stacklevel=2)
         cells = manifest["cells"]
-        return Run(p, manifest, None, meta, said, frame=current_attempts_frame(frame, cells),
-                   meta_records=current_attempts(meta_records, cells))
+        return Run(
+            p,
+            manifest,
+            None,
+            meta,
+            said,
+            frame=current_attempts_frame(frame, cells),
+            meta_records=current_attempts(meta_records, cells),
+        )
     recs = scan_records(p / RECORDS, meta.k, meta.run_id)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)

