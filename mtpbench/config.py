@@ -26,7 +26,7 @@ from pydantic import Field, StrictInt, ValidationError, field_validator, model_v
 
 from mtpbench import shipped
 from mtpbench.errors import UserError
-from mtpbench.patches import REGISTRY
+from mtpbench.fixes.registry import REGISTRY
 from mtpbench.specs import (
     BuildSpec,
     ChatTemplate,

@@ -265,7 +265,7 @@ def run_job(job: dict[str, Any]) -> int:
 
         return run_serving_job({**job, "schema": SCHEMA_VERSION}, emit, append_record, environment_fingerprint)
 
-    from mtpbench.patches import apply_all
+    from mtpbench.fixes.registry import apply_all
 
     outcomes = [o.to_dict() for o in apply_all(job.get("patches", []))]
     failed = [o for o in outcomes if o["status"] == "failed"]
@@ -329,7 +329,7 @@ def run_job(job: dict[str, Any]) -> int:
         run_prompts = run_batched if prompt_mode == "batched" else run_sequential
         cross_check = run_prompts(llm, sp, chat.render_single_turn(llm, job["prompts"], template), k, base, records)
     total = time.perf_counter() - t0
-    from mtpbench.patches import observations
+    from mtpbench.fixes.registry import observations
 
     applied = [o["name"] for o in outcomes if o["status"] == "applied"]
     end = {

@@ -5,7 +5,7 @@ from one representative layer, so Gemma4's draft layers — split over a sliding
 full-attention KV-cache group — all read one group's block table, and which group depends on set
 iteration order (PYTHONHASHSEED). The fix resolves them per layer (see `layer_source`).
 
-`apply()` (registered in `mtpbench.patches.REGISTRY`) imports the vllm-ascend modules, lets
+`apply()` (registered in the registry, fixes/registry.py) imports the vllm-ascend modules, lets
 `ascend_api.detect` classify them, and only on the recognised flattening shape (two-argument
 `_maybe_update_metadata` reached from the base `_propose`, a graph wrapper with
 `update_draft_model_metadata`, the sequence `SharedSource`) installs two hooks:
@@ -35,7 +35,7 @@ from mtpbench.fixes.ascend_api import (
     detect,
 )
 from mtpbench.fixes.layer_source import PATCH_NAME, delegating_shared_get, hook_counts, layer_resolved_update
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 Importer = Callable[[str], ModuleType]
 

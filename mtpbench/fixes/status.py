@@ -20,16 +20,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mtpbench.patches import PATCHES_ENV, REGISTRY
+from mtpbench.fixes.registry import is_fix, patch_module
+from mtpbench.patches.contract import PATCHES_ENV
 
 FIX_NOT_APPLIED = "fix-not-applied"
 PATCH_NOT_APPLIED = "patch-not-applied"
 _PREFIX = "fix not applied: "
-
-
-def is_fix(name: str) -> bool:
-    """A shipped fix (mtpbench.fixes), as opposed to a fault injected on purpose."""
-    return REGISTRY.get(name, "").startswith("mtpbench.fixes.")
 
 
 @dataclass(frozen=True)
@@ -114,19 +110,8 @@ def headline(cell_starts: Iterable[Mapping[str, Any]]) -> str | None:
     )
 
 
-# Runs in the build's interpreter: stdlib + mtpbench only; prints one JSON object.
-_PROBE = """
-import importlib, json, sys
-from mtpbench.patches import REGISTRY
-name = sys.argv[1]
-module = importlib.import_module(REGISTRY[name].split(":")[0])
-check = getattr(module, "check", None)
-if check is None:
-    print(json.dumps({"known": False}))
-else:
-    ok, detail = check()
-    print(json.dumps({"known": True, "applies": bool(ok), "detail": str(detail)}))
-"""
+# The probe run in each build's interpreter (mtpbench/fixes/probe.py): prints one JSON object.
+PROBE_MODULE = "mtpbench.fixes.probe"
 
 
 @dataclass(frozen=True)
@@ -149,11 +134,11 @@ class Preflight:
 def _has_check(name: str) -> bool:
     # Patch modules import only the standard library at module level, so importing one here is cheap and
     # spares a probe process for patches (the fault) that have nothing to check.
-    target = REGISTRY.get(name)
-    if target is None:
+    module_name = patch_module(name)
+    if module_name is None:
         return False
     try:
-        return callable(getattr(importlib.import_module(target.split(":")[0]), "check", None))
+        return callable(getattr(importlib.import_module(module_name), "check", None))
     except Exception:  # an unimportable patch module is the worker's to report, not the dry run's
         return False
 
@@ -176,7 +161,7 @@ def preflight(plans: Iterable[Any], timeout_s: float = 300.0) -> list[Preflight]
             env.pop(PATCHES_ENV, None)  # the probe must not apply anything through the vLLM plugin hook
             try:
                 proc = subprocess.run(
-                    [plan.python, "-c", _PROBE, name],
+                    [plan.python, "-m", PROBE_MODULE, name],
                     env=env,
                     capture_output=True,
                     text=True,

@@ -25,7 +25,7 @@ import importlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 PROBE_NAME = "metadata-binding"
 UNIDENTIFIED = "unidentified"

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 AFTER_ENV = "MTPBENCH_DRIFT_AFTER"
 DEFAULT_AFTER = 40

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 _MODULE = "vllm.utils.cpu_triton_utils"
 _EXPAND = "_expand_kernel_impl"

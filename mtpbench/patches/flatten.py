@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 PROBE_NAME = "graph-replay"
 _MARKER = "__mtpbench_graph_replay__"

@@ -27,7 +27,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable
 
 _MODULE = "vllm.utils.cpu_triton_utils"
 _GREEDY = "_rejection_greedy_sample_kernel_impl"

@@ -23,7 +23,7 @@ import yaml
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="the expand patch targets vLLM's CPU kernels")
 
-from mtpbench.patches import REGISTRY, apply_one  # noqa: E402
+from mtpbench.fixes.registry import REGISTRY, apply_one  # noqa: E402
 from mtpbench.patches.expand import expand_reference, probe  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,32 +5,35 @@ modules past ~400 lines named as a warning (a smell to look at, never a limit)."
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "mtpbench"
 MAX_LINES = 400
 # The stages, lowest first. A module may import its own stage and the stages its rank allows; the base
-# modules (schema, errors, config, shipped, weights) are below every stage. engine/, patches/ and fixes/
-# run inside a build's interpreter: of mtpbench they import schema.py only (and each other's package).
+# modules (schema, errors, config, shipped, weights) are below every stage. engine/, patches/, fixes/ and
+# probes/ run inside a build's interpreter: of mtpbench they import schema.py only (and the stages below).
 BASE = {"", "schema", "errors", "config", "specs", "shipped", "weights"}
 MAY_IMPORT = {
     "store": {"store"},
     "judge": {"judge", "store", "fixes", "patches"},
     "render": {"render", "judge", "store", "fixes", "patches"},
-    "run": {"run", "store", "engine", "patches", "fixes"},
-    "engine": {"engine", "patches"},  # the worker applies a variant's patches in the engine's process
-    "patches": {"patches"},
-    "fixes": {"fixes", "patches"},
+    "run": {"run", "store", "engine", "patches", "fixes", "probes"},
+    # The worker applies a variant's patches in the engine's process, through the registry (fixes/registry).
+    "engine": {"engine", "patches", "fixes"},
+    "patches": {"patches"},  # patches/contract.py is the leaf every patch and fix imports
+    "fixes": {"fixes", "patches"},  # the registry names patches/ and fixes/ modules, so it lives here
+    "probes": {"probes"},  # the doctor's and the platform's probes: `python -m`, standard library only
     "fixtures": {"fixtures"},
 }
-LEAVES = {"engine", "patches", "fixes"}  # base for them is schema.py alone
+LEAVES = {"engine", "patches", "fixes", "probes"}  # base for them is schema.py alone
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = PKG) -> dict[str, Path]:
     out = {}
-    for p in sorted(PKG.rglob("*.py")):
-        rel = p.relative_to(PKG).with_suffix("")
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).with_suffix("")
         parts = list(rel.parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -38,37 +41,99 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """mtpbench modules `name` imports anywhere in its body (module level or inside functions)."""
-    is_pkg = path.name == "__init__.py"
+# A string that names a mtpbench module ("mtpbench.x.y" or a registry's "mtpbench.x.y:function") is an
+# import too: the registry imports it by name, `python -m` runs it. Counting them is how a circle closed
+# through a registry string (issue 27: patches named "mtpbench.fixes.ascend_gemma4:apply" while the fix
+# imported the patches package) shows.
+_MODULE_STRING = re.compile(r"mtpbench(?:\.\w+)+(?::\w+)?")
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level `NAME = "text"` constants (what `import_module(NAME)` may name)."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        out.update({t.id: value.value for t in targets if isinstance(t, ast.Name)})
+    return out
+
+
+def _calls(node: ast.AST, function: str) -> bool:
+    """`node` is a call of `function` or `anything.function`."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) == function
+
+
+def _import_module_target(node: ast.Call, constants: dict[str, str]) -> str | None:
+    """The module `importlib.import_module(...)` / `import_module(...)` names, for a literal or a constant."""
+    if not _calls(node, "import_module") or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.Name):
+        return constants.get(arg.id)
+    return None
+
+
+def _named_modules(node: ast.AST, pkg: list[str], constants: dict[str, str]) -> list[str]:
+    """mtpbench module names (without the `mtpbench.` prefix) that one AST node imports or names."""
+    if isinstance(node, ast.Import):
+        return [a.name.removeprefix("mtpbench").lstrip(".") for a in node.names if a.name.split(".")[0] == "mtpbench"]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
+            mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+        elif node.module and node.module.split(".")[0] == "mtpbench":
+            mod = node.module.removeprefix("mtpbench").lstrip(".")
+        else:
+            return []
+        return [mod] + [f"{mod}.{a.name}".lstrip(".") for a in node.names]
+    text = None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+    elif isinstance(node, ast.Call):
+        text = _import_module_target(node, constants)
+    if text is not None and _MODULE_STRING.fullmatch(text):
+        return [text.split(":")[0].removeprefix("mtpbench").lstrip(".")]
+    return []
+
+
+def _imports_in(name: str, source: str, is_pkg: bool, known: set[str]) -> set[str]:
+    """mtpbench modules the module `name` (source text) imports anywhere in its body (module level or
+    inside functions), by an import statement, a string naming a module, or `import_module(...)`."""
     here = name.split(".") if name else []
     pkg = here if is_pkg else here[:-1]
+    tree = ast.parse(source)
+    constants = _string_constants(tree)
+    # Python runs a module's parent packages before it, but a package's face importing its own modules is
+    # the usual shape, not a circle: an edge to one's own package (a logger named after it) is not counted.
+    ancestors = {".".join(here[:i]) for i in range(len(here))}
+    # A logger's name ("mtpbench.fixtures.train" shared by two modules) names a logger, not a module.
+    logger_names = {id(n.args[0]) for n in ast.walk(tree) if _calls(n, "getLogger") and n.args}
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        targets: list[str] = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names if a.name.split(".")[0] == "mtpbench"]
-            targets = [t.removeprefix("mtpbench").lstrip(".") for t in targets]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg[: len(pkg) - (node.level - 1)] if node.level > 1 else pkg
-                mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
-            elif node.module and node.module.split(".")[0] == "mtpbench":
-                mod = node.module.removeprefix("mtpbench").lstrip(".")
-            else:
-                continue
-            targets = [mod] + [f"{mod}.{a.name}".lstrip(".") for a in node.names]
-        for t in targets:
+    for node in ast.walk(tree):
+        if id(node) in logger_names:
+            continue
+        for t in _named_modules(node, pkg, constants):
             # `from mtpbench import x` names module x when there is one, else a name in the package.
             while t and t not in known:
                 t = t.rpartition(".")[0]
-            if t and t != name:
+            if t and t != name and t not in ancestors:
                 out.add(t)
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    mods = _modules()
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    return _imports_in(name, path.read_text(encoding="utf-8"), path.name == "__init__.py", known)
+
+
+def _graph(root: Path = PKG) -> dict[str, set[str]]:
+    mods = _modules(root)
     known = set(mods) - {""}
     return {m: _imports(m, p, known) for m, p in mods.items() if m}
 
@@ -117,6 +182,9 @@ def test_the_import_graph_sees_lazy_and_relative_imports() -> None:
     g = _graph()
     assert "judge.evidence" in g["judge.compare"] and "store.results" in g["judge.evidence"]
     assert "store.columnar" in g["store.results"]  # imported inside load_run only
+    # The registry's "module:function" strings are its imports; the patches it names import only the leaf.
+    assert {"patches.flatten", "fixes.ascend_gemma4", "patches.contract"} <= g["fixes.registry"]
+    assert g["fixes.ascend_gemma4"] & {"patches.contract", "fixes.registry", "patches"} == {"patches.contract"}
 
 
 def _stage(module: str) -> str:
@@ -158,6 +226,60 @@ def test_the_contract_finds_an_upward_import() -> None:
 
 def test_no_import_cycle() -> None:
     assert _cycles(_graph()) == []
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / "mtpbench" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root / "mtpbench"
+
+
+def test_a_circle_closed_through_a_registry_string_fails_the_layering_test(tmp_path: Path) -> None:
+    # The shape before issue 27: the patches package names a fix in its registry while the fix imports the
+    # patches package. No import statement closes the circle; the registry string does.
+    pkg = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "patches/__init__.py": (
+                "import importlib\n"
+                "class PatchNotApplicable(Exception): ...\n"
+                'REGISTRY = {"fix": "mtpbench.fixes.fix:apply"}\n'
+                "def apply_one(name):\n"
+                '    module, func = REGISTRY[name].split(":")\n'
+                "    return getattr(importlib.import_module(module), func)()\n"
+            ),
+            "fixes/__init__.py": "",
+            "fixes/fix.py": "from mtpbench.patches import PatchNotApplicable\ndef apply(): ...\n",
+        },
+    )
+    assert _cycles(_graph(pkg)) == [["fixes.fix", "patches"]]
+    assert _violations(_graph(pkg)) == ["patches -> fixes.fix (patches may import patches)"]
+
+
+def test_import_module_targets_are_imports(tmp_path: Path) -> None:
+    pkg = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": 'import importlib\n_B = "mtpbench.b"\ndef load():\n    return importlib.import_module(_B)\n',
+            "b.py": "from importlib import import_module\ndef load():\n    return import_module('mtpbench.a')\n",
+        },
+    )
+    assert _graph(pkg) == {"a": {"b"}, "b": {"a"}} and _cycles(_graph(pkg)) == [["a", "b"]]
+
+
+def test_prose_and_logger_names_are_not_imports() -> None:
+    known = {"a", "b", "c"}
+    source = (
+        '"""Module a; see mtpbench.b for the rest."""\n'
+        "import logging\n"
+        'logger = logging.getLogger("mtpbench.c")\n'
+        'RUN = ["python", "-m", "mtpbench.c"]\n'
+    )
+    assert _imports_in("a", source, False, known) == {"c"}  # the `-m` target; not the prose, not the logger
 
 
 def _big_modules(mods: dict[str, Path]) -> dict[str, int]:

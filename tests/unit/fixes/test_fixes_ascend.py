@@ -35,7 +35,8 @@ from mtpbench.fixes.layer_source import (
     delegating_shared_get,
     is_param_source,
 )
-from mtpbench.patches import PATCHES_ENV, PatchNotApplicable, apply_one
+from mtpbench.fixes.registry import apply_one
+from mtpbench.patches.contract import PATCHES_ENV, PatchNotApplicable
 
 REPO = Path(__file__).resolve().parents[3]
 PATCH = "ascend-gemma4-layer-params"
@@ -672,7 +673,7 @@ import sys
 from mtpbench.fixes.ascend_api import detect
 from mtpbench.fixes.ascend_gemma4 import load_modules
 from mtpbench.fixes.layer_source import LayerResolvedSource
-from mtpbench.patches import apply_one
+from mtpbench.fixes.registry import apply_one
 try:
     modules = load_modules()
 except Exception as exc:

@@ -34,8 +34,9 @@ from mtpbench.fixes import ascend_api
 from mtpbench.fixes.ascend_api import AscendModules, detect
 from mtpbench.fixes.ascend_gemma4 import install
 from mtpbench.fixes.layer_source import LayerResolvedSource
+from mtpbench.fixes.registry import apply_one
 from mtpbench.fixes.status import FIX_NOT_APPLIED, headline, preflight, unapplied
-from mtpbench.patches import PatchNotApplicable, apply_one
+from mtpbench.patches.contract import PatchNotApplicable
 from mtpbench.render.words import finding_message
 
 REPO = Path(__file__).resolve().parents[3]

@@ -43,7 +43,8 @@ from mtpbench.fixes import ascend_api, ascend_gemma4
 from mtpbench.fixes.ascend_api import AscendModules, detect
 from mtpbench.fixes.ascend_gemma4 import check, install
 from mtpbench.fixes.layer_source import layer_resolved_update
-from mtpbench.patches import PatchNotApplicable, apply_one
+from mtpbench.fixes.registry import apply_one
+from mtpbench.patches.contract import PatchNotApplicable
 
 REPO = Path(__file__).resolve().parents[3]
 PATCH = "ascend-gemma4-layer-params"

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from mtpbench.patches import PatchNotApplicable, apply_one, flatten
+from mtpbench.fixes.registry import apply_one
+from mtpbench.patches import PatchNotApplicable, flatten
 
 MODULE = "vllm.v1.spec_decode.gemma4"
 METHOD = "build_per_group_and_layer_attn_metadata"
