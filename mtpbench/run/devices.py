@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtpbench.errors import UserError
+from mtpbench.probes import devices as platform_probe
+from mtpbench.run.pythonpath import worker_pythonpath
 
 VISIBILITY_ENV = {
     "cuda": "CUDA_VISIBLE_DEVICES",
@@ -27,38 +29,19 @@ VISIBILITY_ENV = {
     "cpu": "VLLM_CPU_OMP_THREADS_BIND",
 }
 
-# Stdlib only: answers from package metadata (milliseconds) which platform the interpreter's vLLM targets,
-# and with `count`, how many accelerators its torch sees (imports torch: seconds).
-_PLATFORM_PROBE = r"""
-import json, sys
-from importlib.metadata import version, PackageNotFoundError
-def has(d):
-    try:
-        version(d)
-        return True
-    except PackageNotFoundError:
-        return False
-kind = "ascend" if has("vllm-ascend") or has("torch-npu") else "cuda" if has("vllm") and not has("vllm-cpu") else "cpu"
-out = {"platform": kind, "count": None}
-if "count" in sys.argv:
-    try:
-        import torch
-        if kind == "ascend":
-            import torch_npu  # noqa: F401
-            out["count"] = torch.npu.device_count()
-        elif kind == "cuda":
-            out["count"] = torch.cuda.device_count()
-    except BaseException as exc:
-        out["error"] = f"{type(exc).__name__}: {exc}"[:300]
-print("@@platform " + json.dumps(out))
-"""
+# The platform probe, run as `python -m mtpbench.probes.devices` in the build's interpreter: from package
+# metadata (milliseconds) which platform its vLLM targets, and with `count`, how many accelerators its
+# torch sees (imports torch: seconds). It prints one line after its MARKER.
+PLATFORM_PROBE = platform_probe.__name__
+PLATFORM_MARKER = platform_probe.MARKER
 
 
 def probe_platform(python: str | None, count: bool = False, timeout_s: float = 120) -> dict[str, Any]:
     exe = python or sys.executable
     try:
         proc = subprocess.run(
-            [exe, "-c", _PLATFORM_PROBE, *(["count"] if count else [])],
+            [exe, "-m", PLATFORM_PROBE, *(["count"] if count else [])],
+            env={**os.environ, "PYTHONPATH": worker_pythonpath(os.environ.get("PYTHONPATH", ""))},
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -67,8 +50,8 @@ def probe_platform(python: str | None, count: bool = False, timeout_s: float = 1
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"cannot run the build interpreter {exe}: {exc}") from None
     for line in proc.stdout.splitlines():
-        if line.startswith("@@platform "):
-            return dict(json.loads(line[len("@@platform ") :]))
+        if line.startswith(PLATFORM_MARKER):
+            return dict(json.loads(line[len(PLATFORM_MARKER) :]))
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
     raise UserError(f"build interpreter {exe} did not answer the platform probe: {tail[0]}")
 

