@@ -35,8 +35,10 @@ from mtpbench.run import runner  # noqa: E402
 def fake_config(tmp: Path, cells: int, work: float) -> Path:
     py = tmp / "fakepy"
     fake = REPO / "tests" / "fake_worker.py"
+    # The platform probe (`-m mtpbench.probes.devices`) runs for real; the worker is the fake.
     py.write_text(
-        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\nexec {sys.executable} {fake} "$@"\n'
+        f'#!/bin/sh\ncase "$1 $2" in "-c "* | "-m mtpbench.probes."*) exec {sys.executable} "$@" ;; esac\n'
+        f'exec {sys.executable} {fake} "$@"\n'
     )
     py.chmod(0o755)
     (tmp / "p.yaml").write_text(yaml.safe_dump({"name": "p", "prompts": [{"id": "a", "text": "x"}]}))

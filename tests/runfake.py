@@ -24,9 +24,11 @@ FAKE = REPO / "tests" / "fake_worker.py"
 def fake_config(tmp: Path, builds: dict[str, dict[str, Any]], prompts: int = 2, **extra: Any) -> Path:
     """A config whose builds run the fake worker; `builds` maps a build name to its FAKE behaviour."""
     py = tmp / "fakepy"
-    # The runner calls `<python> -m mtpbench.engine.worker JOB`; device probing calls `<python> -c ...`.
+    # The runner calls `<python> -m mtpbench.engine.worker JOB`; device probing calls
+    # `<python> -m mtpbench.probes.devices` (and a test may call `<python> -c ...`): those run for real.
     py.write_text(
-        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec {sys.executable} "$@"; fi\nexec {sys.executable} {FAKE} "$@"\n'
+        f'#!/bin/sh\ncase "$1 $2" in "-c "* | "-m mtpbench.probes."*) exec {sys.executable} "$@" ;; esac\n'
+        f'exec {sys.executable} {FAKE} "$@"\n'
     )
     py.chmod(0o755)
     marks = tmp / "marks"
