@@ -14,12 +14,15 @@ import importlib
 import json
 import sys
 
-from mtpbench.fixes.registry import REGISTRY
+from mtpbench.fixes.registry import patch_module
 
 
 def answer(name: str) -> dict[str, object]:
     """What patch `name`'s `check()` says here (raises KeyError for a name the registry does not know)."""
-    module = importlib.import_module(REGISTRY[name].split(":")[0])
+    module_name = patch_module(name)
+    if module_name is None:
+        raise KeyError(name)
+    module = importlib.import_module(module_name)
     check = getattr(module, "check", None)
     if check is None:
         return {"known": False}
