@@ -328,3 +328,30 @@ def test_the_build_side_imports_the_standard_library_at_module_level() -> None:
                 if m.split(".")[0] not in std and m not in ("mtpbench", "mtpbench.schema") and not m.startswith(own)
             }
             assert not bad, f"{stage}/{path.name} imports {bad} at module level"
+
+
+def _private_imports(graph_root: Path, stages: set[str]) -> list[str]:
+    """`from mtpbench.<stage>... import _name` anywhere in the package, for the given stages' modules."""
+    out = []
+    for name, path in _modules(graph_root).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mtpbench.")):
+                continue
+            if node.module.split(".")[1] not in stages:
+                continue
+            out += [f"{name or 'mtpbench'}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return sorted(out)
+
+
+def test_the_build_side_stages_show_a_face_and_keep_their_private_names() -> None:
+    # Issue 27: a stage's public names are in its __init__ (with __all__); a `_name` stays in its module.
+    for stage in ("patches", "fixes"):
+        face = ast.parse((PKG / stage / "__init__.py").read_text(encoding="utf-8"))
+        names = [n for n in face.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__"]
+        assert names, f"{stage}/__init__.py has no __all__"
+    assert _private_imports(PKG, {"patches", "fixes", "probes"}) == []
+
+
+def test_a_private_name_taken_from_another_module_is_found(tmp_path: Path) -> None:
+    pkg = _plant(tmp_path, {"__init__.py": "", "a.py": "from mtpbench.patches.flatten import _MODULE, apply\n"})
+    assert _private_imports(pkg, {"patches"}) == ["a: mtpbench.patches.flatten._MODULE"]
