@@ -23,6 +23,7 @@ from mtpbench.judge.compare import Comparison
 from mtpbench.judge.evidence import changed_text
 from mtpbench.render import bindinggrid
 from mtpbench.render.painter import Drawn, Job, Painter
+from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
 CSS = """
@@ -108,7 +109,7 @@ def _diagnoses(comp: Comparison) -> str:
 
     items = []
     for d in comp.diagnoses:
-        sev = views._value(d.severity)
+        sev = enum_text(d.severity)
         why = cause_text(d)
         cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
@@ -182,7 +183,7 @@ def _checks_table(comp: Comparison) -> str:
         for (title, _sub, just), (text, _detail, _style) in zip(cols, row, strict=True):
             cls = ["l"] if just == "left" else []
             if title == "verdict":
-                cls.append(views._value(x.verdict))
+                cls.append(enum_text(x.verdict))
             tds.append(f"<td{_cls(cls)}>{_e(text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     extra = ""

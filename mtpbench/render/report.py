@@ -1,6 +1,6 @@
-"""Rendering a comparison: rich tables, the JSON document, Markdown, JUnit and the verdict line.
+"""Rendering a comparison: rich tables, the JSON document, Markdown and the verdict line (JUnit is junit.py).
 
-The sentences (what each finding says, its likely cause, what a pass certifies) live in words.py; this
+The sentences (what each finding says, its likely cause, what a pass certifies) live in words/; this
 module lays them out. One row builder per table (`summary_rows`, `check_rows`) feeds both the rich table
 and the Markdown, so the two never disagree; the verdict line, the JSON's `exit_code` and the JUnit
 failures all derive from `Comparison.exit_code`. No arithmetic beyond turning fractions into the
@@ -26,8 +26,8 @@ from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionChec
 from mtpbench.render.lengths import length_rows
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
-from mtpbench.render.verdicts import verdict_text
-from mtpbench.render.words import cause_text, ci_text, finding_message, pct, pts
+from mtpbench.render.words import cause_text, finding_message, verdict_text
+from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
 
 # Version of the JSON document `--json` writes. History: 1: cells/checks/diagnoses with free-text messages;
