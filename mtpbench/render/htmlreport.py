@@ -21,7 +21,8 @@ from mtpbench.errors import UserError
 from mtpbench.judge import views
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.evidence import changed_text
-from mtpbench.render import bindinggrid
+from mtpbench.render.bindinggrid import CSS as BINDING_CSS
+from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
 from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
@@ -235,13 +236,13 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>mtpbench report: {_e(comp.run_id)}</title>
-<style>{CSS}{bindinggrid.CSS}</style></head>
+<style>{CSS}{BINDING_CSS}</style></head>
 <body>
 <h1>mtpbench report: run <code>{_e(comp.run_id)}</code></h1>
 <div id="verdict" class="verdict exit-{code}">{_e(_verdict_text(comp))}</div>
 <p class="meta">{meta}</p>
 <section id="diagnoses"><h2>Diagnoses</h2>{_diagnoses(comp)}</section>
-{bindinggrid.binding_section(comp.binding)}
+{binding_section(comp.binding)}
 <section><h2>Per-position acceptance</h2>
 <figure id="fig-acceptance">{figures["acceptance"]}
 <figcaption>Bars: acceptance per position pooled over repeats (red: regression, blue: improvement), whiskers
