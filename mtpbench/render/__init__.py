@@ -4,7 +4,7 @@ historyreport.py), the JSON document and Markdown (the same modules: one row bui
 (junit.py), GitHub Actions' step summary and annotations and a console that never crops in a log (ci.py), the
 HTML report and its PNG figures (htmlreport.py, with bindinggrid.py, plots.py and painter.py, the second process
 that draws them). Every sentence (a finding, its likely cause, the verdict line) is in words/, one module per
-finding family; lengths.py and rounds.py are the table columns several outputs share.
+finding family; rounds.py is a soak run's per-round column and JSON part, which report.py lays out.
 
 The stage's public functions are named here (`__all__`) and imported from their module on first use: the CLI's
 console needs rich alone, and the painter's process (`python -m mtpbench.render.painter`) must start drawing

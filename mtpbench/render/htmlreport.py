@@ -189,8 +189,8 @@ def _checks_table(comp: Comparison) -> str:
         body.append("<tr>" + "".join(tds) + "</tr>")
     extra = ""
     if comp.lengths:
-        # The primary endpoint of the default gate (render/lengths.py: the console's and Markdown's rows).
-        from mtpbench.render.lengths import length_rows
+        # The primary endpoint of the default gate (report.length_rows: the console's and Markdown's rows).
+        from mtpbench.render.report import length_rows
 
         lcols, lrows = length_rows(comp.lengths, comp.gate.primary == "acceptance_length")
         lhead = "".join(f"<th>{_e(title)}{' ' + _e(sub) if sub else ''}</th>" for title, sub, _ in lcols)
