@@ -576,7 +576,18 @@ def pct(x: dict[str, Any]) -> str:
     return f"{x['rate']:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
+# The truths, in the order the report lists them.
+TRUTHS = ["tiny", "gemma4-like"]
+
+
 def render(data: dict[str, Any]) -> str:
+    """The Markdown report of one measurement (`data`: the JSON written beside it), section by section."""
+    rows = _ordered_results(data)
+    return "\n".join([*_preamble(data), *_summary(data, rows), *_settings(rows), *_regenerate(data)])
+
+
+def _preamble(data: dict[str, Any]) -> list[str]:
+    """What was measured, with which gate, what a run is, and the noise model."""
     g, drop = data["gate"], data["gate_drop_pts"]
     dirty = f" (with uncommitted changes to {', '.join(data['dirty'])})" if data["dirty"] else ""
     out = [
@@ -635,7 +646,27 @@ def render(data: dict[str, Any]) -> str:
         "j falls by d points (later positions fall with it); in the graph cell only (`1 cell`) or in both cells.",
         "",
     ]
-    out += [
+    return out
+
+
+def _ordered_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The settings in the tables' order: bursty first, then by burstiness, truth and prompts."""
+    bursts = list(BURSTS)
+    return sorted(
+        data["results"],
+        key=lambda r: (
+            r["setting"]["burst"] != "bursty",
+            bursts.index(r["setting"]["burst"]),
+            TRUTHS.index(r["setting"]["truth"]),
+            r["setting"]["prompts"],
+        ),
+    )
+
+
+def _summary(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The goals, one row per setting (false alarms, power, goals met), then the sizing lines."""
+    drop = data["gate_drop_pts"]
+    out = [
         "## Summary",
         "",
         f"Goals: at most {GOAL_FALSE_ALARM:.0%} of harmless runs fail (any non-zero exit), with and without "
@@ -652,16 +683,6 @@ def render(data: dict[str, Any]) -> str:
         f"{drop:g} pts pos1 caught | {drop:g} pts pos2 caught | goals met | harmless exit 1 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    bursts, truths = list(BURSTS), ["tiny", "gemma4-like"]
-    rows = sorted(
-        data["results"],
-        key=lambda r: (
-            r["setting"]["burst"] != "bursty",
-            bursts.index(r["setting"]["burst"]),
-            truths.index(r["setting"]["truth"]),
-            r["setting"]["prompts"],
-        ),
-    )
     smallest: dict[str, list[int]] = {}
     for r in rows:
         sc = r["scenarios"]
@@ -685,7 +706,13 @@ def render(data: dict[str, Any]) -> str:
             f"| {label} | {' | '.join(pct(x) for x in (*fa, al, *pw))} | {'yes' if met else '**no**'} | {pct(ex1)} |"
         )
     out += [""]
-    for t in truths:
+    return out + _sizing(rows, smallest)
+
+
+def _sizing(rows: list[dict[str, Any]], smallest: dict[str, list[int]]) -> list[str]:
+    """Per truth, the fewest prompts tried (bursty) whose run meets both goals."""
+    out: list[str] = []
+    for t in TRUTHS:
         tried = sorted(
             {r["setting"]["prompts"] for r in rows if r["setting"]["truth"] == t and r["setting"]["burst"] == "bursty"}
         )
@@ -699,7 +726,12 @@ def render(data: dict[str, Any]) -> str:
             )
         )
         out.append("")
-    out += [""]
+    return out
+
+
+def _settings(rows: list[dict[str, Any]]) -> list[str]:
+    """A section per role (the main settings, 5 prompts, sizing, burstiness), a table per setting."""
+    out: list[str] = [""]
     titles = {
         "main": "The shipped default's size and a Gemma4-sized run",
         "small": "5 prompts",
@@ -712,42 +744,52 @@ def render(data: dict[str, Any]) -> str:
             continue
         out += [f"## {title}", ""]
         for r in sel:
-            h = r["scenarios"]["harmless"]
-            out += [
-                f"### {r['setting']['label']}",
-                "",
-                "Harmless runs, eager cell, per position: Δ mean "
-                + ", ".join(f"{x:+.2f}" for x in h["eager_delta_mean_pts"] or [])
-                + " pts, SD "
-                + ", ".join(f"{x:.2f}" for x in h["eager_delta_sd_pts"] or [])
-                + " pts; median smallest detectable drop (the rule's MDE) "
-                + ", ".join(f"{x:.2f}" for x in h["eager_mde_median_pts"] or [])
-                + " pts. Acceptance length: Δ SD "
-                + f"{h.get('eager_al_delta_sd_pct') or 0:.2f} % of the baseline's AL, median MDE "
-                + f"{h.get('eager_al_mde_median_pct') or 0:.2f} % (δ = {AL_DELTA:g} %).",
-                "",
-                "`identical`: the run is its baseline's own records, so every Δ is 0; its two cells are still "
-                "independent draws, so only the graph-divergence check can fail it.",
-                "",
-                "| scenario | runs | exit 1 | any non-zero | `underpowered` finding | a check underpowered | "
-                "exit codes (runs) | failing findings (runs) |",
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            for name, v in r["scenarios"].items():
-                codes = ", ".join(f"{k}: {n}" for k, n in v["exit_codes"].items())
-                kinds = ", ".join(f"{k}: {n}" for k, n in v["finding_kinds"].items()) or "none"
-                out.append(
-                    f"| {name} | {v['n']} | {pct(v['exit1'])} | {pct(v['any_nonzero'])} | "
-                    f"{pct(v['underpowered_finding'])} | {pct(v['underpowered_check'])} | {codes} | {kinds} |"
-                )
-            out.append("")
+            out += _setting(r)
+    return out
+
+
+def _setting(r: dict[str, Any]) -> list[str]:
+    """One setting: its harmless runs' deltas and MDEs, then a row per scenario."""
+    out: list[str] = []
+    h = r["scenarios"]["harmless"]
     out += [
+        f"### {r['setting']['label']}",
+        "",
+        "Harmless runs, eager cell, per position: Δ mean "
+        + ", ".join(f"{x:+.2f}" for x in h["eager_delta_mean_pts"] or [])
+        + " pts, SD "
+        + ", ".join(f"{x:.2f}" for x in h["eager_delta_sd_pts"] or [])
+        + " pts; median smallest detectable drop (the rule's MDE) "
+        + ", ".join(f"{x:.2f}" for x in h["eager_mde_median_pts"] or [])
+        + " pts. Acceptance length: Δ SD "
+        + f"{h.get('eager_al_delta_sd_pct') or 0:.2f} % of the baseline's AL, median MDE "
+        + f"{h.get('eager_al_mde_median_pct') or 0:.2f} % (δ = {AL_DELTA:g} %).",
+        "",
+        "`identical`: the run is its baseline's own records, so every Δ is 0; its two cells are still "
+        "independent draws, so only the graph-divergence check can fail it.",
+        "",
+        "| scenario | runs | exit 1 | any non-zero | `underpowered` finding | a check underpowered | "
+        "exit codes (runs) | failing findings (runs) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in r["scenarios"].items():
+        codes = ", ".join(f"{k}: {n}" for k, n in v["exit_codes"].items())
+        kinds = ", ".join(f"{k}: {n}" for k, n in v["finding_kinds"].items()) or "none"
+        out.append(
+            f"| {name} | {v['n']} | {pct(v['exit1'])} | {pct(v['any_nonzero'])} | "
+            f"{pct(v['underpowered_finding'])} | {pct(v['underpowered_check'])} | {codes} | {kinds} |"
+        )
+    out.append("")
+    return out
+
+
+def _regenerate(data: dict[str, Any]) -> list[str]:
+    return [
         "## Regenerate",
         "",
         f"`{data['command']}` (`--quick`: the smoke run the tests use; `--render JSON`: this page from its JSON).",
         "",
     ]
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
