@@ -81,23 +81,26 @@ def engine_args_for(cfg: ExperimentConfig, mode: str) -> tuple[dict[str, Any], d
 def expand(
     cfg: ExperimentConfig, only_modes: list[str] | None = None, only_builds: list[str] | None = None
 ) -> list[Cell]:
+    """The config's cell-repeats, build × mode × variant × repeat in that order (optionally only some builds
+    or modes), each repeat with its PYTHONHASHSEED."""
     seeds = cfg.seeds()
     cells: list[Cell] = []
-    for b in cfg.builds:
-        if only_builds and b not in only_builds:
+    for build in cfg.builds:
+        if only_builds and build not in only_builds:
             continue
-        for m in cfg.modes:
-            if only_modes and m not in only_modes:
+        for mode in cfg.modes:
+            if only_modes and mode not in only_modes:
                 continue
-            for v in cfg.variants:
-                for r in range(cfg.repeats):
-                    cells.append(Cell(b, m, v, r, seeds[r]))
+            for variant in cfg.variants:
+                for repeat in range(cfg.repeats):
+                    cells.append(Cell(build=build, mode=mode, variant=variant, repeat=repeat, hash_seed=seeds[repeat]))
     return cells
 
 
 def plan(
     cfg: ExperimentConfig, prompts: PromptSet, cells: list[Cell], run_id: str, records_path: str
 ) -> list[CellPlan]:
+    """Each cell-repeat's job file, interpreter and environment (nothing is started)."""
     plans: list[CellPlan] = []
     sampling = cfg.sampling.model_dump(exclude_none=True)
     soak = soak_job_fields(cfg)
@@ -141,7 +144,7 @@ def plan(
             "workload": cfg.workload.model_dump(mode="json"),
             **({"soak_other_prompts": soak["other"]} if soak else {}),
         }
-        plans.append(CellPlan(c, build.python or sys.executable, env, job))
+        plans.append(CellPlan(cell=c, python=build.python or sys.executable, env=env, job=job))
     return plans
 
 

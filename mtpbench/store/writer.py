@@ -19,8 +19,9 @@ from mtpbench.schema import SCHEMA_VERSION, CellStatus, RunStatus
 from mtpbench.store.manifest import MANIFEST, new_manifest, new_run_dir, now_iso, write_json_atomic
 from mtpbench.store.records import RECORDS, dump_record
 
-# What every record of a cell-repeat carries (the worker stamps the same keys, in this order).
-RECORD_KEYS = ("cell", "build", "mode", "variant", "repeat", "hash_seed")
+# What names a cell-repeat: the first keys of its manifest entry, and what every record of it carries (the
+# worker stamps the same keys, in this order).
+CELL_KEYS = ("cell", "build", "mode", "variant", "repeat", "hash_seed")
 
 
 class RunWriter:
@@ -103,7 +104,7 @@ class RunWriter:
         return {
             "schema": SCHEMA_VERSION,
             "run_id": self.run_id,
-            **{key: cell[key] for key in RECORD_KEYS},
+            **{key: cell[key] for key in CELL_KEYS},
             "type": type,
             **fields,
         }
@@ -129,4 +130,4 @@ class RunWriter:
         self.save()
 
 
-__all__ = ["RECORD_KEYS", "RunWriter"]
+__all__ = ["CELL_KEYS", "RunWriter"]
