@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+# By its full path: `from mtpbench.run import raykeeper` also imports the package, whose face names this module.
+import mtpbench.run.raykeeper as raykeeper
 from mtpbench.errors import ClusterError, UserError
-from mtpbench.run import raykeeper
 from mtpbench.run.control import RunInterrupted
 from mtpbench.run.raykeeper import session_members
 
