@@ -141,14 +141,18 @@ def _lock(run_dir: Path) -> int:
     return fd
 
 
-def _spec(p: CellPlan, run_dir: Path, cfg: ExperimentConfig, devices: list[str], var: str | None) -> WorkerSpec:
-    attempt = int(p.job.get("attempt", 1))
-    name = p.cell.slug if attempt == 1 else f"{p.cell.slug}-a{attempt}"
+def _spec(
+    cell_plan: CellPlan, run_dir: Path, cfg: ExperimentConfig, devices: list[str], visibility_env: str | None
+) -> WorkerSpec:
+    """How to start and watch one cell-repeat's worker: its job and log files (per attempt), its command, its
+    environment with its devices bound, its deadlines."""
+    attempt = int(cell_plan.job.get("attempt", 1))
+    name = cell_plan.cell.slug if attempt == 1 else f"{cell_plan.cell.slug}-a{attempt}"
     job_path = run_dir / "jobs" / f"{name}.json"
     return WorkerSpec(
-        command=p.command(str(job_path)),
-        env={**p.env, **binding_env(var, devices)},
-        job=p.job,
+        command=cell_plan.command(str(job_path)),
+        env={**cell_plan.env, **binding_env(visibility_env, devices)},
+        job=cell_plan.job,
         job_path=str(job_path),
         log_path=str(run_dir / "logs" / f"{name}.log"),
         startup_timeout_s=cfg.startup_timeout_s or cfg.timeout_s,
