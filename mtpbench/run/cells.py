@@ -104,16 +104,16 @@ def plan(
     plans: list[CellPlan] = []
     sampling = cfg.sampling.model_dump(exclude_none=True)
     soak = soak_job_fields(cfg)
-    for c in cells:
-        build = cfg.builds[c.build]
-        engine_args, requested = engine_args_for(cfg, c.mode)
+    for cell in cells:
+        build = cfg.builds[cell.build]
+        engine_args, requested = engine_args_for(cfg, cell.mode)
         if soak.get("prefix_caching") is not None:
             engine_args["enable_prefix_caching"] = soak["prefix_caching"]
-        patches = cfg.variants[c.variant]
+        patches = cfg.variants[cell.variant]
         pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
         env = {
             **build.env,
-            "PYTHONHASHSEED": str(c.hash_seed),
+            "PYTHONHASHSEED": str(cell.hash_seed),
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "PYTHONPATH": pythonpath,
             # Always set, even empty: a user's own MTPBENCH_PATCHES must not leak into a stock cell.
@@ -121,12 +121,12 @@ def plan(
         }
         job = {
             "run_id": run_id,
-            "cell": c.cell_id,
-            "build": c.build,
-            "mode": c.mode,
-            "variant": c.variant,
-            "repeat": c.repeat,
-            "hash_seed": c.hash_seed,
+            "cell": cell.cell_id,
+            "build": cell.build,
+            "mode": cell.mode,
+            "variant": cell.variant,
+            "repeat": cell.repeat,
+            "hash_seed": cell.hash_seed,
             "model": cfg.model,
             "speculative_config": cfg.speculative.to_vllm(),
             "engine_args": engine_args,
@@ -144,7 +144,7 @@ def plan(
             "workload": cfg.workload.model_dump(mode="json"),
             **({"soak_other_prompts": soak["other"]} if soak else {}),
         }
-        plans.append(CellPlan(cell=c, python=build.python or sys.executable, env=env, job=job))
+        plans.append(CellPlan(cell=cell, python=build.python or sys.executable, env=env, job=job))
     return plans
 
 

@@ -54,14 +54,14 @@ def estimate(cfg: ExperimentConfig, cells: list[Cell], out_dir: Path, jobs: int,
     runs = 0
     for mpath in sorted(out_dir.glob(f"*/{MANIFEST}")) if out_dir.is_dir() else []:
         try:
-            m = json.loads(mpath.read_text(encoding="utf-8"))
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if not isinstance(m, dict) or (m.get("config") or {}).get("name") != cfg.name:
+        if not isinstance(manifest, dict) or (manifest.get("config") or {}).get("name") != cfg.name:
             continue
         got = [
             c
-            for c in m.get("cells", [])
+            for c in manifest.get("cells", [])
             if isinstance(c, dict) and c.get("status") == CellStatus.OK and c.get("wall_s")
         ]
         runs += bool(got)

@@ -299,12 +299,13 @@ class RayExecutor:
                 self._nodes = (time.monotonic(), nodes)
         return any(fits(n, request) for n in nodes)
 
-    def _options(self, n: int) -> dict[str, Any]:
+    def _options(self, devices: int) -> dict[str, Any]:
+        """The task's resource request in Ray's option names (ray_request's, as `.options()` takes them)."""
         if self.resource == "GPU":
-            return {"num_gpus": n, "num_cpus": 1}
+            return {"num_gpus": devices, "num_cpus": 1}
         if self.resource == "NPU":
-            return {"resources": {"NPU": n}, "num_cpus": 1}
-        return {"num_cpus": n}
+            return {"resources": {"NPU": devices}, "num_cpus": 1}
+        return {"num_cpus": devices}
 
     def run(self, spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
         """One cell-repeat as a Ray task, to its end, a stop request or a node that can never place it; its
