@@ -551,9 +551,26 @@ def pct(x: dict[str, Any]) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
+    """The Markdown report of a run of this script (its JSON): what was measured and how, the summary table
+    with the sizing it implies, each setting's scenarios, and how to regenerate it."""
+    rows = _ordered_results(data)
+    out = _introduction(data)
+    out += _summary(data, rows)
+    out += _settings(rows)
+    out += [
+        "## Regenerate",
+        "",
+        f"`{data['command']}` (`--quick`: the smoke run the tests use; `--render JSON`: this page from its JSON).",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _introduction(data: dict[str, Any]) -> list[str]:
+    """How the report was produced, the gate, what a run is and the noise model."""
     g, drop = data["gate"], data["gate_drop_pts"]
     dirty = f" (with uncommitted changes to {', '.join(data['dirty'])})" if data["dirty"] else ""
-    out = [
+    return [
         "# The gate's decision rule under prompt-level, bursty noise",
         "",
         f"Produced by `{data['command']}` (seed {data['seed']}; N = {data['n_harmless']} harmless runs and "
@@ -609,7 +626,27 @@ def render(data: dict[str, Any]) -> str:
         "j falls by d points (later positions fall with it); in the graph cell only (`1 cell`) or in both cells.",
         "",
     ]
-    out += [
+
+
+def _ordered_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The settings' results, bursty first, then by burstiness, truth and prompt count."""
+    bursts, truths = list(BURSTS), ["tiny", "gemma4-like"]
+    return sorted(
+        data["results"],
+        key=lambda r: (
+            r["setting"]["burst"] != "bursty",
+            bursts.index(r["setting"]["burst"]),
+            truths.index(r["setting"]["truth"]),
+            r["setting"]["prompts"],
+        ),
+    )
+
+
+def _summary(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The goals, one row per setting (false alarms, power, goals met) and the fewest prompts that meet them."""
+    drop = data["gate_drop_pts"]
+    truths = ["tiny", "gemma4-like"]
+    out = [
         "## Summary",
         "",
         f"Goals: at most {GOAL_FALSE_ALARM:.0%} of harmless runs fail (any non-zero exit), with and without "
@@ -626,16 +663,6 @@ def render(data: dict[str, Any]) -> str:
         f"{drop:g} pts pos1 caught | {drop:g} pts pos2 caught | goals met | harmless exit 1 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    bursts, truths = list(BURSTS), ["tiny", "gemma4-like"]
-    rows = sorted(
-        data["results"],
-        key=lambda r: (
-            r["setting"]["burst"] != "bursty",
-            bursts.index(r["setting"]["burst"]),
-            truths.index(r["setting"]["truth"]),
-            r["setting"]["prompts"],
-        ),
-    )
     smallest: dict[str, list[int]] = {}
     for r in rows:
         sc = r["scenarios"]
@@ -674,6 +701,12 @@ def render(data: dict[str, Any]) -> str:
         )
         out.append("")
     out += [""]
+    return out
+
+
+def _settings(rows: list[dict[str, Any]]) -> list[str]:
+    """Per setting, by role: the harmless runs' spread and every scenario's outcomes."""
+    out: list[str] = []
     titles = {
         "main": "The shipped default's size and a Gemma4-sized run",
         "small": "5 prompts",
@@ -715,13 +748,7 @@ def render(data: dict[str, Any]) -> str:
                     f"{pct(v['underpowered_finding'])} | {pct(v['underpowered_check'])} | {codes} | {kinds} |"
                 )
             out.append("")
-    out += [
-        "## Regenerate",
-        "",
-        f"`{data['command']}` (`--quick`: the smoke run the tests use; `--render JSON`: this page from its JSON).",
-        "",
-    ]
-    return "\n".join(out)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
