@@ -1,6 +1,6 @@
 """A run's cells against a baseline, position by position, fail-closed: the baseline must be comparable
 (a recorded mismatch of method, k, identity or sampling is refused; fields it cannot vouch for are named),
-each cell is judged by one resolved entry, and each position's drop is decided by the gate's rule (`_decide`:
+each cell is judged by one resolved entry, and each position's drop is decided by the gate's rule (`decide`:
 regression, pass, improvement, or `inconclusive` when the data cannot support either). compare.compare
 calls these; the checks become structured findings here. Nothing here prints.
 """
@@ -166,7 +166,7 @@ def resolve_entry(
     return e, ("baseline" if e is not None else "")
 
 
-def _decide(
+def decide(
     delta: float, se: float | None, df: float | None, drop: float, gate: GateSpec, alpha: float, cert_alpha: float
 ) -> Verdict:
     """The gate's rule for one check (δ = `drop`; α = the run's false-alarm rate split over its checks; the
@@ -310,7 +310,7 @@ def _diff(
     )
 
 
-def _position_check(
+def position_check(
     c: CellResult,
     i: int,
     entry: BaselineEntry,
@@ -329,7 +329,7 @@ def _position_check(
         return PositionCheck(
             c.cell, i, None if d is None else d.run, base_rate, None, None, Verdict.NO_DATA, entry=label
         )
-    verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
+    verdict = decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
     smallest = detectable_drop(d.se, d.df, alpha, gate.power)
     return PositionCheck(
         c.cell,
@@ -350,7 +350,7 @@ def _position_check(
     )
 
 
-def _length_check(
+def length_check(
     c: CellResult,
     entry: BaselineEntry,
     gate: GateSpec,
@@ -383,7 +383,7 @@ def _length_check(
         return LengthCheck(c.cell, None if d is None else 1.0 + d.run, exact, None, None, Verdict.NO_DATA, entry=label)
     base = 1.0 + d.base
     tol = gate.tolerance_al_pct / 100 * base
-    verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
+    verdict = decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
     smallest = detectable_drop(d.se, d.df, alpha, gate.power)
     return LengthCheck(
         c.cell,
@@ -403,7 +403,7 @@ def _length_check(
     )
 
 
-def _check_findings(
+def check_findings(
     c: CellResult, checks: list[PositionCheck], length: LengthCheck | None, gate: GateSpec
 ) -> list[Finding]:
     """The cell's checks as findings. The primary endpoint (gate.primary) is what a pass certifies: its

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import UserError
-from mtpbench.judge.evidence import collect
+from mtpbench.judge.evidence import Evidence, collect_evidence
 from mtpbench.judge.stats import Interval, PromptCounts, diff_interval
 from mtpbench.specs import DEFAULT_TOLERANCE_PTS
 from mtpbench.store.baseline import run_fingerprint
@@ -139,14 +139,16 @@ def _units(ev: PromptCounts) -> tuple[np.ndarray, np.ndarray]:
     return drafts.astype(np.int64), accepted.astype(np.int64)
 
 
-def point(run: Run) -> RunPoint:
+def point(run: Run, evidence: Evidence | None = None) -> RunPoint:
     """The run's counts per cell as the evidence stage gives them (complete repeats, identical greedy repeats
     once): the numbers `show` prints. Summing every record counted a greedy run's identical repeats three
-    times (4,041 drafts where `show` said 1,347) and pooled partial repeats into the rates."""
+    times (4,041 drafts where `show` said 1,347) and pooled partial repeats into the rates. `evidence`: the
+    run's, when the caller has collected it (the end of `run`)."""
+    evidence = collect_evidence(run) if evidence is None else evidence
     counts: dict[str, tuple[int, list[int]]] = {}
     units: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     incomplete: set[str] = set()
-    for c in collect(run):
+    for c in evidence.cells:
         if not c.complete:
             incomplete.add(c.cell)
         if c.evidence.g:
@@ -157,13 +159,11 @@ def point(run: Run) -> RunPoint:
     shas: dict[str, str] = {}
     patches: dict[str, list[str]] = {}
     effective: dict[str, str | None] = {}
-    for s in run.cell_starts():
-        env = s.get("env") or {}
-        versions.update({n: str(v) for n, v in (env.get("versions") or {}).items() if v})
-        shas.update({n: str(v) for n, v in (env.get("git_sha") or {}).items() if v})
-        cell = str(s.get("cell"))
-        patches[cell] = [f"{p.get('name')} ({p.get('status')})" for p in s.get("patches") or [] if isinstance(p, dict)]
-        effective[cell] = (s.get("effective") or {}).get("cudagraph_mode")
+    for meta in evidence.meta:
+        versions.update({n: str(v) for n, v in (meta.env.get("versions") or {}).items() if v})
+        shas.update({n: str(v) for n, v in (meta.env.get("git_sha") or {}).items() if v})
+        patches[meta.cell] = [f"{p.name} ({p.status})" for p in meta.outcomes]
+        effective[meta.cell] = meta.cudagraph_mode
     return RunPoint(
         run_id=run.run_id,
         path=run.path,
@@ -367,9 +367,12 @@ def _point_from_json(path: Path, d: dict[str, Any], k: int) -> RunPoint:
     )
 
 
-def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
-    """(point, fingerprint, gate config) of one run folder, from its cache when fresh; else from the run,
-    and the cache is (re)written, best effort (a read-only artifact folder still works)."""
+def run_point(
+    path: Path, run: Run | None = None, evidence: Evidence | None = None
+) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
+    """(point, fingerprint, gate config) of one run folder, from its cache when fresh; else from the run
+    (`run`, `evidence`: already loaded and collected by the caller), and the cache is (re)written, best
+    effort (a read-only artifact folder still works)."""
     cache = path / POINT_CACHE
     stamp = _stamp(path)
     try:
@@ -379,8 +382,8 @@ def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
             return _point_from_json(path, d, k), d["fingerprint"], dict(d["gate"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # no cache, or a damaged one: the run is the truth
-    run = load_run(path)
-    fp, pt = run_fingerprint(run), point(run)
+    run = load_run(path) if run is None else run
+    fp, pt = run_fingerprint(run), point(run, evidence)
     if run.typed.config.workload_kind == "soak":
         # One engine over many rounds: a group of its own, never mixed with fresh-process runs.
         fp = {**fp, "workload": "soak"}
@@ -392,10 +395,10 @@ def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
     return pt, fp, gate
 
 
-def refresh_point(path: Path) -> None:
+def refresh_point(path: Path, run: Run | None = None, evidence: Evidence | None = None) -> None:
     """Write a finished run's cache (called when a run ends, beside the columnar copy); never fails a run."""
     try:
-        run_point(path)
+        run_point(path, run, evidence)
     except (UserError, OSError, ValueError):
         pass
 

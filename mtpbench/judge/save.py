@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mtpbench.errors import UserError
-from mtpbench.judge.evidence import CellResult, collect
+from mtpbench.judge.evidence import CellResult, collect_evidence
 from mtpbench.judge.serving_summary import baseline_fields, is_serving, summarize_serving
 from mtpbench.judge.stats import Counts
 from mtpbench.store.baseline import Baseline, baseline_from_cells
@@ -41,8 +41,8 @@ def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
 
 def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
     """The baseline of the run's cells of `variant`; refuses (UserError) a run with a cell that did not finish."""
-    everything = collect(run)
-    cells = [c for c in everything if c.variant == variant]
+    evidence = collect_evidence(run)
+    cells = [c for c in evidence.cells if c.variant == variant]
     if not cells:
         raise UserError(f"{run.path}: no cells of variant {variant!r}")
     if any(not c.complete for c in cells):
@@ -55,6 +55,6 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
             "so there is no acceptance to keep as a baseline"
         )
     per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
-    served = summarize_serving(run, cells=everything) if is_serving(run) else None
+    served = summarize_serving(run, evidence=evidence) if is_serving(run) else []
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant, served) for c in cells}
     return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)

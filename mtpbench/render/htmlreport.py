@@ -108,7 +108,7 @@ def _diagnoses(comp: Comparison) -> str:
 
     items = []
     for d in comp.diagnoses:
-        sev = views._value(d.severity)
+        sev = views.value_text(d.severity)
         why = cause_text(d)
         cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
@@ -182,7 +182,7 @@ def _checks_table(comp: Comparison) -> str:
         for (title, _sub, just), (text, _detail, _style) in zip(cols, row, strict=True):
             cls = ["l"] if just == "left" else []
             if title == "verdict":
-                cls.append(views._value(x.verdict))
+                cls.append(views.value_text(x.verdict))
             tds.append(f"<td{_cls(cls)}>{_e(text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     extra = ""

@@ -292,7 +292,7 @@ def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
     def boom(*a: object, **k: object) -> None:
         raise KeyError("output_sha256")
 
-    monkeypatch.setattr(cmp, "analyze", boom)
+    monkeypatch.setattr(cmp, "diagnose", boom)
     monkeypatch.setenv("MTPBENCH_LOG_DIR", str(tmp_path / "logs"))
     res = invoke("show", make_run({"cpu/eager/stock": [GOOD]}))
     assert res.exit_code == 3
