@@ -9,7 +9,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from mtpbench.cli.common import console
+
+__all__ = ["model_statuses", "path_status", "render_config_sizing", "render_dry_run", "render_estimate"]
 
 
 def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) -> None:
@@ -27,8 +31,6 @@ def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) ->
 
 
 def _render_preflight(checks: list[Any]) -> None:
-    from rich.text import Text
-
     for pf in checks:
         console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
 

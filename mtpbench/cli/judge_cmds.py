@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from mtpbench.cli.common import console, err_console, guarded, make_parent, publish_github, wide
-from mtpbench.errors import UserError
+from mtpbench.errors import NotComparableError, UserError
 
 if TYPE_CHECKING:
     from mtpbench.judge.compare import Comparison
@@ -200,7 +200,6 @@ def compare_cmd(
     position instead). The run's false-alarm rate (1 %) is split over all of its checks; `mtpbench size` says
     how many prompts make a 5 % drop fail with 90 % power (benchmarks/gate-power-report.md measures both).
     """
-    from mtpbench.errors import NotComparableError
     from mtpbench.render import junit as junit_xml
     from mtpbench.render import report
     from mtpbench.store.results import load_run

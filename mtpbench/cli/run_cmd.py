@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
 from mtpbench.cli.common import console, err_console, guarded, publish_github, wide
 from mtpbench.cli.dry_run import model_statuses, render_config_sizing, render_dry_run, render_estimate
@@ -302,8 +303,6 @@ def verdict(
 ) -> int:
     """The verdict at the end of `run`: the same judging and exit code as `compare` (or `show`, without a
     baseline), and a serving run's load table."""
-    from rich.text import Text
-
     from mtpbench.render import report
     from mtpbench.render.serving import serving_table
     from mtpbench.store.results import load_run

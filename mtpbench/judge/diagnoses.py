@@ -2,7 +2,8 @@
 mode the platform downgraded), patches that did not apply, cross-process instability (exact under greedy
 decoding, a prompt-level permutation test when sampling), graph/compiled cells diverging from their eager
 reference (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`), and text that
-changed between the cells of a build. compare.analyze calls these; each returns structured findings.
+changed between the cells of a build. `diagnose` makes them all, in the order they are shown; each
+returns structured findings.
 Nothing here prints.
 """
 
@@ -119,7 +120,7 @@ def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tu
 
 def _counters_onlydivergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
     """One of the two cells counted only the server's /metrics deltas: one pooled count per cell-repeat, no
-    prompts to pair, no interval. As against a baseline (_counters_only_check), the point estimate decides:
+    prompts to pair, no interval. As against a baseline (checks.py's counters-only check), the point estimate decides:
     a gap beyond the divergence tolerance is a divergence (exit 1). The paired rule would call it
     `inconclusive` over "1 prompt" (the seed's collapse between graph modes would never fail the gate), and
     a per-request cell against a counters-only one, which share no prompt id, would not be compared at all."""

@@ -17,7 +17,7 @@ from mtpbench.store.baseline import Baseline, baseline_from_cells
 from mtpbench.store.results import Run
 
 
-def _counts(c: Counts) -> dict[str, Any]:
+def counts_record(c: Counts) -> dict[str, Any]:
     return {
         "num_drafts": int(c.num_drafts),
         "num_draft_tokens": int(c.num_draft_tokens),
@@ -26,7 +26,7 @@ def _counts(c: Counts) -> dict[str, Any]:
     }
 
 
-def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
+def per_prompt_records(cell: CellResult) -> dict[str, dict[str, Any]]:
     ev = cell.evidence
     return {
         pid: {
@@ -54,7 +54,9 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
             f"{run.path}: {', '.join(off)} recorded zero drafts: speculative decoding did not run, "
             "so there is no acceptance to keep as a baseline"
         )
-    per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
+    per_cell = [
+        (c.build, c.mode, counts_record(c.summary.counts), len(c.repeats), per_prompt_records(c)) for c in cells
+    ]
     served = summarize_serving(run, evidence=evidence) if is_serving(run) else []
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant, served) for c in cells}
     return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)
