@@ -36,7 +36,13 @@ def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
 
     run = load_run(run_path)
     per_cell = [
-        (c.build, c.mode, counts_record(c.summary.counts), len(c.repeats), per_prompt_records(c) if with_prompts else None)
+        (
+            c.build,
+            c.mode,
+            counts_record(c.summary.counts),
+            len(c.repeats),
+            per_prompt_records(c) if with_prompts else None,
+        )
         for c in collect(run)
     ]
     write_baseline(baseline_from_cells(run, "b", per_cell), out, force=True)
