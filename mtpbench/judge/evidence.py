@@ -294,11 +294,11 @@ def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
     distinct = dedupe(obs, [*SIG, *pos_cols(k)])  # identical repeats of a prompt are one observation
     tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *pos_cols(k)]].sum()
     return PromptCounts(
-        tuple(map(str, names[tot.index.to_numpy()].tolist())),
-        tot["num_drafts"].to_numpy(),
-        tot["num_draft_tokens"].to_numpy(),
-        tot["num_accepted_tokens"].to_numpy(),
-        tot[pos_cols(k)].to_numpy(),
+        ids=tuple(map(str, names[tot.index.to_numpy()].tolist())),
+        drafts=tot["num_drafts"].to_numpy(),
+        draft_tokens=tot["num_draft_tokens"].to_numpy(),
+        accepted=tot["num_accepted_tokens"].to_numpy(),
+        per_pos=tot[pos_cols(k)].to_numpy(),
     )
 
 
@@ -311,10 +311,10 @@ def _outputs(fr: _Frame, code: int, repeat: int) -> dict[str, str]:
 
 def _counts_row(row: pd.Series, k: int) -> Counts:
     return Counts(
-        int(row["num_drafts"]),
-        int(row["num_draft_tokens"]),
-        int(row["num_accepted_tokens"]),
-        tuple(int(row[c]) for c in pos_cols(k)),
+        num_drafts=int(row["num_drafts"]),
+        num_draft_tokens=int(row["num_draft_tokens"]),
+        num_accepted_tokens=int(row["num_accepted_tokens"]),
+        accepted_per_pos=tuple(int(row[col]) for col in pos_cols(k)),
     )
 
 
@@ -395,7 +395,14 @@ def _repeats(
             counts = _counts_row(rep_counts.loc[entry.repeat], k)
         else:
             counts = Counts(accepted_per_pos=(0,) * k)
-        rep = RepeatResult(entry.repeat, entry.hash_seed, entry.status, recorded, done, counts)
+        rep = RepeatResult(
+            repeat=entry.repeat,
+            hash_seed=entry.hash_seed,
+            status=entry.status,
+            prompts=recorded,
+            complete=done,
+            counts=counts,
+        )
         rep.load_outputs = functools.partial(_outputs, fr, code, entry.repeat)
         reps.append(rep)
     return reps
