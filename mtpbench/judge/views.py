@@ -211,7 +211,8 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
     cells = [(c, st) for c, st in cells if st]
     if not cells:
         return None
-    # Drawn before compare's diagnoses exist (the `measured` hook): the drift judgement is asked here, as is.
+    # Drawn before the diagnoses exist (`report`'s painter step, cli/judge_cmds.judge_run): the drift
+    # judgement is asked here, as is.
     alpha = comp.gate.false_alarm / len(cells)
     first = {
         c.cell: getattr(d.payload, "first_round", None)
