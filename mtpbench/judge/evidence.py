@@ -4,8 +4,10 @@ Per cell × repeat × prompt counts (the last record of a prompt within a repeat
 complete or not (only complete repeats are evidence: status ok and every prompt recorded), identical
 greedy repeats of a prompt (same counts, same output sha256) counted once, per-prompt cluster totals
 (stats.PromptCounts), pooled counts, counters-only serving cells, and which prompts changed their text.
-compare, the serving summary, history, the report's views and `baseline save` all read this module;
-none of them reads prompt records itself, so they cannot disagree on what a run measured.
+Each cell-repeat's cell_start record (with its cell_end's probe observations) becomes a typed `CellMeta`.
+`collect_evidence` makes all of it once per command, as an `Evidence`; compare, the serving summary,
+history, the report's views and `baseline save` all read that; none of them reads prompt, cell_start or
+cell_end records itself, so they cannot disagree on what a run measured.
 
 Everything is column operations over the prompt frame (columnar.py): no Python loop per record.
 """
