@@ -139,7 +139,9 @@ def test_pool_never_shares_a_device_and_failed_workers_free_theirs(tmp_path: Pat
             "hangs": {"hang": "generation"},
         },
         repeats=3,
-        generation_timeout_s=0.5,
+        # Long enough that the failing build's two prompts finish on a loaded box (at 0.5 s a load of 10 on two
+        # cores turned its failures into timeouts), short enough that the hanging build's cells end quickly.
+        generation_timeout_s=3.0,
         jobs=3,
         devices=["d0", "d1"],
         modes={
