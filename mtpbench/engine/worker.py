@@ -1,13 +1,13 @@
 """One cell-repeat in a fresh process of the build's interpreter: start vLLM, run the prompts, record.
 
 Runs as `<build python> -m mtpbench.engine.worker JOB.json`. The build's interpreter may lack mtpbench's
-dependencies, so this file imports only the standard library at module level and vllm lazily; the
-runner puts a folder holding only the mtpbench package in front of the user's PYTHONPATH. The job file
-says what to run and where to append records; one JSON line per prompt is appended (and flushed) as each
-prompt finishes, so a crash loses at most the prompts in flight (engine/records.py: the appends, the record
-keys and the one prompt loop every offline workload runs). Progress goes to stdout as lines
-starting with EVENT_PREFIX; everything else on stdout/stderr is the engine's log, which the runner keeps
-in a per-cell log file.
+dependencies, so this file imports at module level only the standard library and the engine's own
+standard-library modules (records.py, schema.py), and vllm lazily; the runner puts a folder holding only
+the mtpbench package in front of the user's PYTHONPATH. The job file says what to run and where to append
+records; one JSON line per prompt is appended (and flushed) as each prompt finishes, so a crash loses at
+most the prompts in flight (engine/records.py: the appends, the record keys and the one prompt loop every
+offline workload runs). Progress goes to stdout as lines starting with records.EVENT_PREFIX; everything
+else on stdout/stderr is the engine's log, which the runner keeps in a per-cell log file.
 
 Two prompt modes (the config's `prompt_mode`). `batched`: all prompts of the cell-repeat go to the
 engine at once and each prompt's counts are vLLM's per-request spec-decode counts
