@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from mtpbench import __version__
 
@@ -72,3 +72,200 @@ def schema_problem(value: Any, supported: int, what: str) -> str | None:
         f"{what} schema {v} is older than mtpbench {__version__} reads ({supported}): re-record it with this "
         "version, or read it with the mtpbench that wrote it"
     )
+
+
+# --- records.jsonl: what the engine writes ------------------------------------------------------------------
+# One TypedDict per record type, in the order the engine writes a record's keys (mtpbench/engine/records.py,
+# serving.py and soak.py build them; a TypedDict is a plain dict at run time, so the worker stays standard
+# library). A key in a `total=False` class is written by some writers only (named beside it).
+
+
+class SpecCounts(TypedDict):
+    """Spec-decode counts of one prompt, request, batch or load (engine/counts.py reads them from vLLM)."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: list[int]
+
+
+class RecordBase(TypedDict):
+    """The keys every record of a cell-repeat starts with (engine/records.base_record)."""
+
+    schema: int
+    run_id: str
+    cell: str
+    build: str
+    mode: str
+    variant: str
+    repeat: int
+    hash_seed: int
+    attempt: int  # a resumed run re-runs a repeat as a new attempt; readers keep the manifest's attempt
+
+
+class PromptModeChoice(TypedDict):
+    requested: str  # the config's prompt_mode
+    effective: str  # what ran: sequential where the build lacks per-request counts or prompts are conversations
+
+
+class _CellStart(RecordBase):
+    type: Literal["cell_start"]
+    requested: dict[str, Any]
+    effective: dict[str, Any]
+    patches: list[dict[str, Any]]
+    engine_args: dict[str, Any]
+    speculative_config: dict[str, Any]
+    sampling: dict[str, Any]
+    env: dict[str, Any]
+    engine_start_s: float
+
+
+class CellStartRecord(_CellStart, total=False):
+    """The engine as it started (offline worker: imported_from, prompt_mode, sampled_expand; serving:
+    workload, per_request_metrics, per_request_reason, patch_mechanism, server)."""
+
+    imported_from: dict[str, Any]
+    prompt_mode: PromptModeChoice
+    sampled_expand: dict[str, Any]  # sampled jobs only (engine/worker.sampler_probe)
+    workload: dict[str, Any]
+    per_request_metrics: str  # "summary" or schema.COUNTERS_ONLY
+    per_request_reason: str
+    patch_mechanism: str
+    server: dict[str, Any]
+
+
+class _PromptFields(RecordBase):
+    type: Literal["prompt"]
+    prompt_id: str
+    num_generated_tokens: int
+    output_sha256: str
+    wall_s: float
+    source: str  # "counters", "per_request" or "metrics_delta"
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: list[int]
+
+
+class PromptRecord(_PromptFields, total=False):
+    """One prompt's evidence: offline (engine/records.PromptLoop), a served request (serving, with
+    base_prompt_id, latencies and spec_decode) or a counters-only load's pooled record (prompt_id "load",
+    with requests)."""
+
+    round: int  # soak
+    prompt_index: int
+    num_prompt_tokens: int
+    finish_reason: str | None
+    output_head: str
+    turns: int  # conversations
+    per_request: SpecCounts | None
+    uptime_s: float  # soak
+    base_prompt_id: str  # serving
+    workload: str  # serving: "serving"
+    spec_decode: dict[str, Any]
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    itl_s: list[float]
+    requests: int  # the pooled record
+
+
+class _RequestFields(RecordBase):
+    prompt_id: str  # <prompt id>#<request index>
+    base_prompt_id: str
+    prompt_index: int
+    workload: Literal["serving"]
+
+
+class RequestRecord(_RequestFields):
+    """A served request of a counters-only cell: latencies and tokens, no counts."""
+
+    type: Literal["request"]
+    num_prompt_tokens: int
+    num_generated_tokens: int
+    finish_reason: str | None
+    output_sha256: str
+    output_head: str
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    itl_s: list[float]
+    wall_s: float | None
+    source: str  # COUNTERS_ONLY
+
+
+class RequestFailedRecord(_RequestFields):
+    type: Literal["request_failed"]
+    error: str | None
+    e2e_s: float | None
+
+
+class LoadRecord(RecordBase):
+    """A serving load: its requests' outcomes and the /metrics deltas around it beside the per-request sum."""
+
+    type: Literal["load"]
+    requests_total: int
+    requests_ok: int
+    requests_failed: int
+    requests_missing: int
+    warmup_ok: int
+    wall_s: float
+    server_died: bool
+    metrics_delta: SpecCounts | None
+    per_request_sum: SpecCounts | None
+    counts_match: bool | None
+    concurrency: int
+    request_rate: float | None
+    per_request_metrics: str
+    per_request_reason: str
+
+
+class _RoundEnd(RecordBase):
+    round: int
+    type: Literal["round_end"]
+    wall_s: float
+    deadline_s: float
+    stalled: bool
+    unfinished: list[str]
+
+
+class RoundEndRecord(_RoundEnd, total=False):
+    """A soak round (engine/soak.py); the watchdog's record of a step that never returned has `watchdog`
+    and none of the round's counters."""
+
+    watchdog: bool
+    set: str
+    prompts: int
+    uptime_start_s: float
+    uptime_s: float
+    kv_cache_usage_max: float | None
+    prefix_cache_queries: int | None
+    prefix_cache_hits: int | None
+    num_preemptions: int | None
+
+
+class TornMark(TypedDict):
+    """Written before new lines when the file's last line was cut off by a crash (`bytes`: its length)."""
+
+    schema: int
+    type: Literal["torn"]
+    bytes: int | None
+
+
+class _CellEnd(RecordBase):
+    type: Literal["cell_end"]
+    wall_s: float
+    engine_start_s: float
+    patch_observations: dict[str, Any]
+
+
+class CellEndRecord(_CellEnd, total=False):
+    """The cell-repeat's end, with what its prompt loop returns (PromptLoopResult) before patch_observations."""
+
+    prompt_mode: str
+    batch_counters: SpecCounts  # batched
+    batch_counters_match: bool
+    prompts_without_spec_metrics: list[str]
+    conversations: bool
+    rounds_done: int  # soak
+    stalled_round: int | None

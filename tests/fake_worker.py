@@ -3,7 +3,7 @@
 
 A build's `python:` points at a generated script that runs this file as `<script> -m mtpbench.engine.worker JOB`.
 It speaks the real worker's protocol (EVENT_PREFIX events on stdout, records appended with
-`mtpbench.engine.worker.append_record`, `die_with_parent` first) and takes its behaviour from FAKE (JSON):
+`mtpbench.engine.records.append_record`, `die_with_parent` first) and takes its behaviour from FAKE (JSON):
 startup / prompt seconds, a hang in either phase (or in generation until a file exists), a failure exit, a
 grandchild that must die with it.
 Counts are a fixed function of the prompt index, so a resumed run must give the same totals; like a real
@@ -18,7 +18,9 @@ import subprocess
 import sys
 import time
 
-from mtpbench.engine.worker import SCHEMA_VERSION, append_record, die_with_parent, emit
+from mtpbench.engine.records import append_record, emit
+from mtpbench.engine.worker import die_with_parent
+from mtpbench.schema import SCHEMA_VERSION
 
 
 def main() -> int:

@@ -1,9 +1,10 @@
 """Prompts as the engine receives them: raw text (a completion prompt), or a conversation rendered by the
 target tokenizer's chat template; and conversations of several user turns (MT-Bench's two turns).
 
-Runs inside the build's interpreter like the worker: the standard library at module level, the worker's
-helpers imported when a job needs them. A prompt set says `chat_template: raw | chat` (a config may
-override it); the choice is part of the set's sha256, so a raw run is never compared with a chat baseline.
+Runs inside the build's interpreter like the worker: the standard library at module level, and of mtpbench
+the engine's records module (whose prompt loop runs the conversations) and schema.py. A prompt set says
+`chat_template: raw | chat` (a config may override it); the choice is part of the set's sha256, so a raw run
+is never compared with a chat baseline.
 
 Chat prompts are rendered the way vLLM's acceptance-length test does (tests/v1/spec_decode/
 test_acceptance_length.py @029ba375, get_mt_bench_prompts): one user message, `add_generation_prompt=True`,
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from typing import Any
+
+from mtpbench.engine.records import Answer, PromptLoop, add_counts, output_counts
+from mtpbench.schema import SpecCounts
 
 
 def has_conversations(job: dict[str, Any]) -> bool:
@@ -50,63 +53,36 @@ def render_single_turn(llm: Any, prompts: list[dict[str, Any]], mode: str) -> li
     return [{**p, "input": engine_prompt(tok, [{"role": "user", "content": p["text"]}], mode)} for p in prompts]
 
 
-def _add(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+def _add(a: SpecCounts | None, b: SpecCounts | None) -> SpecCounts | None:
     if a is None or b is None:
         return b if a is None else a
-    out = {key: a[key] + b[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
-    out["accepted_per_pos"] = [x + y for x, y in zip(a["accepted_per_pos"], b["accepted_per_pos"], strict=True)]
-    return out
+    return add_counts(a, b)
 
 
-def run_conversations(
-    llm: Any,
-    sp: Any,
-    prompts: list[dict[str, Any]],
-    k: int,
-    base: dict[str, Any],
-    records: str,
-    mode: str,
-    worker: Any,
-) -> dict[str, Any]:
-    """Each prompt as a conversation (its text, then its followups), one prompt at a time; counts are the
-    cumulative counters' difference around the whole conversation. `worker` is the worker module, whose
-    helpers read the counters and write the records (passed in: the worker imports this module)."""
-    append_record, counter_delta, emit = worker.append_record, worker.counter_delta, worker.emit
-    per_request_counts, prompt_record, spec_counters = (
-        worker.per_request_counts,
-        worker.prompt_record,
-        worker.spec_counters,
-    )
+def run_conversations(loop: PromptLoop, prompts: list[dict[str, Any]], mode: str) -> dict[str, Any]:
+    """Each prompt as a conversation (its text, then its followups), one prompt at a time through the
+    sequential prompt loop, whose counts are the cumulative counters' difference around the whole
+    conversation; returns what the cell_end record adds."""
+    tok = loop.llm.get_tokenizer()
 
-    tok = llm.get_tokenizer()
-    before = spec_counters(llm.get_metrics())
-    for i, prompt in enumerate(prompts):
-        t = time.perf_counter()
+    def converse(loop: PromptLoop, prompt: dict[str, Any]) -> Answer:
         messages: list[dict[str, str]] = []
         outputs: list[Any] = []
-        per_request: dict[str, Any] | None = None
+        per_request: SpecCounts | None = None
         for turn in [prompt["text"], *prompt.get("followups", [])]:
             messages.append({"role": "user", "content": turn})
-            out = llm.generate([engine_prompt(tok, messages, mode)], sp, use_tqdm=False)[0]
+            out = loop.llm.generate([engine_prompt(tok, messages, mode)], loop.sp, use_tqdm=False)[0]
             messages.append({"role": "assistant", "content": out.outputs[0].text})
             outputs.append(out)
-            per_request = _add(per_request, per_request_counts(getattr(out.outputs[0], "spec_decode_metrics", None), k))
-        wall = time.perf_counter() - t
-        after = spec_counters(llm.get_metrics())
-        delta = counter_delta(before, after, k)
-        before = after
+            per_request = _add(per_request, output_counts(out, loop.k))
         token_ids = [list(o.outputs[0].token_ids) for o in outputs]
-        rec = {
-            **prompt_record(base, i, prompt, outputs[-1]),
-            **delta,
-            # the whole conversation's generated tokens and text identity (a changed first answer changes it)
+        # the whole conversation's generated tokens and text identity (a changed first answer changes it)
+        fields = {
             "num_generated_tokens": sum(len(t) for t in token_ids),
             "output_sha256": hashlib.sha256(json.dumps(token_ids).encode()).hexdigest(),
             "turns": len(outputs),
-            "wall_s": round(wall, 4),
-            "source": "counters",
-            "per_request": per_request,
         }
-        append_record(records, rec)
-        emit("prompt_done", index=i, prompt_id=prompt["id"], wall_s=wall, **delta)
+        return Answer(outputs[-1], per_request, fields)
+
+    loop.sequential(prompts, answer=converse)
     return {"prompt_mode": "sequential", "conversations": True}

@@ -33,7 +33,7 @@ def request_schedule(n: int, rate: float | None, seed: int) -> list[float]:
     return out
 
 
-def _sse_events(buffer: bytearray) -> list[str]:
+def sse_events(buffer: bytearray) -> list[str]:
     """Split complete `data: ...` SSE events off the front of buffer."""
     out: list[str] = []
     while True:
@@ -68,7 +68,7 @@ async def one_request(session: Any, url: str, payload: dict[str, Any], timeout_s
                 return {"ok": False, "error": f"HTTP {resp.status}: {body}", "e2e_s": time.perf_counter() - t0}
             async for chunk in resp.content.iter_any():
                 buf.extend(chunk)
-                for data in _sse_events(buf):
+                for data in sse_events(buf):
                     if data == "[DONE]":
                         continue
                     msg = json.loads(data)

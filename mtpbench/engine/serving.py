@@ -43,12 +43,16 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mtpbench.engine.counts import FAMILIES, counts_delta, sum_counts
+from mtpbench.engine.fingerprint import environment_fingerprint
 from mtpbench.engine.load import carries_counts, run_load, settled_counters, warmup
+from mtpbench.engine.records import append_record, base_record, emit
 from mtpbench.engine.server import (
     PATCH_MECHANISM,
     PER_REQUEST_FLAG,
@@ -63,330 +67,411 @@ from mtpbench.engine.server import (
     server_command,
     unknown_per_request_flag,
 )
-from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.schema import (
+    COUNTERS_ONLY,
+    CellEndRecord,
+    CellStartRecord,
+    LoadRecord,
+    PromptRecord,
+    RequestFailedRecord,
+    RequestRecord,
+    SpecCounts,
+)
+
+# A finished request's keys that go into its record as they are (serving's one_request reads them).
+_OUTPUT_KEYS = ("num_prompt_tokens", "num_generated_tokens", "finish_reason", "output_sha256", "output_head")
 
 # --- the cell-repeat ----------------------------------------------------------------------------------------
 
 
-def run_serving_job(
-    job: dict[str, Any],
-    emit: Callable[..., None],
-    append_record: Callable[[str, dict[str, Any]], None],
-    fingerprint: Callable[[], dict[str, Any]],
-) -> int:
-    """Start the server, load it, record; 0 when every request was sent and the server lived, else 3."""
-    base = {key: job[key] for key in ("run_id", "cell", "build", "mode", "variant", "repeat", "hash_seed")}
-    # A resumed run re-runs a repeat as a new attempt; readers keep only the manifest's attempt.
-    base = {"schema": job.get("schema", 1), **base, "attempt": int(job.get("attempt", 1))}
-    records = job["records_path"]
-    k = int(job["speculative_config"]["num_speculative_tokens"])
-    wl = dict(job["workload"])
-    slug = f"{job['build']}-{job['mode']}-{job['variant']}-r{job['repeat']}".replace("/", "_")
-    log_path = Path(records).parent / "logs" / f"{slug}.server.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    # vLLM's own per-request counts (PR #48915) or, without them, the /metrics deltas around the load.
-    policy = str(wl.get("per_request_metrics") or "auto")
-    per_request = policy != "off"
-    reason = f"workload.per_request_metrics: {policy}"
-    # The runner sets this for in-process offline engines; a server runs vLLM's usual process layout.
-    env = {k_: v for k_, v in os.environ.items() if k_ != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+@dataclass
+class ServingCell:
+    """A serving job read once: where its records and server log go, its workload, and the per-request
+    metrics it runs with (the policy asked for; `per_request` and `reason` change when the build cannot)."""
 
-    def new_server() -> Server:
-        cmd_ = server_command(
-            sys.executable,
-            job["model"],
-            free_port(),
-            job["speculative_config"],
-            job["engine_args"],
-            list(wl.get("server_args") or []),
-            per_request,
+    job: dict[str, Any]
+    base: dict[str, Any]
+    records: str
+    k: int
+    wl: dict[str, Any]
+    log_path: Path
+    policy: str
+    per_request: bool
+    reason: str
+    env: dict[str, str] = field(default_factory=dict)
+    server: Server = field(init=False)  # the one that runs (start_server may replace the first)
+
+    @classmethod
+    def of(cls, job: dict[str, Any]) -> ServingCell:
+        wl = dict(job["workload"])
+        records = job["records_path"]
+        slug = f"{job['build']}-{job['mode']}-{job['variant']}-r{job['repeat']}".replace("/", "_")
+        # vLLM's own per-request counts (PR #48915) or, without them, the /metrics deltas around the load.
+        policy = str(wl.get("per_request_metrics") or "auto")
+        return cls(
+            job=job,
+            base=dict(base_record(job)),
+            records=records,
+            k=int(job["speculative_config"]["num_speculative_tokens"]),
+            wl=wl,
+            log_path=Path(records).parent / "logs" / f"{slug}.server.log",
+            policy=policy,
+            per_request=policy != "off",
+            reason=f"workload.per_request_metrics: {policy}",
+            # The runner sets this for in-process offline engines; a server runs vLLM's usual process layout.
+            env={k_: v for k_, v in os.environ.items() if k_ != "VLLM_ENABLE_V1_MULTIPROCESSING"},
         )
-        return Server(cmd_, log_path, env=env)
 
-    server = new_server()
+    @property
+    def mode(self) -> str:
+        return SUMMARY if self.per_request else COUNTERS_ONLY
+
+    def new_server(self) -> Server:
+        cmd = server_command(
+            sys.executable,
+            self.job["model"],
+            free_port(),
+            self.job["speculative_config"],
+            self.job["engine_args"],
+            list(self.wl.get("server_args") or []),
+            self.per_request,
+        )
+        return Server(cmd, self.log_path, env=self.env)
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGTERM / SIGINT raise Stopped while the cell runs (so the server is stopped with the worker)."""
 
     def on_signal(signum: int, frame: object) -> None:
         raise Stopped(f"stopped by {signal.Signals(signum).name}; the server was stopped with it")
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    t0 = time.perf_counter()
     try:
-        emit("engine_starting", server=" ".join(server.command))
-        seen = len(server.log_text())  # a resumed attempt appends to the log of an earlier one
-        server.start()
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_serving_job(job: dict[str, Any]) -> int:
+    """Start the server, load it, record; 0 when every request was sent and the server lived, else 3."""
+    cell = ServingCell.of(job)
+    cell.log_path.parent.mkdir(parents=True, exist_ok=True)
+    cell.server = cell.new_server()
+    with _stopped_by_signals():
+        t0 = time.perf_counter()
         try:
-            startup = server.wait_ready(float(wl["startup_timeout_s"]))
-        except ServerDied as exc:
-            refused = unknown_per_request_flag(server.log_text()[seen:]) if per_request else None
-            if refused is None:
-                raise
-            if policy == "on":
+            emit("engine_starting", server=" ".join(cell.server.command))
+            startup = start_server(cell)
+            server = cell.server
+            model_name, models, eff, patches = served_config(cell, server)
+            n_warm = warm_up_and_probe(cell, server, model_name)
+            write_cell_start(cell, server, startup, models, eff, patches)
+            emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches, per_request_metrics=cell.mode)
+            recorder = run_recorded_load(cell, server, model_name, n_warm)
+            if recorder.server_died:
                 raise ServerDied(
-                    f"workload.per_request_metrics: on, but this build's server does not know "
-                    f"{PER_REQUEST_FLAG} (vLLM before PR #48915); use auto or off\n{exc}"
-                ) from None
-            # auto: a build before PR #48915. Once more without the flag, counters-only.
-            server.stop()
-            per_request = False
-            reason = f"the server's argument parser refused {PER_REQUEST_FLAG} ({refused}); restarted without it"
-            server = new_server()
-            emit("engine_starting", server=" ".join(server.command), retry=reason)
-            server.start()
-            startup = server.wait_ready(float(wl["startup_timeout_s"]))
-        cmd, port = server.command, server.port
-        models = server.get_json("/v1/models")
-        model_name = models["data"][0]["id"]
-        from_log = effective_from_log(server.log_text())
-        patches = from_log.pop("patches")
-        wanted = list(job.get("patches", []))
-        missing = [p for p in wanted if p not in {o["name"] for o in patches}]
-        if missing:
-            # Fail closed: a variant whose patch never reported from the server ran stock code.
-            raise RuntimeError(
-                f"patch {missing[0]} requested but the server did not report it: mtpbench's vllm.general_plugins "
-                "entry point must be installed in the build (pip install mtpbench there)"
-            )
-        failed = [o for o in patches if o["status"] == "failed"]
-        if failed:
-            raise RuntimeError(f"patch {failed[0]['name']} failed in the server: {failed[0]['detail']}")
-        eff = {
-            **from_log,
-            "enforce_eager": bool(job["engine_args"].get("enforce_eager", False)),
-            "speculative_method": job["speculative_config"].get("method"),
-            "num_speculative_tokens": k,
-            "device_type": None,
-            "served_model": model_name,
-            "max_model_len": models["data"][0].get("max_model_len"),
-        }
-        prompts = job["prompts"]
-        warm = asyncio.run(
-            warmup(server.base_url, model_name, prompts, int(wl.get("warmup_requests", 0)), job["sampling"], wl, k)
-        )
-        if per_request and policy == "auto":
-            # A build may take the flag and still answer without the counts: one probe request (the warm-up's
-            # first, else one of its own; excluded like the warm-up) decides before anything is recorded.
-            probe = warm[:1] or asyncio.run(
-                warmup(server.base_url, model_name, prompts, 1, job["sampling"], {**wl, "concurrency": 1}, k)
-            )
-            if probe and probe[0].get("ok") and not carries_counts(probe[0]):
-                per_request = False
-                reason = (
-                    f"the server took {PER_REQUEST_FLAG} but a probe response carried no metrics.speculative_decoding"
+                    f"server exited with code {server.returncode()} during the load "
+                    f"({recorder.finished} requests finished)\n{server.log_tail()}"
                 )
-        n_warm = sum(1 for r in warm if r.get("ok"))
-        mode = SUMMARY if per_request else COUNTERS_ONLY
-        append_record(
-            records,
-            {
-                **base,
-                "type": "cell_start",
-                "workload": wl,
-                "requested": job["requested"],
-                "effective": eff,
-                "per_request_metrics": mode,
-                "per_request_reason": reason,
-                "patches": patches,
-                "patch_mechanism": PATCH_MECHANISM,
-                "engine_args": job["engine_args"],
-                "speculative_config": job["speculative_config"],
-                "sampling": job["sampling"],
-                "env": fingerprint(),
-                "engine_start_s": round(startup, 3),
-                "server": {
-                    "command": cmd,
-                    "port": port,
-                    "pid": server.pid,
-                    "log": str(log_path.name),
-                    "models": models,
-                },
-            },
-        )
-        emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches, per_request_metrics=mode)
-
-        before = settled_counters(server, k, None)
-        counted: list[dict[str, Any]] = []  # per-request counts (summary mode)
-        finished = 0
-        outputs: dict[int, str] = {}
-        generated = 0
-        failures: list[str] = []
-
-        def on_result(i: int, prompt: dict[str, str], res: dict[str, Any]) -> None:
-            rec = {
-                **base,
-                "prompt_id": f"{prompt['id']}#{i}",
-                "base_prompt_id": prompt["id"],
-                "prompt_index": i,
-                "workload": "serving",
-            }
-            nonlocal finished, generated
-            if res.get("ok") and mode == SUMMARY and not carries_counts(res):
-                # Fail closed: this server promised per-request counts (on, or auto after the probe).
-                res = {
-                    "ok": False,
-                    "error": "response carried no metrics.speculative_decoding",
-                    "e2e_s": res.get("e2e_s"),
-                }
-            if res.get("ok") and mode == COUNTERS_ONLY:
-                finished += 1
-                generated += int(res["num_generated_tokens"])
-                outputs[i] = str(res["output_sha256"])
-                # Latencies and tokens only: this cell's acceptance is the pooled /metrics record below.
-                append_record(
-                    records,
-                    {
-                        **rec,
-                        "type": "request",
-                        **{
-                            key: res[key]
-                            for key in (
-                                "num_prompt_tokens",
-                                "num_generated_tokens",
-                                "finish_reason",
-                                "output_sha256",
-                                "output_head",
-                            )
-                        },
-                        "ttft_s": _r(res["ttft_s"]),
-                        "tpot_s": _r(res["tpot_s"]),
-                        "e2e_s": _r(res["e2e_s"]),
-                        "itl_s": res["itl_s"],
-                        "wall_s": _r(res["e2e_s"]),
-                        "source": COUNTERS_ONLY,
-                    },
-                )
-                emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"])
-            elif res.get("ok"):
-                finished += 1
-                counts = {key: res[key] for key in (*FAMILIES.values(), "accepted_per_pos")}
-                counted.append(counts)
-                append_record(
-                    records,
-                    {
-                        **rec,
-                        "type": "prompt",
-                        **counts,
-                        **{
-                            key: res[key]
-                            for key in (
-                                "num_prompt_tokens",
-                                "num_generated_tokens",
-                                "finish_reason",
-                                "output_sha256",
-                                "output_head",
-                                "spec_decode",
-                            )
-                        },
-                        "ttft_s": _r(res["ttft_s"]),
-                        "tpot_s": _r(res["tpot_s"]),
-                        "e2e_s": _r(res["e2e_s"]),
-                        "itl_s": res["itl_s"],
-                        "wall_s": _r(res["e2e_s"]),
-                        "source": "per_request",
-                    },
-                )
-                emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"], **counts)
-            else:
-                failures.append(str(res.get("error")))
-                append_record(
-                    records, {**rec, "type": "request_failed", "error": res.get("error"), "e2e_s": _r(res.get("e2e_s"))}
-                )
-                emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res.get("e2e_s"), failed=True)
-
-        load = asyncio.run(
-            run_load(
-                server.base_url,
-                model_name,
-                prompts,
-                wl,
-                job["sampling"],
-                k,
-                on_result,
-                server.alive,
-                seed=int(job.get("hash_seed", 0)),
-            )
-        )
-        summed = sum_counts(counted, k) if mode == SUMMARY else None
-        metrics_delta: dict[str, Any] | None = None
-        if server.alive():
-            expected = (
-                None
-                if summed is None
-                else (
-                    {key: before[key] + summed[key] for key in FAMILIES.values()}
-                    | {
-                        "accepted_per_pos": [
-                            a + b for a, b in zip(before["accepted_per_pos"], summed["accepted_per_pos"], strict=True)
-                        ]
-                    }
-                )
-            )
-            metrics_delta = counts_delta(before, settled_counters(server, k, expected))
-        ok = finished
-        append_record(
-            records,
-            {
-                **base,
-                "type": "load",
-                "requests_total": int(wl["num_requests"]),
-                "requests_ok": ok,
-                "requests_failed": len(failures),
-                "requests_missing": int(wl["num_requests"]) - ok - len(failures),
-                "warmup_ok": n_warm,
-                "wall_s": round(load["wall_s"], 4),
-                "server_died": load["server_died"],
-                "metrics_delta": metrics_delta,
-                "per_request_sum": summed,
-                "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
-                "concurrency": int(wl["concurrency"]),
-                "request_rate": wl.get("request_rate"),
-                "per_request_metrics": mode,
-                "per_request_reason": reason,
-            },
-        )
-        if mode == COUNTERS_ONLY and metrics_delta is not None and not load["server_died"]:
-            # The cell-repeat's one unit of acceptance evidence: the counters around the whole load. Its
-            # output hash is over the requests' outputs in index order, so identical greedy repeats count once.
-            joined = json.dumps([outputs.get(i) for i in range(int(wl["num_requests"]))])
-            append_record(
-                records,
-                {
-                    **base,
-                    "type": "prompt",
-                    "prompt_id": POOLED_PROMPT_ID,
-                    "workload": "serving",
-                    "source": "metrics_delta",
-                    **metrics_delta,
-                    "output_sha256": hashlib.sha256(joined.encode()).hexdigest(),
-                    "num_generated_tokens": generated,
-                    "wall_s": round(load["wall_s"], 4),
-                    "requests": ok,
-                },
-            )
-        if load["server_died"]:
-            raise ServerDied(
-                f"server exited with code {server.returncode()} during the load "
-                f"({ok} requests finished)\n{server.log_tail()}"
-            )
-        total = time.perf_counter() - t0
-        obs = observations_from_log(server.log_text())
-        append_record(
-            records,
-            {
-                **base,
+            total = time.perf_counter() - t0
+            end: CellEndRecord = {
+                **cell.base,
                 "type": "cell_end",
                 "wall_s": round(total, 3),
                 "engine_start_s": round(startup, 3),
-                "patch_observations": obs,
-            },
-        )
-        emit("cell_done", wall_s=total, engine_start_s=startup)
-        # Failed requests on a live server are a finding of the gate (serving_summary: they fail it), not a
-        # failed run: the cell completed and every request's outcome is recorded.
-        return 0
-    finally:
+                "patch_observations": observations_from_log(server.log_text()),
+            }
+            append_record(cell.records, end)
+            emit("cell_done", wall_s=total, engine_start_s=startup)
+            # Failed requests on a live server are a finding of the gate (serving_summary: they fail it), not a
+            # failed run: the cell completed and every request's outcome is recorded.
+            return 0
+        finally:
+            cell.server.stop()  # the one that runs: start_server may have replaced the first
+
+
+def start_server(cell: ServingCell) -> float:
+    """Start cell.server and wait for /health; under `auto`, a build whose parser refuses the per-request
+    flag is started once more without it (counters-only, cell.server replaced). Returns the start time."""
+    server = cell.server
+    seen = len(server.log_text())  # a resumed attempt appends to the log of an earlier one
+    server.start()
+    try:
+        return server.wait_ready(float(cell.wl["startup_timeout_s"]))
+    except ServerDied as exc:
+        refused = unknown_per_request_flag(server.log_text()[seen:]) if cell.per_request else None
+        if refused is None:
+            raise
+        if cell.policy == "on":
+            raise ServerDied(
+                f"workload.per_request_metrics: on, but this build's server does not know "
+                f"{PER_REQUEST_FLAG} (vLLM before PR #48915); use auto or off\n{exc}"
+            ) from None
+        # auto: a build before PR #48915. Once more without the flag, counters-only.
         server.stop()
-        for s, h in old.items():
-            signal.signal(s, h)
+        cell.per_request = False
+        cell.reason = f"the server's argument parser refused {PER_REQUEST_FLAG} ({refused}); restarted without it"
+        cell.server = cell.new_server()
+        emit("engine_starting", server=" ".join(cell.server.command), retry=cell.reason)
+        cell.server.start()
+        return cell.server.wait_ready(float(cell.wl["startup_timeout_s"]))
+
+
+def served_config(
+    cell: ServingCell, server: Server
+) -> tuple[str, dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The served model's name, /v1/models, the effective config and the patches the server reported;
+    fails closed when a requested patch did not report or failed."""
+    job = cell.job
+    models = server.get_json("/v1/models")
+    model_name = models["data"][0]["id"]
+    from_log = effective_from_log(server.log_text())
+    patches = from_log.pop("patches")
+    wanted = list(job.get("patches", []))
+    missing = [p for p in wanted if p not in {o["name"] for o in patches}]
+    if missing:
+        # Fail closed: a variant whose patch never reported from the server ran stock code.
+        raise RuntimeError(
+            f"patch {missing[0]} requested but the server did not report it: mtpbench's vllm.general_plugins "
+            "entry point must be installed in the build (pip install mtpbench there)"
+        )
+    failed = [o for o in patches if o["status"] == "failed"]
+    if failed:
+        raise RuntimeError(f"patch {failed[0]['name']} failed in the server: {failed[0]['detail']}")
+    eff = {
+        **from_log,
+        "enforce_eager": bool(job["engine_args"].get("enforce_eager", False)),
+        "speculative_method": job["speculative_config"].get("method"),
+        "num_speculative_tokens": cell.k,
+        "device_type": None,
+        "served_model": model_name,
+        "max_model_len": models["data"][0].get("max_model_len"),
+    }
+    return model_name, models, eff, patches
+
+
+def warm_up_and_probe(cell: ServingCell, server: Server, model_name: str) -> int:
+    """The warm-up requests (excluded from the counts); under `auto`, the first of them (else one of its own)
+    probes whether responses carry the per-request counts. Returns the warm-up requests that finished."""
+    job, wl = cell.job, cell.wl
+    warm = asyncio.run(
+        warmup(
+            server.base_url, model_name, job["prompts"], int(wl.get("warmup_requests", 0)), job["sampling"], wl, cell.k
+        )
+    )
+    if cell.per_request and cell.policy == "auto":
+        # A build may take the flag and still answer without the counts: one probe request (the warm-up's
+        # first, else one of its own; excluded like the warm-up) decides before anything is recorded.
+        probe = warm[:1] or asyncio.run(
+            warmup(server.base_url, model_name, job["prompts"], 1, job["sampling"], {**wl, "concurrency": 1}, cell.k)
+        )
+        if probe and probe[0].get("ok") and not carries_counts(probe[0]):
+            cell.per_request = False
+            cell.reason = (
+                f"the server took {PER_REQUEST_FLAG} but a probe response carried no metrics.speculative_decoding"
+            )
+    return sum(1 for r in warm if r.get("ok"))
+
+
+def write_cell_start(
+    cell: ServingCell,
+    server: Server,
+    startup: float,
+    models: dict[str, Any],
+    eff: dict[str, Any],
+    patches: list[dict[str, Any]],
+) -> None:
+    job = cell.job
+    record: CellStartRecord = {
+        **cell.base,
+        "type": "cell_start",
+        "workload": cell.wl,
+        "requested": job["requested"],
+        "effective": eff,
+        "per_request_metrics": cell.mode,
+        "per_request_reason": cell.reason,
+        "patches": patches,
+        "patch_mechanism": PATCH_MECHANISM,
+        "engine_args": job["engine_args"],
+        "speculative_config": job["speculative_config"],
+        "sampling": job["sampling"],
+        "env": environment_fingerprint(),
+        "engine_start_s": round(startup, 3),
+        "server": {
+            "command": server.command,
+            "port": server.port,
+            "pid": server.pid,
+            "log": str(cell.log_path.name),
+            "models": models,
+        },
+    }
+    append_record(cell.records, record)
+
+
+class LoadRecorder:
+    """Each finished request's record, appended as it ends (run_load's on_result), and what the load record
+    sums: per-request counts (summary mode), finished requests, their outputs and tokens, failures."""
+
+    def __init__(self, cell: ServingCell) -> None:
+        self.cell = cell
+        self.mode = cell.mode
+        self.counted: list[dict[str, Any]] = []  # per-request counts (summary mode)
+        self.finished = 0
+        self.outputs: dict[int, str] = {}
+        self.generated = 0
+        self.failures: list[str] = []
+        self.server_died = False
+
+    def on_result(self, i: int, prompt: dict[str, str], res: dict[str, Any]) -> None:
+        rec = {
+            **self.cell.base,
+            "prompt_id": f"{prompt['id']}#{i}",
+            "base_prompt_id": prompt["id"],
+            "prompt_index": i,
+            "workload": "serving",
+        }
+        if res.get("ok") and self.mode == SUMMARY and not carries_counts(res):
+            # Fail closed: this server promised per-request counts (on, or auto after the probe).
+            res = {"ok": False, "error": "response carried no metrics.speculative_decoding", "e2e_s": res.get("e2e_s")}
+        if res.get("ok") and self.mode == COUNTERS_ONLY:
+            self._request(i, rec, res)
+        elif res.get("ok"):
+            self._prompt(i, rec, res)
+        else:
+            self.failures.append(str(res.get("error")))
+            failed: RequestFailedRecord = {
+                **rec,
+                "type": "request_failed",
+                "error": res.get("error"),
+                "e2e_s": _r(res.get("e2e_s")),
+            }
+            append_record(self.cell.records, failed)
+            emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res.get("e2e_s"), failed=True)
+
+    def _request(self, i: int, rec: dict[str, Any], res: dict[str, Any]) -> None:
+        """Latencies and tokens only: this cell's acceptance is the pooled /metrics record (pooled_prompt)."""
+        self.finished += 1
+        self.generated += int(res["num_generated_tokens"])
+        self.outputs[i] = str(res["output_sha256"])
+        record: RequestRecord = {
+            **rec,
+            "type": "request",
+            **{key: res[key] for key in _OUTPUT_KEYS},
+            **_latencies(res),
+            "source": COUNTERS_ONLY,
+        }
+        append_record(self.cell.records, record)
+        emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"])
+
+    def _prompt(self, i: int, rec: dict[str, Any], res: dict[str, Any]) -> None:
+        self.finished += 1
+        counts = {key: res[key] for key in (*FAMILIES.values(), "accepted_per_pos")}
+        self.counted.append(counts)
+        record: PromptRecord = {
+            **rec,
+            "type": "prompt",
+            **counts,
+            **{key: res[key] for key in (*_OUTPUT_KEYS, "spec_decode")},
+            **_latencies(res),
+            "source": "per_request",
+        }
+        append_record(self.cell.records, record)
+        emit("prompt_done", index=i, prompt_id=rec["prompt_id"], wall_s=res["e2e_s"], **counts)
+
+
+def _latencies(res: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ttft_s": _r(res["ttft_s"]),
+        "tpot_s": _r(res["tpot_s"]),
+        "e2e_s": _r(res["e2e_s"]),
+        "itl_s": res["itl_s"],
+        "wall_s": _r(res["e2e_s"]),
+    }
+
+
+def run_recorded_load(cell: ServingCell, server: Server, model_name: str, n_warm: int) -> LoadRecorder:
+    """The load, each request recorded as it ends, between two reads of the /metrics counters; then the load
+    record and, counters-only, the pooled prompt record."""
+    job, wl = cell.job, cell.wl
+    before = settled_counters(server, cell.k, None)
+    recorder = LoadRecorder(cell)
+    load = asyncio.run(
+        run_load(
+            server.base_url,
+            model_name,
+            job["prompts"],
+            wl,
+            job["sampling"],
+            cell.k,
+            recorder.on_result,
+            server.alive,
+            seed=int(job.get("hash_seed", 0)),
+        )
+    )
+    recorder.server_died = bool(load["server_died"])
+    summed = sum_counts(recorder.counted, cell.k) if recorder.mode == SUMMARY else None
+    metrics_delta = _metrics_delta(server, cell.k, before, summed) if server.alive() else None
+    ok = recorder.finished
+    record: LoadRecord = {
+        **cell.base,
+        "type": "load",
+        "requests_total": int(wl["num_requests"]),
+        "requests_ok": ok,
+        "requests_failed": len(recorder.failures),
+        "requests_missing": int(wl["num_requests"]) - ok - len(recorder.failures),
+        "warmup_ok": n_warm,
+        "wall_s": round(load["wall_s"], 4),
+        "server_died": load["server_died"],
+        "metrics_delta": metrics_delta,
+        "per_request_sum": summed,
+        "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
+        "concurrency": int(wl["concurrency"]),
+        "request_rate": wl.get("request_rate"),
+        "per_request_metrics": recorder.mode,
+        "per_request_reason": cell.reason,
+    }
+    append_record(cell.records, record)
+    if recorder.mode == COUNTERS_ONLY and metrics_delta is not None and not load["server_died"]:
+        append_record(cell.records, pooled_prompt(cell, recorder, metrics_delta, load["wall_s"]))
+    return recorder
+
+
+def _metrics_delta(server: Server, k: int, before: dict[str, Any], summed: dict[str, Any] | None) -> SpecCounts:
+    """The /metrics counters' growth over the load, read once they settle (at the per-request sum, if any)."""
+    expected = (
+        None
+        if summed is None
+        else (
+            {key: before[key] + summed[key] for key in FAMILIES.values()}
+            | {
+                "accepted_per_pos": [
+                    a + b for a, b in zip(before["accepted_per_pos"], summed["accepted_per_pos"], strict=True)
+                ]
+            }
+        )
+    )
+    return counts_delta(before, settled_counters(server, k, expected))
+
+
+def pooled_prompt(cell: ServingCell, recorder: LoadRecorder, metrics_delta: SpecCounts, wall_s: float) -> PromptRecord:
+    """The counters-only cell-repeat's one unit of acceptance evidence: the counters around the whole load. Its
+    output hash is over the requests' outputs in index order, so identical greedy repeats count once."""
+    n = int(cell.wl["num_requests"])
+    joined = json.dumps([recorder.outputs.get(i) for i in range(n)])
+    return {
+        **cell.base,
+        "type": "prompt",
+        "prompt_id": POOLED_PROMPT_ID,
+        "workload": "serving",
+        "source": "metrics_delta",
+        **metrics_delta,
+        "output_sha256": hashlib.sha256(joined.encode()).hexdigest(),
+        "num_generated_tokens": recorder.generated,
+        "wall_s": round(wall_s, 4),
+        "requests": recorder.finished,
+    }
 
 
 def _r(x: float | None) -> float | None:

@@ -15,7 +15,8 @@ prompts still unfinished): the step loop aborts them at its next step, and a wat
 record itself when a step never returns, so that a hung engine still leaves its stall on disk before the
 runner's deadline kills the cell. The engine is then suspect: no later round is sent.
 
-Standard library only at module level (the build's interpreter); the worker hands over its helpers.
+Standard library only at module level (the build's interpreter), and of mtpbench the engine's records module,
+whose prompt loop runs each round.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from __future__ import annotations
 import random
 import threading
 import time
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any
+
+from mtpbench.engine.records import PromptLoop, append_record, emit
+from mtpbench.schema import RoundEndRecord
 
 KV_USAGE = "vllm:kv_cache_usage_perc"  # a fraction, despite its name (vllm/v1/metrics/loggers.py)
 ROUND_COUNTERS = {
@@ -97,75 +101,33 @@ class _Round:
         return True
 
 
-def _batched_round(
-    w: ModuleType,
-    llm: Any,
-    sp: Any,
-    prompts: list[dict[str, Any]],
-    k: int,
-    base: dict[str, Any],
-    records: str,
-    rnd: _Round,
-    t_ready: float,
-    conc: int | None = None,
-) -> float | None:
-    """The round's prompts through the engine's step loop, at most `conc` in flight (None: all at once);
-    returns the highest KV-cache usage sampled (None: not exposed)."""
-    engine = llm.llm_engine
-    index = {f"mtpbench-soak{rnd.r}-{i}": i for i in range(len(prompts))}
-    waiting = list(index)
-    open_ids: set[str] = set()
-    limit = int(conc or len(prompts) or 1)  # the workload's concurrency: requests in flight at once
+class _KvPeak:
+    """The highest KV-cache usage sampled after engine steps, at most every KV_SAMPLE_S (None: not exposed)."""
 
-    def admit() -> None:
-        while waiting and len(open_ids) < limit:
-            rid = waiting.pop(0)
-            engine.add_request(rid, prompts[index[rid]]["text"], sp)
-            open_ids.add(rid)
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.peak: float | None = None
+        self.sampled = 0.0
 
-    admit()
-    rnd.unfinished = [p["id"] for p in prompts]
-    kv: float | None = None
-    sampled = 0.0
-    while engine.has_unfinished_requests():
-        if rnd.late():
-            engine.abort_request(sorted(open_ids))
-            break
-        for output in engine.step():
-            if not getattr(output, "finished", False) or output.request_id not in index:
-                continue
-            i = index[output.request_id]
-            open_ids.discard(output.request_id)
-            admit()
-            rnd.unfinished = [prompts[index[x]]["id"] for x in sorted(open_ids, key=index.get) + waiting]
-            counts = w.per_request_counts(getattr(output.outputs[0], "spec_decode_metrics", None), k) or {
-                "num_drafts": 0,
-                "num_draft_tokens": 0,
-                "num_accepted_tokens": 0,
-                "accepted_per_pos": [0] * k,
-            }
-            wall = time.perf_counter() - rnd.t0
-            rec = {
-                **w.prompt_record(base, i, prompts[i], output),
-                **counts,
-                "wall_s": round(wall, 4),
-                "source": "per_request",
-                "per_request": counts,
-                "uptime_s": round(time.perf_counter() - t_ready, 3),
-            }
-            w.append_record(records, rec)
-            w.emit("prompt_done", index=i, prompt_id=prompts[i]["id"], wall_s=wall, round=rnd.r, **counts)
+    def sample(self) -> None:
         now = time.perf_counter()
-        if now - sampled >= KV_SAMPLE_S:
-            sampled = now
-            usage = _metric_values(llm.get_metrics()).get(KV_USAGE)
-            if usage is not None:
-                kv = usage if kv is None else max(kv, usage)
-    return kv
+        if now - self.sampled >= KV_SAMPLE_S:
+            self.sampled = now
+            self.add(_metric_values(self.llm.get_metrics()).get(KV_USAGE))
+
+    def add(self, usage: float | None) -> None:
+        if usage is not None:
+            self.peak = usage if self.peak is None else max(self.peak, usage)
 
 
-def _sequential_round(
-    w: ModuleType,
+def _pending(rnd: _Round) -> Callable[[list[str]], None]:
+    def set_unfinished(ids: list[str]) -> None:
+        rnd.unfinished = ids
+
+    return set_unfinished
+
+
+def _run_round(
     llm: Any,
     sp: Any,
     prompts: list[dict[str, Any]],
@@ -174,37 +136,38 @@ def _sequential_round(
     records: str,
     rnd: _Round,
     t_ready: float,
+    batched: bool,
+    concurrency: int | None,
 ) -> float | None:
-    """One prompt at a time; counts are the counters' differences around each prompt."""
-    before = w.spec_counters(llm.get_metrics())
-    rnd.unfinished = [p["id"] for p in prompts]
-    for i, prompt in enumerate(prompts):
-        if rnd.late():
-            break
-        out = llm.generate([prompt["text"]], sp, use_tqdm=False)
-        after = w.spec_counters(llm.get_metrics())
-        delta = w.counter_delta(before, after, k)
-        before = after
-        wall = time.perf_counter() - rnd.t0
-        rec = {
-            **w.prompt_record(base, i, prompt, out[0]),
-            **delta,
-            "wall_s": round(wall, 4),
-            "source": "counters",
-            "per_request": w.per_request_counts(getattr(out[0].outputs[0], "spec_decode_metrics", None), k),
-            "uptime_s": round(time.perf_counter() - t_ready, 3),
-        }
-        w.append_record(records, rec)
-        rnd.unfinished = [p["id"] for p in prompts[i + 1 :]]
-        w.emit("prompt_done", index=i, prompt_id=prompt["id"], wall_s=wall, round=rnd.r, **delta)
-    return _metric_values(llm.get_metrics()).get(KV_USAGE)
+    """The round's prompts through the prompt loop, on the round's clock and deadline, each record carrying
+    the engine's uptime; returns the highest KV-cache usage seen (batched: sampled after steps, sequential:
+    read after the round; None: not exposed)."""
+    kv = _KvPeak(llm)
+    loop = PromptLoop(
+        llm,
+        sp,
+        k,
+        base,
+        records,
+        clock=rnd.t0,
+        uptime_from=t_ready,
+        event={"round": rnd.r},
+        stop=rnd.late,
+        on_pending=_pending(rnd),
+        on_step=kv.sample,
+    )
+    if batched:
+        loop.batched(prompts, request_prefix=f"mtpbench-soak{rnd.r}-", concurrency=concurrency)
+    else:
+        loop.sequential(prompts)
+        kv.add(_metric_values(llm.get_metrics()).get(KV_USAGE))
+    return kv.peak
 
 
 def run_soak(
-    w: ModuleType, llm: Any, sp: Any, job: dict[str, Any], k: int, base: dict[str, Any], records: str, batched: bool
+    llm: Any, sp: Any, job: dict[str, Any], k: int, base: dict[str, Any], records: str, batched: bool
 ) -> dict[str, Any]:
-    """Every round of the job through `llm`; returns what the cell_end record adds. `w` is the worker module
-    (its record and count helpers), handed over so that this module imports nothing of mtpbench."""
+    """Every round of the job through `llm`; returns what the cell_end record adds."""
     wl = job["workload"]
     rounds, deadline = int(wl["rounds"]), float(wl.get("round_timeout_s") or 600.0)
     t_ready = time.perf_counter()
@@ -216,14 +179,12 @@ def run_soak(
         rb = {**base, "round": r}
 
         def write(fields: dict[str, Any], rb: dict[str, Any] = rb) -> None:
-            w.append_record(records, {**rb, "type": "round_end", **fields})
+            record: RoundEndRecord = {**rb, "type": "round_end", **fields}
+            append_record(records, record)
 
         rnd = _Round(r, deadline, write)
         started = round(time.perf_counter() - t_ready, 3)
-        if batched:
-            kv = _batched_round(w, llm, sp, prompts, k, rb, records, rnd, t_ready, wl.get("concurrency"))
-        else:
-            kv = _sequential_round(w, llm, sp, prompts, k, rb, records, rnd, t_ready)
+        kv = _run_round(llm, sp, prompts, k, rb, records, rnd, t_ready, batched, wl.get("concurrency"))
         after = _metric_values(llm.get_metrics())
         late = rnd.late()
         fields = {
@@ -237,7 +198,7 @@ def run_soak(
             **{key: (int(after[m] - before.get(m, 0.0)) if m in after else None) for key, m in ROUND_COUNTERS.items()},
         }
         rnd.end(fields)
-        w.emit("round_done", round=r, set=name, stalled=late, wall_s=time.perf_counter() - rnd.t0)
+        emit("round_done", round=r, set=name, stalled=late, wall_s=time.perf_counter() - rnd.t0)
         done = r + 1
         if late:
             stalled_at = r  # the engine is suspect: later rounds would measure a stuck engine

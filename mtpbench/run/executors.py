@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mtpbench.engine.procs import stop_group
-from mtpbench.engine.worker import EVENT_PREFIX
+from mtpbench.engine.records import EVENT_PREFIX
 from mtpbench.errors import UserError
 from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
 from mtpbench.run.raycluster import RaySettings, fits, join, ray_request
@@ -418,7 +418,7 @@ class RayExecutor:
 
 def append_lines(path: str, text: str) -> None:
     """Append whole lines to records.jsonl the way the workers do (same lock, same torn-line mark)."""
-    from mtpbench.engine.worker import append_lines as append
+    from mtpbench.engine.records import append_lines as append
 
     append(path, text.encode())
 

