@@ -92,6 +92,8 @@ def test_its_runs_are_written_by_the_store_with_the_runners_statuses(gp: ModuleT
     assert [c.status for c in typed.cells] == [CellStatus.OK] * len(gp.CELLS)
 
 
+# Thousands of simulated runs through compare (tens of seconds).
+@pytest.mark.slow
 def test_quick_mode_runs_end_to_end_and_catches_a_20_point_drop(gp: ModuleType, tmp_path: Path) -> None:
     md, js = tmp_path / "report.md", tmp_path / "report.json"
     assert gp.main(["--quick", "--md", str(md), "--json", str(js)]) == 0

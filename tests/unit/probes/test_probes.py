@@ -79,6 +79,8 @@ def test_attempt_keeps_the_first_line_of_any_failure() -> None:
     assert out == {"errors": {"x": "SystemExit: first line"}, "y": 1}
 
 
+# Imports torch and vllm in a subprocess (tens of seconds).
+@pytest.mark.slow
 def test_the_doctor_probe_runs_with_python_m() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mtpbench.probes.doctor"], capture_output=True, text=True, timeout=300, check=True

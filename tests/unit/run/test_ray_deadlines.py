@@ -25,6 +25,9 @@ from runfake import execute, fake_config, only_run, prompt_totals, wait_for
 
 from mtpbench.run.raycluster import fit_problem, host_port, ray_request, session_members
 
+# Real Ray clusters (tens of seconds each): not part of the fast loop.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("ray", reason="the Ray executor tests need the ray extra")
 
 REPO = Path(__file__).resolve().parents[3]
