@@ -26,6 +26,9 @@ from pathlib import Path
 
 import pytest
 
+# Builds the wheel and installs it into fresh venvs (half a minute and more).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ("configs", "prompts", "baselines")
 
@@ -186,8 +189,6 @@ from mtpbench.store.baseline import load_baseline
 from mtpbench import shipped
 from mtpbench.run import runner
 
-# Builds the wheel and installs it into fresh venvs (half a minute and more).
-pytestmark = pytest.mark.slow
 cfg = load_config("tiny-gemma4-mtp")
 for name in shipped.shipped_names("configs"):  # every shipped config loads and plans from the wheel
     c = load_config(name)

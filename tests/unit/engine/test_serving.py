@@ -187,6 +187,35 @@ def test_request_schedule_unlimited_and_poisson() -> None:
     assert 180 < sched[-1] < 220  # 2000 requests at 10 req/s
 
 
+def test_a_server_killed_between_two_looks_of_the_watcher_is_seen_dead() -> None:
+    # CI (stop 32): a killed server failed all its remaining requests at once (connection refused) before
+    # the watcher's next look, so the load ended with server_died false and the cell was judged, exit 1
+    # instead of 3. The server is alive at the watcher's first look and dead afterwards.
+    import asyncio
+    import socket
+
+    with socket.socket() as s:  # a loopback port nobody listens on: every request is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    looks = iter([True])
+    results: list[dict[str, Any]] = []
+    wl = {"num_requests": 8, "concurrency": 2, "request_timeout_s": 5.0, "request_rate": None}
+    load = asyncio.run(
+        load_mod.run_load(
+            f"http://127.0.0.1:{port}",
+            "m",
+            [{"id": "p", "text": "x"}],
+            wl,
+            {"temperature": 0.0},
+            3,
+            lambda i, p, r: results.append(r),
+            lambda: next(looks, False),
+        )
+    )
+    assert load["server_died"] is True
+    assert len(results) == 8 and all(r.get("error") for r in results), results
+
+
 def test_effective_config_and_patches_are_read_from_the_server_log() -> None:
     log = (
         # The requested modes come first (the server's argument dump), the engine's resolved config later.
