@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mtpbench.judge.compare import Comparison
+from mtpbench.judge.plan import AlphaSplit, split_alpha
 from mtpbench.judge.stats import certifiable_drop, clustered_ratio, detectable_drop
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import BaselineEntry
@@ -49,7 +50,7 @@ class Sizing:
     prompts: int
     drafts_per_prompt: float
     checks: int
-    alpha: float
+    split: AlphaSplit  # the run's false-alarm rate per primary check and per diagnosis (plan.split_alpha)
     source: str  # "baseline spread x sqrt(2) (upper bound)" | "pilot run (paired)"
     positions: list[PositionSize]  # the AL row first, then the positions
 
@@ -96,8 +97,8 @@ def size_from_ses(
 ) -> Sizing:
     """`al` = (se of the AL difference, the baseline's AL); `ses` per position; `checks` the run's family,
     `primary` the checks a pass certifies (compare.Comparison.family / .primary)."""
-    alpha = gate.false_alarm / max(checks, 1)
-    cert = ((1 - gate.confidence) / max(primary, 1), gate.false_alarm / max(primary, 1))
+    split = split_alpha(gate.false_alarm, primary, checks - primary)
+    cert = ((1 - gate.confidence) / max(primary, 1), split.primary)
     rows = [(AL, al[0], gate.tolerance_al_pct / 100 * al[1], gate.primary == "acceptance_length")]
     rows += [(i, se, gate.tolerance_pts / 100, gate.primary == "positions") for i, se in enumerate(ses)]
     out = []
@@ -105,9 +106,10 @@ def size_from_ses(
         if se is None or prompts < 2:
             out.append(PositionSize(pos, se, None, None, drop, is_primary))
             continue
+        alpha = split.primary if is_primary else split.diagnosis
         need = prompts_for(se, prompts, drop, alpha, gate.power, cert if is_primary else None)
         out.append(PositionSize(pos, se, detectable_drop(se, prompts - 1, alpha, gate.power), need, drop, is_primary))
-    return Sizing(entry, prompts, drafts_per_prompt, checks, alpha, source, out)
+    return Sizing(entry, prompts, drafts_per_prompt, checks, split, source, out)
 
 
 def size_entry(entry: BaselineEntry, gate: GateSpec, checks: int, primary: int = 2) -> Sizing | None:

@@ -29,7 +29,8 @@ def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None
     )
     head = Text(
         f"sizing: to certify {what} ({100 * gate.power:g} % power, {100 * gate.false_alarm:g} % false alarms per "
-        f"run over {s0.checks} checks, one-sided α {s0.alpha:.2g} each; {100 * gate.confidence:g} % confidence); "
+        f"run over {s0.checks} checks, one-sided α {s0.split.primary:.2g} per primary check, "
+        f"{s0.split.diagnosis:.2g} per diagnosis; {100 * gate.confidence:g} % confidence); "
         f"spread from the {s0.source}. Diagnosis rows: the prompts at which that check alone reaches the power",
         style="bold",
     )

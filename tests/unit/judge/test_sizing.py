@@ -49,7 +49,7 @@ def test_the_shipped_baseline_is_sized_for_acceptance_length_and_per_position() 
     # The primary endpoint is also held to certifying δ on a harmless run: it never needs fewer prompts than
     # the power alone asks.
     assert al.se is not None and al.prompts_needed is not None
-    alone = prompts_for(al.se, 40, al.drop, s.alpha, 0.9)
+    alone = prompts_for(al.se, 40, al.drop, s.split.primary, 0.9)
     assert al.prompts_needed >= alone
     # Under the positions gate the positions are primary and the sizing is theirs.
     (p2, _) = [size_entry(e, GateSpec(primary="positions"), 9, 6) for e in load_baseline(TINY).entries]
