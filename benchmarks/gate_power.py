@@ -658,8 +658,9 @@ def _summary(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         "drop in one cell). *Met* = every point estimate meets its goal; the Wilson 95 % intervals say how sure "
         "that is. The per-position columns are the diagnoses' reach: a 5-pt drop at one position alone (pos2 alone "
         "moves AL by ~1.3 %, well under δ) fails the run only when its own check finds it significant. Bold: the "
-        "shipped default's size, the Gemma4-sized run and the gate configs' size. *harmless exit 1*: harmless runs called a regression or "
-        "graph divergence (what the run's false-alarm budget controls); the rest of *harmless fails* is exit 5, "
+        "shipped default's size, the Gemma4-sized run and the gate configs' size. *harmless exit 1*: harmless "
+        "runs called a regression or graph divergence (what the run's false-alarm budget controls); the rest of "
+        "*harmless fails* is exit 5, "
         "inconclusive (the run could not certify δ).",
         "",
         f"| setting | harmless fails | harmless+shift fails | AL δ caught | {drop:g} pts pos0 caught | "
