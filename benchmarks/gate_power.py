@@ -502,7 +502,13 @@ def _rmtree(p: Path) -> None:
 
 # Runs per role, as shares of --harmless and --drop: the goals' settings (the shipped default and a
 # Gemma4-sized run) get the most harmless runs, since a 1 % rate needs hundreds of runs to be told from 2 %.
-ROLE_RUNS = {"main": (1.0, 1.0), "small": (0.375, 0.5), "burstiness": (0.375, 0.5), "sizing": (0.375, 0.75)}
+ROLE_RUNS = {
+    "main": (1.0, 1.0),
+    "gate": (0.375, 0.5),
+    "small": (0.375, 0.5),
+    "burstiness": (0.375, 0.5),
+    "sizing": (0.375, 0.75),
+}
 
 
 # The files whose uncommitted changes would make the commit named in the report not the rule measured.
@@ -516,6 +522,9 @@ def plan(quick: bool) -> tuple[list[Setting], int, int, list[float]]:
     settings = [
         Setting("tiny", n_tiny, "bursty", "main"),
         Setting("gemma4-like", 40, "bursty", "main"),
+        # The gate configs' size (configs/gemma4-mtp-{ascend,cuda}-gate.yaml: HumanEval's 150 prompts of at most
+        # 800 bytes) with a Gemma4-like spread; under the tiny pair's spread it is the shipped default's size.
+        Setting("gemma4-like", 150, "bursty", "gate"),
         Setting("tiny", 5, "bursty", "small"),
         Setting("tiny", 40, "bursty", "sizing"),
         Setting("tiny", 80, "bursty", "sizing"),
@@ -649,8 +658,9 @@ def _summary(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         "drop in one cell). *Met* = every point estimate meets its goal; the Wilson 95 % intervals say how sure "
         "that is. The per-position columns are the diagnoses' reach: a 5-pt drop at one position alone (pos2 alone "
         "moves AL by ~1.3 %, well under δ) fails the run only when its own check finds it significant. Bold: the "
-        "shipped default's size and the Gemma4-sized run. *harmless exit 1*: harmless runs called a regression or "
-        "graph divergence (what the run's false-alarm budget controls); the rest of *harmless fails* is exit 5, "
+        "shipped default's size, the Gemma4-sized run and the gate configs' size. *harmless exit 1*: harmless "
+        "runs called a regression or graph divergence (what the run's false-alarm budget controls); the rest of "
+        "*harmless fails* is exit 5, "
         "inconclusive (the run could not certify δ).",
         "",
         f"| setting | harmless fails | harmless+shift fails | AL δ caught | {drop:g} pts pos0 caught | "
@@ -674,7 +684,7 @@ def _summary(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         if r["setting"]["burst"] == "bursty" and met:
             smallest.setdefault(r["setting"]["truth"], []).append(r["setting"]["prompts"])
         label = r["setting"]["label"]
-        label = f"**{label}**" if r["setting"]["role"] == "main" else label
+        label = f"**{label}**" if r["setting"]["role"] in ("main", "gate") else label
         ex1 = sc["harmless"]["exit1"]
         out.append(
             f"| {label} | {' | '.join(pct(x) for x in (*fa, al, *pw))} | {'yes' if met else '**no**'} | {pct(ex1)} |"
@@ -708,6 +718,7 @@ def _settings(rows: list[dict[str, Any]]) -> list[str]:
     out: list[str] = [""]
     titles = {
         "main": "The shipped default's size and a Gemma4-sized run",
+        "gate": "The gate configs' size: 150 HumanEval prompts, Gemma4-like spread",
         "small": "5 prompts",
         "sizing": "Sizing: how many prompts certify δ",
         "burstiness": "Burstiness",

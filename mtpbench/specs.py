@@ -148,7 +148,8 @@ class GateSpec(Strict):
         0.01,
         gt=0.0,
         lt=0.5,
-        description="chance that a harmless run fails, over all of its checks (split evenly among them)",
+        description="chance that a harmless run fails, over all of its checks (half of it for the primary checks, "
+        "half for the diagnoses)",
     )
     confidence: float = Field(
         0.95,

@@ -41,20 +41,32 @@ def _render_preflight(checks: list[Preflight]) -> None:
         console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
 
 
-def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path, prompts: int) -> None:
-    from mtpbench.judge.sizing import family_of_config, primary_count, size_entry
+def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | None, prompts: int) -> None:
+    """How many prompts certify δ for this config: from its baseline (its per-prompt counts, or the prior of
+    its pair class), or, without a baseline, from the prior as the run will be gated once one is saved."""
+    from mtpbench.judge.sizing import family_of_config, primary_count, size_baseline, size_prior
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
+    k = cfg.speculative.num_speculative_tokens
     ref = cfg.reference_mode or next(
         (m for m, s in cfg.modes.items() if s.enforce_eager or s.cudagraph_mode == "NONE"), None
     )
-    family = family_of_config(
-        cfg.speculative.num_speculative_tokens, [(c.build, c.mode, c.variant) for c in cells], ref
-    )
+    family, divergence = family_of_config(k, [(c.build, c.mode, c.variant) for c in cells], ref)
     n_cells = len({(c.build, c.mode, c.variant) for c in cells})
-    primary = primary_count(cfg.gate, n_cells, cfg.speculative.num_speculative_tokens)
-    sizes = [s for e in load_baseline(base).entries if (s := size_entry(e, cfg.gate, family, primary)) is not None]
+    primary = primary_count(cfg.gate, n_cells, k)
+    if base is None:
+        console.print(
+            "sizing: no baseline yet (record one with `mtpbench baseline save` on a known-good build); sized as "
+            "the run will be gated once it has one",
+            highlight=False,
+            soft_wrap=True,
+        )
+        why = "no baseline yet"
+        sizes = [size_prior("(no baseline)", cfg.speculative.method, None, why, cfg.gate, family, primary, divergence)]
+    else:
+        serving = cfg.workload.kind == "serving"
+        sizes = size_baseline(load_baseline(base), cfg.gate, family, primary, divergence, serving)
     console.print(sizing_table(sizes, cfg.gate, prompts))
 
 

@@ -223,15 +223,18 @@ def compare_cmd(
 
 @guarded
 def size(
-    baseline: Annotated[Path, typer.Argument(help="A baseline with per-prompt counts (baseline save keeps them).")],
+    baseline: Annotated[
+        Path, typer.Argument(help="A baseline (per-prompt counts as baseline save keeps them; else a stated prior).")
+    ],
     pilot: Annotated[Path | None, typer.Option("--run", help="A pilot run: size from its paired spread.")] = None,
     checks: Annotated[int, typer.Option(help="Checks the run makes (AL + k per cell, k per graph cell).", min=1)] = 11,
     cells: Annotated[int, typer.Option(help="Cells the run judges (its primary checks: one AL each).", min=1)] = 2,
     tolerance: ToleranceOpt = None,
 ) -> int:
-    """How many prompts the gate needs to certify δ: acceptance length, each position (exit 0; 2 on bad input)."""
+    """How many prompts the gate needs to certify δ: acceptance length, each position, graph divergence (exit 0;
+    2 on bad input; 4 for a pilot run the baseline cannot judge)."""
     from mtpbench.config import GateSpec
-    from mtpbench.judge.sizing import primary_count, size_entry, size_pilot
+    from mtpbench.judge.sizing import primary_count, size_baseline, size_pilot
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
@@ -244,8 +247,11 @@ def size(
         return 0
     b = load_baseline(baseline)
     gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
-    primary = primary_count(gate, cells, b.fingerprint.num_speculative_tokens)
-    console.print(sizing_table([s for e in b.entries if (s := size_entry(e, gate, checks, primary)) is not None], gate))
+    k = b.fingerprint.num_speculative_tokens
+    primary = primary_count(gate, cells, k)
+    # The checks beyond AL + k per cell are graph divergence (k per graph cell paired with eager).
+    divergence = max(checks - cells * (k + 1), 0)
+    console.print(sizing_table(size_baseline(b, gate, checks, primary, divergence), gate))
     return 0
 
 

@@ -201,8 +201,7 @@ def _run(
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         render_dry_run(cfg, prompts, plans)
         base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
-        if base is not None:
-            render_config_sizing(cfg, cells, base, len(prompts.prompts))
+        render_config_sizing(cfg, cells, base, len(prompts.prompts))
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
         render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
         return 0

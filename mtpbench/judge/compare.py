@@ -49,7 +49,7 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
-from mtpbench.judge.plan import Against, Plan, admit, make_plan
+from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
@@ -95,7 +95,7 @@ class Comparison:
     unchecked: list[str] = field(default_factory=list)
     gate: GateSpec = field(default_factory=GateSpec)
     greedy: bool = True
-    # The run's statistical checks (plan.Plan.family): its false-alarm rate is split evenly among them.
+    # The run's statistical checks (plan.Plan.family): its false-alarm rate is split among them (plan.split_alpha).
     family: int = 1
     # The checks a pass certifies (plan.Plan.primary): the certificate's confidence is simultaneous over them.
     primary: int = 1
@@ -111,9 +111,18 @@ class Comparison:
         return self.diagnoses
 
     @property
+    def split(self) -> AlphaSplit:
+        return split_alpha(self.gate.false_alarm, self.primary, self.family - self.primary)
+
+    @property
     def alpha(self) -> float:
-        """One check's share of the run's false-alarm rate (one-sided)."""
-        return self.gate.false_alarm / max(self.family, 1)
+        """One diagnosis check's share of the run's false-alarm rate (one-sided)."""
+        return self.split.diagnosis
+
+    @property
+    def primary_alpha(self) -> float:
+        """One primary check's share of the run's false-alarm rate (one-sided)."""
+        return self.split.primary
 
     @property
     def cert_alpha(self) -> float:
@@ -187,18 +196,21 @@ def _no_baseline(c: CellResult, against: Against) -> Finding:
 def _check_cell(plan: Plan, c: CellResult, entry: BaselineEntry, out: Checked) -> list[Finding]:
     """One cell against its entry: every position, its AL (an entry without rates, an upstream per-request AL
     golden, has no pooled AL to check either), their findings and the upstream golden's own rule."""
-    gate, alpha, cert_alpha = plan.gate, plan.alpha, plan.cert_alpha
+    gate, cert_alpha = plan.gate, plan.cert_alpha
+    # Each check at its part's level (plan.split_alpha): the primary endpoint's, or a diagnosis's.
+    pos_alpha = plan.alpha_of(gate.primary == "positions")
+    al_alpha = plan.alpha_of(gate.primary == "acceptance_length")
     pair = aligned_with(c, entry)
-    checks = [position_check(c, i, entry, gate, alpha, cert_alpha, pair) for i in range(len(entry.rates_pct or []))]
+    checks = [position_check(c, i, entry, gate, pos_alpha, cert_alpha, pair) for i in range(len(entry.rates_pct or []))]
     out.checks.extend(checks)
-    length = length_check(c, entry, gate, alpha, cert_alpha, pair) if entry.rates_pct else None
+    length = length_check(c, entry, gate, al_alpha, cert_alpha, pair) if entry.rates_pct else None
     if length is not None:
         out.lengths.append(length)
     assert plan.against is not None
     return [
         *check_findings(c, checks, length, gate),
         # The baseline's upstream golden, judged by its own rule beside the gate's verdict (judge/upstream.py).
-        *upstream.findings(c, plan.against.baseline, checks, length, gate, alpha, cert_alpha),
+        *upstream.findings(c, plan.against.baseline, checks, length, gate, al_alpha, cert_alpha),
     ]
 
 

@@ -1,7 +1,11 @@
 """What one judging of a run rests on, settled before any check or diagnosis is made: the evidence (collected
 once, evidence.py), the gate, the baseline admitted for it (`admit`: comparable or refused, exit 4), the
 serving summary, the graph cells paired with their eager reference, and the run's family of statistical
-checks, counted here and only here (its false-alarm rate is split evenly among them, Bonferroni).
+checks, counted here and only here, with the split of its false-alarm rate (`split_alpha`): a fixed share
+(PRIMARY_SHARE) for the primary checks a pass certifies, the rest for the diagnoses (the other positions or
+AL, graph divergence), each part split evenly among its checks (Bonferroni within each part, so the whole
+still holds the run's rate). Adding a graph mode or a position then no longer thins the primary endpoint's
+level: its power to catch δ, and its chance to certify δ on a harmless run, stay what it was sized for.
 
 checks (via compare.check) and diagnoses.diagnose both read a `Plan`; compare.combine puts their results
 together into the Comparison. Nothing here prints.
@@ -23,6 +27,45 @@ from mtpbench.store.manifest import ManifestConfig
 from mtpbench.store.results import Run
 
 Pair = tuple[CellResult, CellResult]  # a graph/compiled cell and its eager reference
+
+# The primary endpoint's share of the run's false-alarm rate (issue 30): fixed, so that diagnoses added to a
+# run (graph modes, positions) take from the diagnoses' share only. Half: the diagnoses keep enough level to
+# find a collapse at one position (the seed's bug), the primary check loses at most a factor 2 against
+# having the whole rate alone.
+PRIMARY_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class AlphaSplit:
+    """The run's false-alarm rate split between its primary checks and its diagnoses, one-sided, per check."""
+
+    primary: float  # one primary check's level (a cell's AL, or each position under gate.primary positions)
+    diagnosis: float  # one diagnosis check's level (the other baseline checks, graph divergence)
+
+
+def split_alpha(false_alarm: float, primary: int, diagnoses: int) -> AlphaSplit:
+    """PRIMARY_SHARE of `false_alarm` over the `primary` checks, the rest over the `diagnoses`; a part with no
+    checks leaves its share to the other (a run judged without a baseline has only diagnoses)."""
+    if primary <= 0:
+        share = 0.0
+    elif diagnoses <= 0:
+        share = 1.0
+    else:
+        share = PRIMARY_SHARE
+    return AlphaSplit(
+        primary=false_alarm * share / max(primary, 1),
+        diagnosis=false_alarm * (1.0 - share) / max(diagnoses, 1),
+    )
+
+
+def count_family(k: int, cells: int, graph_pairs_k: int, primary: str, *, against: bool = True) -> tuple[int, int]:
+    """(the run's checks, its primary ones): against a baseline every cell's AL and each of its k positions is
+    one check (a cell without an entry too: it fails anyway), the primary ones per cell its AL (or its k
+    positions under gate.primary positions); graph divergence adds `graph_pairs_k` (k per graph cell paired
+    with its eager reference). Without a baseline there is no primary check."""
+    if not against:
+        return graph_pairs_k, 0
+    return cells * (k + 1) + graph_pairs_k, cells * (k if primary == "positions" else 1)
 
 
 @dataclass(frozen=True)
@@ -78,10 +121,10 @@ class Plan:
     greedy: bool
     pairs: list[Pair]  # graph cells and their eager reference (greedy runs only)
     # The run's statistical checks (positions and AL × cells against the baseline, graph divergence): the
-    # false-alarm rate is split evenly among them, so a harmless run fails at most that often.
+    # false-alarm rate is split among them (`split`), so a harmless run fails at most that often.
     family: int
-    # The checks a pass certifies (gate.primary: a cell's AL, or its k positions, per cell): the certificate's
-    # confidence (gate.confidence) is simultaneous over them.
+    # The checks a pass certifies (gate.primary: a cell's AL, or its k positions, per cell; 0 without a
+    # baseline): the certificate's confidence (gate.confidence) is simultaneous over them.
     primary: int
     served: list[ServingCell] | None  # the serving summary (serving runs only), made once
     against: Against | None = None
@@ -95,9 +138,21 @@ class Plan:
         return self.evidence.cells
 
     @property
+    def split(self) -> AlphaSplit:
+        return split_alpha(self.gate.false_alarm, self.primary, self.family - self.primary)
+
+    @property
     def alpha(self) -> float:
-        """One check's share of the run's false-alarm rate (one-sided)."""
-        return self.gate.false_alarm / max(self.family, 1)
+        """One diagnosis check's share of the run's false-alarm rate (one-sided)."""
+        return self.split.diagnosis
+
+    @property
+    def primary_alpha(self) -> float:
+        """One primary check's share of the run's false-alarm rate (one-sided)."""
+        return self.split.primary
+
+    def alpha_of(self, primary: bool) -> float:
+        return self.split.primary if primary else self.split.diagnosis
 
     @property
     def cert_alpha(self) -> float:
@@ -113,16 +168,10 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
     k = run.typed.k
     divergence_checks = sum(c.evidence.k or k for c, _ in pairs)
-    if against is None:
-        baseline_checks, primary = 0, 1
-    else:
-        # Every cell's AL and each of its positions is one check against the baseline (a cell without an
-        # entry too: it fails anyway); the primary ones are what a pass certifies.
-        n_cells = len({c.cell for c in run.typed.cells})
-        baseline_checks = n_cells * (k + 1)
-        primary = n_cells * (k if gate.primary == "positions" else 1)
+    n_cells = len({c.cell for c in run.typed.cells})
+    family, primary = count_family(k, n_cells, divergence_checks, gate.primary, against=against is not None)
     served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None
-    return Plan(evidence, gate, greedy, pairs, baseline_checks + divergence_checks, primary, served, against)
+    return Plan(evidence, gate, greedy, pairs, family, primary, served, against)
 
 
 def reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:

@@ -38,8 +38,10 @@ def test_compare_pass_exit_0_json_and_markdown(make_run: Callable[..., Path]) ->
     assert data["exit_code"] == 0 and data["cells"][0]["summary"]["per_pos"] == pytest.approx([0.982, 0.963, 0.899])
     md = invoke("compare", run, "--baseline", PUBLISHED, "--markdown")
     assert md.exit_code == 0
-    assert "| `ascend/NONE/stock` | 0 | 98.2 | 98.2 | +0.0 | [-0.3,0.3] | 5 | 0.9 | pass |" in md.stdout
-    assert "| `ascend/NONE/stock` | 3.844 | 3.844 | +0.000 | [-0.008,+0.008] | 5 | 0.192 | 0.021 | pass |" in md.stdout
+    # pos0 is a diagnosis: its MDE is at the diagnoses' α (0.5 % / 3 since issue 30's split, 1.0 pts; it was
+    # 0.9 at 1 % / 4); AL is primary, at 0.5 % (MDE 0.018; 0.021 at 1 % / 4).
+    assert "| `ascend/NONE/stock` | 0 | 98.2 | 98.2 | +0.0 | [-0.3,0.3] | 5 | 1.0 | pass |" in md.stdout
+    assert "| `ascend/NONE/stock` | 3.844 | 3.844 | +0.000 | [-0.008,+0.008] | 5 | 0.192 | 0.018 | pass |" in md.stdout
     # What the pass certifies, in words (issue 19).
     assert (
         "no drop ≥ 5 % in acceptance length (baseline 3.84 tokens/step) in 1 cell(s), 95 % confidence over "

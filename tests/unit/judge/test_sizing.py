@@ -1,16 +1,18 @@
-"""Issue 19 item 3: sizing says how many prompts certify δ, from a baseline's per-prompt spread (an upper
-bound) or a pilot run's paired spread, in `mtpbench size` and `run --dry-run`."""
+"""Issue 19 item 3 and issue 30 part 2: sizing says how many prompts certify δ, from a baseline's per-prompt
+spread, a pilot run's spread or a stated prior, floored by the spread bursty drafts give, counting every check
+that can fail a harmless run (graph divergence included), in `mtpbench size` and `run --dry-run`."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.judge.sizing import family_of_config, prompts_for, size_entry
+from mtpbench.judge.sizing import bursty_se, family_of_config, prompts_for, size_baseline, size_entry
 from mtpbench.judge.stats import detectable_drop
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import load_baseline
@@ -27,18 +29,19 @@ def test_prompts_for_is_the_smallest_count_whose_detectable_drop_reaches_delta()
     # A few prompts fewer would not do (the search steps by at most n/8).
     fewer = n - max(1, n // 8)
     assert (detectable_drop(se * math.sqrt(g / fewer), fewer - 1, alpha, power) or 1.0) > drop
-    assert prompts_for(0.0, 40, drop, alpha, power) == 40  # no spread: what is there certifies
+    # No spread at all: two prompts certify (issue 30: it said "150 needed" for a 150-prompt pilot).
+    assert prompts_for(0.0, 150, drop, alpha, power) == 2
 
 
 def test_family_counts_baseline_and_divergence_checks() -> None:
     # AL + k positions per cell against the baseline, k per graph cell against its eager reference.
     cells = [("b", "eager", "stock"), ("b", "compiled", "stock"), ("b", "eager", "stock")]
-    assert family_of_config(3, cells, "eager") == (3 + 1) * 2 + 3
-    assert family_of_config(3, cells, None) == (3 + 1) * 2
+    assert family_of_config(3, cells, "eager") == ((3 + 1) * 2 + 3, 3)
+    assert family_of_config(3, cells, None) == ((3 + 1) * 2, 0)
 
 
 def test_the_shipped_baseline_is_sized_for_acceptance_length_and_per_position() -> None:
-    (s, _) = [size_entry(e, GateSpec(), 11, 2) for e in load_baseline(TINY).entries]
+    (s, _) = [size_entry(e, GateSpec(), 8, 2) for e in load_baseline(TINY).entries]
     assert s is not None and s.prompts == 40 and [p.pos for p in s.positions] == [-1, 0, 1, 2]
     al, *pos = s.positions
     assert al.primary and not any(p.primary for p in pos) and s.prompts_needed == al.prompts_needed
@@ -49,17 +52,17 @@ def test_the_shipped_baseline_is_sized_for_acceptance_length_and_per_position() 
     # The primary endpoint is also held to certifying δ on a harmless run: it never needs fewer prompts than
     # the power alone asks.
     assert al.se is not None and al.prompts_needed is not None
-    alone = prompts_for(al.se, 40, al.drop, s.alpha, 0.9)
+    alone = prompts_for(al.se, 40, al.drop, s.split.primary, 0.9)
     assert al.prompts_needed >= alone
     # Under the positions gate the positions are primary and the sizing is theirs.
-    (p2, _) = [size_entry(e, GateSpec(primary="positions"), 9, 6) for e in load_baseline(TINY).entries]
+    (p2, _) = [size_entry(e, GateSpec(primary="positions"), 8, 6) for e in load_baseline(TINY).entries]
     assert p2 is not None and p2.prompts_needed == max(p.prompts_needed or 0 for p in p2.positions if p.pos >= 0)
 
 
 def test_size_command_and_dry_run_show_the_sizing() -> None:
     res = CliRunner().invoke(app, ["size", str(TINY)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "prompts needed" in res.stdout and "current/eager" in res.stdout and "upper bound" in res.stdout
+    assert "prompts needed" in res.stdout and "current/eager" in res.stdout and "per-prompt counts" in res.stdout
     dry = CliRunner().invoke(
         app, ["run", str(ROOT / "configs" / "tiny-gemma4-mtp.yaml"), "--dry-run"], env={"COLUMNS": "200"}
     )
@@ -72,3 +75,71 @@ def test_size_refuses_a_tolerance_that_is_not_a_finite_number() -> None:
     for bad in ("inf", "nan", "-1"):
         res = CliRunner().invoke(app, ["size", str(TINY), "--tolerance", bad], env={"COLUMNS": "200"})
         assert res.exit_code == 2 and "Traceback" not in res.output and "internal error" not in res.output, res.output
+
+
+HUMANEVAL = ROOT / "baselines" / "tiny-gemma4-mtp-humaneval-cpu.yaml"
+PUBLISHED = ROOT / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
+
+
+def test_size_agrees_with_the_benchmark_at_40_and_150_prompts() -> None:
+    # benchmarks/gate-power-report.md (bursty, the default two-cell run): the tiny pair at 40 prompts fails
+    # a quarter of harmless runs and at 80 misses the goals, at 150 it meets them. Issue 30: `size` of the
+    # 40-prompt baseline said 37 suffice (the between-prompt spread alone, AL only).
+    for path, lo, hi in ((TINY, 81, 150), (HUMANEVAL, 81, 150)):
+        sizes = size_baseline(load_baseline(path), GateSpec(), 11, 2, 3)
+        need = [s.prompts_needed for s in sizes]
+        assert all(n is not None and lo <= n <= hi for n in need), (path.name, need)
+        assert all(s.floored for s in sizes)  # the bursty floor decided: the plain spread is too small
+
+
+def test_graph_divergence_is_sized_as_a_check_that_fails_harmless_runs() -> None:
+    (s, _) = size_baseline(load_baseline(TINY), GateSpec(), 11, 2, 3)
+    div = [p for p in s.positions if p.divergence]
+    assert [p.pos for p in div] == [0, 1, 2] and all(p.fails_harmless for p in div)
+    assert s.prompts_needed == max(p.prompts_needed or 0 for p in s.positions if p.primary or p.divergence)
+    # Without a graph mode there is no divergence row.
+    (alone, _) = size_baseline(load_baseline(TINY), GateSpec(), 8, 2, 0)
+    assert not any(p.divergence for p in alone.positions)
+
+
+def test_the_bursty_floor_is_close_to_the_benchmarks_measured_spread() -> None:
+    # The harmless Δ's SD the benchmark measured (tiny, bursty, 150 prompts): AL 0.73 % of AL, positions
+    # 0.49 / 1.03 / 1.45 pts. The model's figure for the same prompts is within a fifth of it.
+    e = load_baseline(HUMANEVAL).entries[0]
+    ids = list(e.prompts or {})
+    drafts = np.array([e.prompts[p].num_drafts for p in ids], dtype=float)  # type: ignore[index]
+    per_pos = np.array([e.prompts[p].accepted_per_pos for p in ids], dtype=float)  # type: ignore[index]
+    got = bursty_se(drafts, per_pos)
+    assert got is not None
+    al_se, pos_se = got
+    assert al_se / 3.862 == pytest.approx(0.0073, rel=0.2)
+    assert [100 * x for x in pos_se] == pytest.approx([0.49, 1.03, 1.45], rel=0.2)
+
+
+def test_a_rates_only_baseline_is_sized_from_a_stated_prior() -> None:
+    # Issue 30: "the baseline has no per-prompt counts to size from (rates only)" and nothing else.
+    res = CliRunner().invoke(app, ["size", str(PUBLISHED)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "stated prior (the baseline has rates only)" in res.stdout and "tiny-gemma4-mtp-humaneval-cpu" in res.stdout
+    assert "prompts needed: " in res.stdout and "no per-prompt counts" not in res.stdout
+
+
+def test_a_pooled_only_baseline_is_sized_from_a_stated_prior(tmp_path: Path) -> None:
+    b = load_baseline(HUMANEVAL)
+    pooled = b.model_copy(update={"entries": [e.model_copy(update={"prompts": None}) for e in b.entries]})
+    sizes = size_baseline(pooled, GateSpec(), 11, 2, 3)
+    assert len(sizes) == 2 and all("pooled counts only" in s.source for s in sizes)
+    assert all(s.prompts_needed is not None for s in sizes)
+
+
+def test_dry_run_prints_the_sizing_line_without_a_baseline() -> None:
+    cfg = ROOT / "configs" / "tiny-gemma4-mtp-humaneval.yaml"  # names no baseline
+    dry = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env={"COLUMNS": "200"})
+    assert dry.exit_code == 0, dry.output
+    assert "no baseline yet" in dry.stdout and "prompts needed: " in dry.stdout
+
+
+def test_dry_run_of_the_seed_reproduction_says_a_healthy_build_is_inconclusive() -> None:
+    cfg = ROOT / "configs" / "gemma4-mtp-ascend.yaml"
+    dry = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env={"COLUMNS": "200"})
+    assert "the config's 5 prompts are too few: a healthy build is expected to be inconclusive" in dry.stdout
