@@ -22,7 +22,7 @@ from mtpbench.store.baseline import Baseline
 from mtpbench.store.manifest import ManifestConfig
 from mtpbench.store.results import Run
 
-Pair = tuple[CellResult, CellResult]  # a graph/compiled cell and its eager reference
+Pair = tuple[CellResult, CellResult]  # a non-reference cell (graph or feature mode) and its reference cell
 
 
 @dataclass(frozen=True)
