@@ -1,10 +1,10 @@
 """What a run says about itself, with no baseline: cell health (partial repeats, speculation off, a graph
-mode the platform downgraded), patches that did not apply, cross-process instability (exact under greedy
-decoding, a prompt-level permutation test when sampling), graph/compiled cells diverging from their eager
-reference (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`; a mode that differs
-from the reference in an engine feature is a `mode-divergence` naming it, judge/features.py), and text that
-changed between the cells of a build. `diagnose` makes them all, in the order they are shown; each
-returns structured findings.
+mode or an engine feature the platform ran otherwise), patches that did not apply, cross-process instability
+(exact under greedy decoding, a prompt-level permutation test when sampling), every other mode diverging from
+the reference mode (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`; a graph or
+compiled mode is `graph-divergence`, a mode that differs in an engine feature a `mode-divergence` naming it,
+judge/features.py), and text that changed between the cells of a build. `diagnose` makes them all, in the
+order they are shown; each returns structured findings.
 Nothing here prints.
 """
 
