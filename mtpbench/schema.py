@@ -23,6 +23,17 @@ BASELINE_SCHEMA = 1  # baselines/*.yaml
 # A serving cell-repeat whose build returned no per-request spec-decode counts: its acceptance is one pooled
 # count of the server's /metrics deltas (mtpbench/engine/serving.py writes it, the evidence stage reads it).
 COUNTERS_ONLY = "counters-only"
+# Engine features a worker reads back from its engine's config (engine/fingerprint.py effective_config), under
+# their engine-argument names: a cell-repeat records each as requested where its mode or config sets it
+# (run/cells.py), and the judge warns where the engine ran it otherwise (judge/features.py).
+FEATURES_READ_BACK = (
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "async_scheduling",
+    "max_model_len",
+)
 
 
 class _Status(str, Enum):
@@ -267,5 +278,9 @@ class CellEndRecord(_CellEnd, total=False):
     batch_counters_match: bool
     prompts_without_spec_metrics: list[str]
     conversations: bool
+    # The engine's cumulative prefix-cache counters at the repeat's end (vllm:prefix_cache_queries / _hits, in
+    # tokens; None: the build does not count them): whether a prefix-caching mode had anything to hit.
+    prefix_cache_queries: int | None
+    prefix_cache_hits: int | None
     rounds_done: int  # soak
     stalled_round: int | None

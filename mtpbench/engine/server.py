@@ -29,6 +29,13 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _ENGINE_CONFIG_LINE = "Initializing a V1 LLM engine"
 _CUDAGRAPH_RE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _COMPILE_RE = re.compile(r"'mode': <CompilationMode\.(\w+)")
+# Engine features the resolved config line prints (vLLM 0.32: `max_seq_len=1024, ..., enable_prefix_caching=True,
+# enable_chunked_prefill=True`); the others (max_num_seqs, async scheduling) it does not, and stay unread.
+_FEATURE_RES = {
+    "enable_prefix_caching": re.compile(r"\benable_prefix_caching=(True|False)\b"),
+    "enable_chunked_prefill": re.compile(r"\benable_chunked_prefill=(True|False)\b"),
+    "max_model_len": re.compile(r"\bmax_seq_len=(\d+)\b"),
+}
 _PLUGIN_RE = re.compile(r"mtpbench (\S+): (applied|not-applicable|failed) \((.*)\) \[MTPBENCH_PATCHES\]")
 _FLATTEN_RE = re.compile(
     r"mtpbench fault flatten-draft-metadata: all \d+ draft layers bound to (\S+) \(KV-cache group (\S+)\)"
@@ -222,7 +229,9 @@ class Server:
 
 
 def effective_from_log(text: str) -> dict[str, Any]:
-    """The graph/compile modes the engine resolved (its startup config line), and the patch outcomes
+    """The graph/compile modes and the engine features the engine resolved (its startup config line: prefix
+    caching, chunked prefill, max_model_len; a feature it does not print is left out, i.e. not read back),
+    and the patch outcomes
     mtpbench.plugin logged in the server's processes (one line per patch per process; first wins)."""
     # Only the engine's resolved config line: the server's "non-default args" line earlier in the log
     # holds the *requested* modes (e.g. FULL_DECODE_ONLY, which the CPU platform then runs as NONE).
@@ -232,9 +241,15 @@ def effective_from_log(text: str) -> dict[str, Any]:
     patches: dict[str, dict[str, str]] = {}
     for m in _PLUGIN_RE.finditer(text):
         patches.setdefault(m.group(1), {"name": m.group(1), "status": m.group(2), "detail": m.group(3)})
+    features: dict[str, Any] = {}
+    for name, pattern in _FEATURE_RES.items():
+        m = pattern.search(line)
+        if m:
+            features[name] = int(m.group(1)) if m.group(1).isdigit() else m.group(1) == "True"
     return {
         "cudagraph_mode": cg.group(1) if cg else None,
         "compilation_mode": cm.group(1) if cm else None,
+        **features,
         "patches": list(patches.values()),
     }
 

@@ -54,7 +54,7 @@ def round_prompts(job: dict[str, Any], r: int) -> tuple[str, list[dict[str, Any]
     return name, [{"id": p["id"], "text": prefix + p["text"]} for p in prompts]
 
 
-def _metric_values(metrics: list[Any]) -> dict[str, float]:
+def metric_values(metrics: list[Any]) -> dict[str, float]:
     """Counters and gauges by name, summed over label sets (engines)."""
     out: dict[str, float] = {}
     for m in metrics:
@@ -113,7 +113,7 @@ class _KvPeak:
         now = time.perf_counter()
         if now - self.sampled >= KV_SAMPLE_S:
             self.sampled = now
-            self.add(_metric_values(self.llm.get_metrics()).get(KV_USAGE))
+            self.add(metric_values(self.llm.get_metrics()).get(KV_USAGE))
 
     def add(self, usage: float | None) -> None:
         if usage is not None:
@@ -160,7 +160,7 @@ def _run_round(
         loop.batched(prompts, request_prefix=f"mtpbench-soak{rnd.r}-", concurrency=concurrency)
     else:
         loop.sequential(prompts)
-        kv.add(_metric_values(llm.get_metrics()).get(KV_USAGE))
+        kv.add(metric_values(llm.get_metrics()).get(KV_USAGE))
     return kv.peak
 
 
@@ -175,7 +175,7 @@ def run_soak(
     stalled_at: int | None = None
     for r in range(rounds):
         name, prompts = round_prompts(job, r)
-        before = _metric_values(llm.get_metrics())
+        before = metric_values(llm.get_metrics())
         rb = {**base, "round": r}
 
         def write(fields: dict[str, Any], rb: dict[str, Any] = rb) -> None:
@@ -185,7 +185,7 @@ def run_soak(
         rnd = _Round(r, deadline, write)
         started = round(time.perf_counter() - t_ready, 3)
         kv = _run_round(llm, sp, prompts, k, rb, records, rnd, t_ready, batched, wl.get("concurrency"))
-        after = _metric_values(llm.get_metrics())
+        after = metric_values(llm.get_metrics())
         late = rnd.late()
         fields = {
             "set": name,

@@ -186,8 +186,22 @@ def cell_end_record(
         "wall_s": round(wall_s, 3),
         "engine_start_s": round(engine.start_s, 3),
         **cross_check,
+        **prefix_cache_counts(engine.llm),
         "patch_observations": observations(applied),
     }
+
+
+def prefix_cache_counts(llm: Any) -> dict[str, int | None]:
+    """The engine's prefix-cache counters so far (tokens queried and hit); None where it has none: the hit
+    rate a prefix-caching mode ran with (docs/features.md)."""
+    from mtpbench.engine.soak import ROUND_COUNTERS, metric_values
+
+    try:
+        values = metric_values(llm.get_metrics())
+    except Exception:  # a build whose metrics cannot be read still ends its cell: the counts say None
+        values = {}
+    keys = ("prefix_cache_queries", "prefix_cache_hits")
+    return {key: int(values[ROUND_COUNTERS[key]]) if ROUND_COUNTERS[key] in values else None for key in keys}
 
 
 def run_job(job: dict[str, Any]) -> int:

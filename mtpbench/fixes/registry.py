@@ -30,6 +30,8 @@ REGISTRY: dict[str, str] = {
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
     # A fault that only a long-lived engine shows (drafts perturbed after N requests): the soak's `drift`.
     "drift-after-requests": "mtpbench.patches.drift:apply",
+    # A fault active only with prefix caching on (vllm#51771's shape): the feature sweep's `mode-divergence`.
+    "prefix-caching-fault": "mtpbench.patches.cached:apply",
     # A probe, not a patch: changes nothing, records which KV-cache group each draft layer read.
     "metadata-binding": "mtpbench.patches.binding:apply",
     # A probe: counts the drafter's graph captures and replays (the proof that graph mode ran the draft).

@@ -1,9 +1,10 @@
 """What a run says about itself, with no baseline: cell health (partial repeats, speculation off, a graph
-mode the platform downgraded), patches that did not apply, cross-process instability (exact under greedy
-decoding, a prompt-level permutation test when sampling), graph/compiled cells diverging from their eager
-reference (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`), and text that
-changed between the cells of a build. `diagnose` makes them all, in the order they are shown; each
-returns structured findings.
+mode or an engine feature the platform ran otherwise), patches that did not apply, cross-process instability
+(exact under greedy decoding, a prompt-level permutation test when sampling), every other mode diverging from
+the reference mode (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`; a graph or
+compiled mode is `graph-divergence`, a mode that differs in an engine feature a `mode-divergence` naming it,
+judge/features.py), and text that changed between the cells of a build. `diagnose` makes them all, in the
+order they are shown; each returns structured findings.
 Nothing here prints.
 """
 
@@ -22,6 +23,7 @@ from mtpbench.judge import serving_summary
 from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
+from mtpbench.judge.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
 from mtpbench.judge.findings import (
     Cause,
     Divergence,
@@ -322,6 +324,10 @@ def cell_health(c: CellResult) -> list[Finding]:
                 ),
             )
         )
+    # Engine features read back as cudagraph_mode is above: one the platform ignored is a warning.
+    ignored = ignored_features(c)
+    if ignored:
+        out.append(ignored)
     return out
 
 
@@ -362,10 +368,14 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return out
+    modes = plan.run.typed.config.modes
     for c, ref in plan.pairs:
         d = divergence(c, ref, gate, plan.alpha)
         if d:
-            out.findings.append(d)
+            # A mode that differs from the reference in an engine feature, not only in graphs: the same rule's
+            # finding, named after the features (judge/features.py).
+            changes = feature_changes(modes, c, ref)
+            out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
     out.findings.extend(text_changes(cells))
     return out
 

@@ -66,10 +66,16 @@ class Kind(ExitCodedKind):
     RUN_FAILED = "run-failed", ExitCode.RUN_FAILED
     INSTABILITY = "cross-process-instability", ExitCode.REGRESSION
     GRAPH_DIVERGENCE = "graph-divergence", ExitCode.REGRESSION
+    # Any other mode against the reference mode by the same paired rule, where the modes differ in an engine
+    # feature (prefix caching, chunked prefill, batch size, async scheduling): judge/features.py.
+    MODE_DIVERGENCE = "mode-divergence", ExitCode.REGRESSION
     # Never FAIL today (a WARN of the build's cells): a failing one would be a finding against the build.
     TEXT_CHANGED = "text-changed", ExitCode.REGRESSION
     # Never FAIL today (a WARN): a failing one would say the cell measured another graph mode than asked.
     GRAPH_DOWNGRADED = "graph-mode-downgraded", ExitCode.NOT_COMPARABLE
+    # Never FAIL today (a WARN): an engine feature requested but read back otherwise (judge/features.py); a
+    # failing one would say the cell measured another engine than its mode names.
+    FEATURE_IGNORED = "feature-ignored", ExitCode.NOT_COMPARABLE
     # Never FAIL today (an INFO): a failing one would say the baseline cannot vouch for the run.
     UNCHECKED = "unchecked-baseline", ExitCode.NOT_COMPARABLE
     # The serving workload's (mtpbench/judge/serving_summary.py).
@@ -119,6 +125,8 @@ class Cause(str, Enum):
     NO_BASELINE_ENTRY = "no-baseline-entry"
     INCOMPLETE_REPEATS = "incomplete-repeats"
     PLATFORM_DOWNGRADE = "platform-downgrade"
+    ENGINE_FEATURE = "engine-feature"  # the draft path under an engine feature the reference mode runs without
+    FEATURE_OVERRIDDEN = "feature-overridden"  # the platform or vLLM set an engine feature otherwise than asked
     UNVERIFIED_IDENTITY = "unverified-identity"
     NO_PER_REQUEST_COUNTS = "no-per-request-counts"  # a counters-only serving cell: one pooled count
     REQUESTS_FAILED = "requests-failed"

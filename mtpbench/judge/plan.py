@@ -26,7 +26,7 @@ from mtpbench.store.baseline import Baseline
 from mtpbench.store.manifest import ManifestConfig
 from mtpbench.store.results import Run
 
-Pair = tuple[CellResult, CellResult]  # a graph/compiled cell and its eager reference
+Pair = tuple[CellResult, CellResult]  # a non-reference cell (graph or feature mode) and its reference cell
 
 # The primary endpoint's share of the run's false-alarm rate (issue 30): fixed, so that diagnoses added to a
 # run (graph modes, positions) take from the diagnoses' share only. Half: the diagnoses keep enough level to

@@ -7,6 +7,7 @@ mtpbench/fixes/registry.py: it names fixes too, so it lives one stage up and thi
 
 - flatten: fault `flatten-draft-metadata` (the vllm-ascend graph-mode flattening bug, on any build)
 - drift: fault `drift-after-requests` (drafts perturbed after N requests: the soak's long-lived fault)
+- cached: fault `prefix-caching-fault` (drafts perturbed only with prefix caching on: a feature fault)
 - synthetic: `cpu-synthetic-rejection` (the CPU engine accepts drafts at configured rates)
 - expand: `cpu-expand-kernel` (sampled spec decode on the CPU engine uses the request's temperature)
 - binding, task_binding: probe `metadata-binding` (which KV-cache group each draft layer read)

@@ -14,6 +14,7 @@ from mtpbench.config import ExperimentConfig, PromptSet, load_prompts
 from mtpbench.errors import ExitCode
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.run.pythonpath import worker_pythonpath
+from mtpbench.schema import FEATURES_READ_BACK
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ def engine_args_for(cfg: ExperimentConfig, mode: str) -> tuple[dict[str, Any], d
         "cudagraph_mode": cc.get("cudagraph_mode"),
         "compilation_mode": cc.get("mode", cc.get("level")),
         "enforce_eager": bool(args.get("enforce_eager", False)),
+        # Engine features the worker reads back (engine/fingerprint.py), only where the config sets them.
+        **{k: args[k] for k in FEATURES_READ_BACK if k in args},
     }
     return args, requested
 

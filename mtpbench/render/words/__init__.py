@@ -8,6 +8,8 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
 - cells.py: speculation-off, no-baseline, run-failed, graph-mode-downgraded, unchecked-baseline,
   fix-not-applied, patch-not-applied, sampled-acceptance-not-meaningful (what a cell can be trusted for);
 - signatures.py: cross-process-instability, graph-divergence, text-changed;
+- features.py: mode-divergence, feature-ignored (a mode against the reference mode where they differ in an
+  engine feature; a feature the engine read back otherwise);
 - serving.py: failed-requests, count-mismatch, throughput-drop;
 - soak.py: drift, stall, and speculation-off within one engine's rounds;
 - probes.py: metadata-binding, metadata-binding-unobserved, fix-verification, graph-not-replayed,
@@ -42,6 +44,7 @@ from mtpbench.render.words.checks import (
     msg_regression,
     msg_underpowered,
 )
+from mtpbench.render.words.features import msg_feature_ignored, msg_mode_divergence
 from mtpbench.render.words.probes import (
     msg_binding_unobserved,
     msg_fix_verification,
@@ -80,8 +83,10 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.RUN_FAILED: msg_run_failed,
     Kind.INSTABILITY: msg_instability,
     Kind.GRAPH_DIVERGENCE: msg_divergence,
+    Kind.MODE_DIVERGENCE: msg_mode_divergence,
     Kind.TEXT_CHANGED: msg_text_changed,
     Kind.GRAPH_DOWNGRADED: msg_downgraded,
+    Kind.FEATURE_IGNORED: msg_feature_ignored,
     Kind.UNCHECKED: msg_unchecked,
     Kind.FAILED_REQUESTS: msg_failed_requests,
     Kind.COUNT_MISMATCH: msg_count_mismatch,

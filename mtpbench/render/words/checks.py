@@ -9,6 +9,7 @@ from __future__ import annotations
 from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import PositionCheck
 from mtpbench.judge.findings import Divergence, LengthChecks, PositionChecks
+from mtpbench.judge.findings_features import ModeDivergence
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.render.words.units import ci_text, delta_ci, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
@@ -81,8 +82,10 @@ def msg_regression(n: PositionChecks | LengthChecks) -> str:
 
 def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
     if isinstance(n, Divergence):
+        # A mode-divergence's inconclusive names the features the mode changes (judge/features.py).
+        changed = ", ".join(c.name for c in n.features) + ": " if isinstance(n, ModeDivergence) else ""
         return (
-            f"{n.mode} differs from {n.reference_mode} by {pts(n.delta)} pts at pos{n.pos}, beyond the "
+            f"{changed}{n.mode} differs from {n.reference_mode} by {pts(n.delta)} pts at pos{n.pos}, beyond the "
             f"{n.tolerance_pts:g}-pt divergence tolerance, but the data cannot support it (CI "
             f"{delta_ci(n.ci)}, {n.prompts} prompts)"
         )

@@ -222,6 +222,7 @@ def test_effective_config_and_patches_are_read_from_the_server_log() -> None:
         "(APIServer pid=2) INFO [api_utils.py:286] non-default args: {'compilation_config': {'mode': None, "
         "'cudagraph_mode': <CUDAGraphMode.FULL_DECODE_ONLY: (2, 0)>}}\n"
         "(EngineCore pid=1) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='t', "
+        "max_seq_len=1024, enable_prefix_caching=False, enable_chunked_prefill=True, "
         "compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.NONE: 0>}\n"
         "(APIServer pid=2) WARNING mtpbench flatten-draft-metadata: applied (wrapped) [MTPBENCH_PATCHES]\n"
         "(EngineCore pid=1) WARNING mtpbench flatten-draft-metadata: applied (wrapped) [MTPBENCH_PATCHES]\n"
@@ -231,6 +232,9 @@ def test_effective_config_and_patches_are_read_from_the_server_log() -> None:
     eff = server_mod.effective_from_log(log)
     assert eff["cudagraph_mode"] == "NONE" and eff["compilation_mode"] == "VLLM_COMPILE"
     assert eff["patches"] == [{"name": "flatten-draft-metadata", "status": "applied", "detail": "wrapped"}]
+    # The engine features the line prints (issue 31); those it does not print are not read back.
+    assert (eff["enable_prefix_caching"], eff["enable_chunked_prefill"], eff["max_model_len"]) == (False, True, 1024)
+    assert "async_scheduling" not in eff and "max_num_seqs" not in eff
     assert server_mod.observations_from_log(log) == {
         "flatten-draft-metadata": {"layer": "model.layers.1.self_attn.attn", "kv_cache_group_id": 1}
     }
