@@ -19,14 +19,8 @@ from typing import Any
 from mtpbench import __version__
 from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
-from mtpbench.reference.replay import (
-    PromptReplay,
-    check_pair,
-    load_pair,
-    prompt_token_ids,
-    replay_prompts,
-    torch_threads,
-)
+from mtpbench.reference.pair import check_pair, load_pair, torch_threads
+from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_prompts
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.reference import ReferenceFile, ReferencePrompt, append_lines, read_reference
 from mtpbench.store.results import Run
@@ -96,7 +90,9 @@ def check_run(run: Run) -> None:
             f"{run.path}: the reference replays greedy decoding; this run samples at temperature {temperature:g}"
         )
     if cfg.sampling.max_tokens is None:
-        raise UserError(f"{run.path}: the run's max_tokens is not recorded; the reference needs where the engine stopped")
+        raise UserError(
+            f"{run.path}: the run's max_tokens is not recorded; the reference needs where the engine stopped"
+        )
 
 
 def compute_reference(

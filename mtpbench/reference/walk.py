@@ -56,9 +56,7 @@ def leading_hits(row: np.ndarray) -> int:
     return int(misses[0]) if len(misses) else len(row)
 
 
-def walk(
-    hits: np.ndarray, generated: int, k: int, prompt_tokens: int = 0, max_model_len: int | None = None
-) -> Walk:
+def walk(hits: np.ndarray, generated: int, k: int, prompt_tokens: int = 0, max_model_len: int | None = None) -> Walk:
     """The draft steps of a request that generated `generated` tokens (its stop included).
 
     `hits` has one row per possible draft start (row i: after i + 1 generated tokens) and k columns; it must

@@ -19,12 +19,10 @@ pytest.importorskip("transformers")
 
 from mtpbench.errors import UserError  # noqa: E402
 from mtpbench.fixtures import TINY_GEMMA4_ASSISTANT_DIR, TINY_GEMMA4_TARGET_DIR, drafting  # noqa: E402
+from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
 from mtpbench.reference.replay import (  # noqa: E402
-    Pair,
-    check_pair,
     draft_logits,
     greedy_continuations,
-    load_pair,
     output_sha256,
     prompt_token_ids,
     replay_prompts,
@@ -82,7 +80,7 @@ def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[l
             while accepted < K and drafts[accepted] == greedy[base + accepted]:
                 accepted += 1
             steps.append(accepted)
-            new = drafts[:accepted] + [greedy[base + accepted]]
+            new = [*drafts[:accepted], greedy[base + accepted]]
             for t in new:  # the stop check trims the output, never the counts
                 if len(generated) < max_tokens and generated[-1] not in pair.stop_ids:
                     generated.append(t)
@@ -119,7 +117,9 @@ def test_one_query_drafting_equals_the_trainers_draft_chain(pair: Pair) -> None:
 
 
 def test_batched_regeneration_equals_one_prompt_at_a_time(pair: Pair) -> None:
-    prompts = [prompt_token_ids(pair, t, chat=False) for t in (PROMPT, "def f(x):\n", "class A:\n    def __init__(self")]
+    prompts = [
+        prompt_token_ids(pair, t, chat=False) for t in (PROMPT, "def f(x):\n", "class A:\n    def __init__(self")
+    ]
     together = greedy_continuations(pair, prompts, 12, batch=3)
     alone = [greedy_continuations(pair, [p], 12)[0] for p in prompts]
     assert together == alone
@@ -149,7 +149,9 @@ def test_a_drafter_other_than_gemma4_assistant_is_refused(tmp_path: Path) -> Non
 
 
 def test_a_pair_without_weights_on_this_host_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="no config.json"):
+    with pytest.raises(UserError, match=r"no config\.json here"):
         check_pair(tmp_path / "google/gemma-4-E4B-it", TINY_GEMMA4_ASSISTANT_DIR)
+    with pytest.raises(UserError, match="here or in the Hugging Face cache"):
+        check_pair("mtpbench-test/no-such-model", TINY_GEMMA4_ASSISTANT_DIR)  # a hub id never downloaded
     with pytest.raises(UserError, match="needs a draft model"):
         check_pair(TINY_GEMMA4_TARGET_DIR, None)
