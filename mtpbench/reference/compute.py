@@ -116,7 +116,7 @@ def compute_reference(
     for cell in cells:
         groups.setdefault(numerics[cell], []).append(cell)
     session = now_iso()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     import torch
     import transformers
 
@@ -150,6 +150,8 @@ def compute_reference(
                 if progress is not None:
                     progress(done, total)
     wall = time.perf_counter() - t0
+    # CPU seconds beside the wall: on a shared box the wall says as much about the neighbours as the replay.
+    cpu = time.process_time() - cpu0
     append_lines(
         run.path,
         [
@@ -158,6 +160,7 @@ def compute_reference(
                 "type": "reference_end",
                 "session": session,
                 "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
                 "prompts": done,
                 "drafts": drafts,
             }

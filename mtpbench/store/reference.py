@@ -78,6 +78,8 @@ class ReferenceFile:
     replayed: dict[str, Any]
     prompts: list[ReferencePrompt] = field(default_factory=list)
     wall_s: float | None = None
+    cpu_s: float | None = None  # the replay's process CPU time (the wall on a shared box is the neighbours' too)
+    drafts: int | None = None  # draft steps replayed: the cost is quoted per 1,000 of them
 
     def by_cell(self) -> dict[str, dict[str, ReferencePrompt]]:
         out: dict[str, dict[str, ReferencePrompt]] = {}
@@ -148,7 +150,10 @@ def read_reference(run_dir: Path) -> ReferenceFile | None:
             elif kind == "reference" and session in sessions:
                 sessions[session].prompts.append(_prompt(rec))
             elif kind == "reference_end" and session in sessions:
-                sessions[session].wall_s = float(rec["wall_s"]) if rec.get("wall_s") is not None else None
+                ended = sessions[session]
+                ended.wall_s = float(rec["wall_s"]) if rec.get("wall_s") is not None else None
+                ended.cpu_s = float(rec["cpu_s"]) if rec.get("cpu_s") is not None else None
+                ended.drafts = int(rec["drafts"]) if rec.get("drafts") is not None else None
                 done.append(session)
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{path}:{n}: bad {kind} line ({exc!r})") from None
