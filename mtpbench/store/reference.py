@@ -5,9 +5,8 @@ Append-only, one JSON object a line, every line with `schema`: a `reference_star
 (what was replayed: the target and drafter folders and architectures, dtype, device, torch, transformers and
 mtpbench versions, k, max_tokens, max_model_len), then one `reference` line per prompt per cell as each prompt
 is replayed, then a `reference_end` line with the session's wall and CPU seconds and its draft steps. A second
-session appends; readers
-take the last complete session (`read_reference`), so a replay cut short never mixes with a finished
-one.
+session appends; readers take the last complete session (`read_reference`), so a replay cut short never
+mixes with a finished one.
 
 Format history: 1 (mtpbench 0.1, issue 29): as above.
 """
