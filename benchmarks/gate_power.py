@@ -56,12 +56,11 @@ sys.path.insert(0, str(REPO))
 from mtpbench.judge.compare import compare  # noqa: E402
 from mtpbench.judge.save import baseline_of_run  # noqa: E402
 from mtpbench.judge.stats import wilson  # noqa: E402
-from mtpbench.schema import SCHEMA_VERSION  # noqa: E402
+from mtpbench.schema import CellStatus, RunStatus  # noqa: E402
 from mtpbench.specs import GateSpec  # noqa: E402
 from mtpbench.store.baseline import load_baseline  # noqa: E402
-from mtpbench.store.manifest import MANIFEST, new_manifest  # noqa: E402
-from mtpbench.store.records import RECORDS  # noqa: E402
 from mtpbench.store.results import load_run  # noqa: E402
+from mtpbench.store.writer import RunWriter  # noqa: E402
 
 K = 3
 # The shipped default's baseline (configs/tiny-gemma4-mtp.yaml names it); --tiny-baseline takes another.
@@ -287,8 +286,6 @@ def drop_scale(t: Truth, pos: int, pts: float) -> np.ndarray:
 
 def write_run(path: Path, t: Truth, cells: dict[str, tuple[np.ndarray, np.ndarray]], baseline: str) -> Path:
     """One repeat per cell, per-prompt records in the real format; the same text in every cell (greedy)."""
-    run_id = path.name
-    path.mkdir(parents=True)
     config = {
         "name": "gate-power",
         "model": "target",
@@ -299,61 +296,38 @@ def write_run(path: Path, t: Truth, cells: dict[str, tuple[np.ndarray, np.ndarra
         "baseline": baseline,
         "baseline_entry": {},
     }
-    manifest = new_manifest(
-        run_id, config, "gate-power.yaml", {"name": t.name, "sha256": "ab" * 32, "ids": list(t.ids)}
-    )
-    manifest["model"] = {"name": "target", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
-    manifest["drafter"] = {"name": "drafter", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
-    manifest["status"] = "finished"
-    lines: list[str] = []
+    prompts = {"name": t.name, "sha256": "ab" * 32, "ids": list(t.ids)}
+    run = RunWriter.create(path, config=config, config_path="gate-power.yaml", prompts=prompts)
+    run.manifest["model"] = {"name": "target", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
+    run.manifest["drafter"] = {"name": "drafter", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
+    records: list[dict[str, Any]] = []
     for cell, (drafts, acc) in cells.items():
         build, mode, variant = cell.split("/")
-        manifest["cells"].append(
-            {
-                "cell": cell,
-                "build": build,
-                "mode": mode,
-                "variant": variant,
-                "repeat": 0,
-                "hash_seed": 0,
-                "status": "ok",
-            }
-        )
-        base = {
-            "schema": SCHEMA_VERSION,
-            "run_id": run_id,
-            "cell": cell,
-            "build": build,
-            "mode": mode,
-            "variant": variant,
-            "repeat": 0,
-            "hash_seed": 0,
-        }
+        i = run.add_cell(build=build, mode=mode, variant=variant, repeat=0, hash_seed=0, status=CellStatus.OK)
         req = config["modes"][mode]
         eff = {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"}
-        lines.append(json.dumps({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []}))
-        for i, pid in enumerate(t.ids):
-            a = [int(x) for x in acc[i]]
-            lines.append(
-                json.dumps(
-                    {
-                        **base,
-                        "type": "prompt",
-                        "prompt_id": pid,
-                        "prompt_index": i,
-                        "num_drafts": int(drafts[i]),
-                        "num_draft_tokens": int(drafts[i]) * K,
-                        "num_accepted_tokens": sum(a),
-                        "accepted_per_pos": a,
-                        "num_generated_tokens": int(drafts[i]) + sum(a),
-                        "output_sha256": f"text-{pid}",
-                        "wall_s": 0.1,
-                    }
+        records.append(run.record(i, "cell_start", requested=req, effective=eff, patches=[]))
+        for j, pid in enumerate(t.ids):
+            a = [int(x) for x in acc[j]]
+            records.append(
+                run.record(
+                    i,
+                    "prompt",
+                    prompt_id=pid,
+                    prompt_index=j,
+                    num_drafts=int(drafts[j]),
+                    num_draft_tokens=int(drafts[j]) * K,
+                    num_accepted_tokens=sum(a),
+                    accepted_per_pos=a,
+                    num_generated_tokens=int(drafts[j]) + sum(a),
+                    output_sha256=f"text-{pid}",
+                    wall_s=0.1,
                 )
             )
-    (path / MANIFEST).write_text(json.dumps(manifest))
-    (path / RECORDS).write_text("\n".join(lines) + "\n")
-    return path
+    run.append(records)
+    # The status the runner gives a run whose every cell-repeat ended ok (this writer once said "finished").
+    run.finish(RunStatus.COMPLETE)
+    return run.path
 
 
 @dataclass
@@ -576,7 +550,18 @@ def pct(x: dict[str, Any]) -> str:
     return f"{x['rate']:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
+# The truths, in the order the report lists them.
+TRUTHS = ["tiny", "gemma4-like"]
+
+
 def render(data: dict[str, Any]) -> str:
+    """The Markdown report of one measurement (`data`: the JSON written beside it), section by section."""
+    rows = _ordered_results(data)
+    return "\n".join([*_preamble(data), *_summary(data, rows), *_settings(rows), *_regenerate(data)])
+
+
+def _preamble(data: dict[str, Any]) -> list[str]:
+    """What was measured, with which gate, what a run is, and the noise model."""
     g, drop = data["gate"], data["gate_drop_pts"]
     dirty = f" (with uncommitted changes to {', '.join(data['dirty'])})" if data["dirty"] else ""
     out = [
@@ -635,7 +620,27 @@ def render(data: dict[str, Any]) -> str:
         "j falls by d points (later positions fall with it); in the graph cell only (`1 cell`) or in both cells.",
         "",
     ]
-    out += [
+    return out
+
+
+def _ordered_results(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The settings in the tables' order: bursty first, then by burstiness, truth and prompts."""
+    bursts = list(BURSTS)
+    return sorted(
+        data["results"],
+        key=lambda r: (
+            r["setting"]["burst"] != "bursty",
+            bursts.index(r["setting"]["burst"]),
+            TRUTHS.index(r["setting"]["truth"]),
+            r["setting"]["prompts"],
+        ),
+    )
+
+
+def _summary(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The goals, one row per setting (false alarms, power, goals met), then the sizing lines."""
+    drop = data["gate_drop_pts"]
+    out = [
         "## Summary",
         "",
         f"Goals: at most {GOAL_FALSE_ALARM:.0%} of harmless runs fail (any non-zero exit), with and without "
@@ -652,16 +657,6 @@ def render(data: dict[str, Any]) -> str:
         f"{drop:g} pts pos1 caught | {drop:g} pts pos2 caught | goals met | harmless exit 1 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    bursts, truths = list(BURSTS), ["tiny", "gemma4-like"]
-    rows = sorted(
-        data["results"],
-        key=lambda r: (
-            r["setting"]["burst"] != "bursty",
-            bursts.index(r["setting"]["burst"]),
-            truths.index(r["setting"]["truth"]),
-            r["setting"]["prompts"],
-        ),
-    )
     smallest: dict[str, list[int]] = {}
     for r in rows:
         sc = r["scenarios"]
@@ -685,7 +680,13 @@ def render(data: dict[str, Any]) -> str:
             f"| {label} | {' | '.join(pct(x) for x in (*fa, al, *pw))} | {'yes' if met else '**no**'} | {pct(ex1)} |"
         )
     out += [""]
-    for t in truths:
+    return out + _sizing(rows, smallest)
+
+
+def _sizing(rows: list[dict[str, Any]], smallest: dict[str, list[int]]) -> list[str]:
+    """Per truth, the fewest prompts tried (bursty) whose run meets both goals."""
+    out: list[str] = []
+    for t in TRUTHS:
         tried = sorted(
             {r["setting"]["prompts"] for r in rows if r["setting"]["truth"] == t and r["setting"]["burst"] == "bursty"}
         )
@@ -699,7 +700,12 @@ def render(data: dict[str, Any]) -> str:
             )
         )
         out.append("")
-    out += [""]
+    return out
+
+
+def _settings(rows: list[dict[str, Any]]) -> list[str]:
+    """A section per role (the main settings, 5 prompts, sizing, burstiness), a table per setting."""
+    out: list[str] = [""]
     titles = {
         "main": "The shipped default's size and a Gemma4-sized run",
         "small": "5 prompts",
@@ -712,42 +718,52 @@ def render(data: dict[str, Any]) -> str:
             continue
         out += [f"## {title}", ""]
         for r in sel:
-            h = r["scenarios"]["harmless"]
-            out += [
-                f"### {r['setting']['label']}",
-                "",
-                "Harmless runs, eager cell, per position: Δ mean "
-                + ", ".join(f"{x:+.2f}" for x in h["eager_delta_mean_pts"] or [])
-                + " pts, SD "
-                + ", ".join(f"{x:.2f}" for x in h["eager_delta_sd_pts"] or [])
-                + " pts; median smallest detectable drop (the rule's MDE) "
-                + ", ".join(f"{x:.2f}" for x in h["eager_mde_median_pts"] or [])
-                + " pts. Acceptance length: Δ SD "
-                + f"{h.get('eager_al_delta_sd_pct') or 0:.2f} % of the baseline's AL, median MDE "
-                + f"{h.get('eager_al_mde_median_pct') or 0:.2f} % (δ = {AL_DELTA:g} %).",
-                "",
-                "`identical`: the run is its baseline's own records, so every Δ is 0; its two cells are still "
-                "independent draws, so only the graph-divergence check can fail it.",
-                "",
-                "| scenario | runs | exit 1 | any non-zero | `underpowered` finding | a check underpowered | "
-                "exit codes (runs) | failing findings (runs) |",
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            for name, v in r["scenarios"].items():
-                codes = ", ".join(f"{k}: {n}" for k, n in v["exit_codes"].items())
-                kinds = ", ".join(f"{k}: {n}" for k, n in v["finding_kinds"].items()) or "none"
-                out.append(
-                    f"| {name} | {v['n']} | {pct(v['exit1'])} | {pct(v['any_nonzero'])} | "
-                    f"{pct(v['underpowered_finding'])} | {pct(v['underpowered_check'])} | {codes} | {kinds} |"
-                )
-            out.append("")
+            out += _setting(r)
+    return out
+
+
+def _setting(r: dict[str, Any]) -> list[str]:
+    """One setting: its harmless runs' deltas and MDEs, then a row per scenario."""
+    out: list[str] = []
+    h = r["scenarios"]["harmless"]
     out += [
+        f"### {r['setting']['label']}",
+        "",
+        "Harmless runs, eager cell, per position: Δ mean "
+        + ", ".join(f"{x:+.2f}" for x in h["eager_delta_mean_pts"] or [])
+        + " pts, SD "
+        + ", ".join(f"{x:.2f}" for x in h["eager_delta_sd_pts"] or [])
+        + " pts; median smallest detectable drop (the rule's MDE) "
+        + ", ".join(f"{x:.2f}" for x in h["eager_mde_median_pts"] or [])
+        + " pts. Acceptance length: Δ SD "
+        + f"{h.get('eager_al_delta_sd_pct') or 0:.2f} % of the baseline's AL, median MDE "
+        + f"{h.get('eager_al_mde_median_pct') or 0:.2f} % (δ = {AL_DELTA:g} %).",
+        "",
+        "`identical`: the run is its baseline's own records, so every Δ is 0; its two cells are still "
+        "independent draws, so only the graph-divergence check can fail it.",
+        "",
+        "| scenario | runs | exit 1 | any non-zero | `underpowered` finding | a check underpowered | "
+        "exit codes (runs) | failing findings (runs) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in r["scenarios"].items():
+        codes = ", ".join(f"{k}: {n}" for k, n in v["exit_codes"].items())
+        kinds = ", ".join(f"{k}: {n}" for k, n in v["finding_kinds"].items()) or "none"
+        out.append(
+            f"| {name} | {v['n']} | {pct(v['exit1'])} | {pct(v['any_nonzero'])} | "
+            f"{pct(v['underpowered_finding'])} | {pct(v['underpowered_check'])} | {codes} | {kinds} |"
+        )
+    out.append("")
+    return out
+
+
+def _regenerate(data: dict[str, Any]) -> list[str]:
+    return [
         "## Regenerate",
         "",
         f"`{data['command']}` (`--quick`: the smoke run the tests use; `--render JSON`: this page from its JSON).",
         "",
     ]
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:

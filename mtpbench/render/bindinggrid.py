@@ -1,7 +1,7 @@
 """The HTML report's small grid of the metadata-binding probe: per probed cell, draft layers × KV-cache
 groups, each square the draft steps (over draft positions and repeats) in which that layer read that
 group's attention metadata; the layer's own group is outlined, a read of another group is red. Layout
-only: the numbers come from the judge (judge/binding.py `document`), the words from words.py.
+only: the numbers come from the judge (judge/binding.py `document`), the words from words/probes.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from mtpbench.render.words_binding import (
+from mtpbench.render.words.probes import (
     BINDING_CAPTION,
     BINDING_HEADING,
     attn_type_text,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console, ConsoleDimensions
 
@@ -56,26 +56,24 @@ def _escape_property(s: str) -> str:
     return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def _value(x: Any) -> str:
-    return str(getattr(x, "value", x))
-
-
-def _command(kind: str, title: str, message: str) -> str:
+def workflow_command(kind: str, title: str, message: str) -> str:
+    """One GitHub workflow command (`::error title=…::…`), its title and message escaped as actions/toolkit does."""
     return f"::{kind} title={_escape_property(title)}::{_escape_data(message)}"
 
 
 def annotations(comp: Comparison) -> list[str]:
     """One workflow command per failing check (error) and per warning: cell and position in every one."""
     from mtpbench.render.words import cause_text, check_message, finding_message
+    from mtpbench.render.words.units import enum_text
 
     out: list[str] = []
     for x in comp.checks:
-        verdict = _value(x.verdict)
+        verdict = enum_text(x.verdict)
         if verdict == "regression":
             where = f"{x.cell} pos{x.pos}"
-            out.append(_command("error", f"mtpbench regression: {where}", f"{where}: {check_message(x)}"))
+            out.append(workflow_command("error", f"mtpbench regression: {where}", f"{where}: {check_message(x)}"))
     for d in comp.diagnoses:
-        kind, sev = d.name, _value(d.severity)
+        kind, sev = d.name, enum_text(d.severity)
         if kind == "regression":
             continue  # already one annotation per position above
         pos = getattr(d.payload, "pos", None)  # the one position a divergence / instability names
@@ -83,9 +81,9 @@ def annotations(comp: Comparison) -> list[str]:
         cause = cause_text(d)
         text = f"{where}: {finding_message(d)}" + (f" (likely cause: {cause})" if cause else "")
         if sev == "fail":
-            out.append(_command("error", f"mtpbench {kind}: {where}", text))
+            out.append(workflow_command("error", f"mtpbench {kind}: {where}", text))
         elif sev == "warn":
-            out.append(_command("warning", f"mtpbench {kind}: {where}", text))
+            out.append(workflow_command("warning", f"mtpbench {kind}: {where}", text))
     return out
 
 

@@ -200,7 +200,7 @@ def _html_page(h: History, svgs: list[str]) -> str:
 def write_outputs(h: History, html_path: Path | None, png_dir: Path | None) -> list[Path]:
     if html_path is None and png_dir is None:
         return []
-    from mtpbench.render import plots
+    import mtpbench.render.plots as plots
 
     plt = plots.require()
     written: list[Path] = []

@@ -21,8 +21,10 @@ from mtpbench.errors import UserError
 from mtpbench.judge import views
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.evidence import changed_text
-from mtpbench.render import bindinggrid
+from mtpbench.render.bindinggrid import CSS as BINDING_CSS
+from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
+from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
 CSS = """
@@ -73,9 +75,9 @@ def _verdict_text(comp: Comparison) -> str:
 
 class Figures:
     """The report's two figures, handed to a Painter as soon as their data are known: once the run's cells
-    are measured (compare's `measured` hook), before its diagnoses, which this process then makes while the
-    painter draws. The bars go first: the heat map's data take this process as long to compute as the bars
-    take the painter to draw."""
+    are measured (the painter step of cli/judge_cmds.judge_run), before its diagnoses, which this process
+    then makes while the painter draws. The bars go first: the heat map's data take this process as long
+    to compute as the bars take the painter to draw."""
 
     def __init__(self, painter: Painter, svg: bool, png_dir: Path | None) -> None:
         self.painter, self.svg, self.png_dir = painter, svg, png_dir
@@ -108,7 +110,7 @@ def _diagnoses(comp: Comparison) -> str:
 
     items = []
     for d in comp.diagnoses:
-        sev = views._value(d.severity)
+        sev = enum_text(d.severity)
         why = cause_text(d)
         cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
@@ -182,13 +184,13 @@ def _checks_table(comp: Comparison) -> str:
         for (title, _sub, just), (text, _detail, _style) in zip(cols, row, strict=True):
             cls = ["l"] if just == "left" else []
             if title == "verdict":
-                cls.append(views._value(x.verdict))
+                cls.append(enum_text(x.verdict))
             tds.append(f"<td{_cls(cls)}>{_e(text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     extra = ""
     if comp.lengths:
-        # The primary endpoint of the default gate (render/lengths.py: the console's and Markdown's rows).
-        from mtpbench.render.lengths import length_rows
+        # The primary endpoint of the default gate (report.length_rows: the console's and Markdown's rows).
+        from mtpbench.render.report import length_rows
 
         lcols, lrows = length_rows(comp.lengths, comp.gate.primary == "acceptance_length")
         lhead = "".join(f"<th>{_e(title)}{' ' + _e(sub) if sub else ''}</th>" for title, sub, _ in lcols)
@@ -234,13 +236,13 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>mtpbench report: {_e(comp.run_id)}</title>
-<style>{CSS}{bindinggrid.CSS}</style></head>
+<style>{CSS}{BINDING_CSS}</style></head>
 <body>
 <h1>mtpbench report: run <code>{_e(comp.run_id)}</code></h1>
 <div id="verdict" class="verdict exit-{code}">{_e(_verdict_text(comp))}</div>
 <p class="meta">{meta}</p>
 <section id="diagnoses"><h2>Diagnoses</h2>{_diagnoses(comp)}</section>
-{bindinggrid.binding_section(comp.binding)}
+{binding_section(comp.binding)}
 <section><h2>Per-position acceptance</h2>
 <figure id="fig-acceptance">{figures["acceptance"]}
 <figcaption>Bars: acceptance per position pooled over repeats (red: regression, blue: improvement), whiskers
@@ -270,7 +272,7 @@ def write_report(
     them the figures are drawn here, in this process."""
     if figures is None:
         figures = Figures(Painter(None), html_path is not None, png_dir)
-    if not figures.painter.jobs:  # not measured yet (drawn here) or analysis never called the hook
+    if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
     drawn = figures.drawn()
     order = ["acceptance", "heatmap", "rounds"]

@@ -8,8 +8,14 @@ import xml.etree.ElementTree as ET
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge.compare import Comparison, Kind, Severity, Verdict
 from mtpbench.judge.findings import LengthChecks, PositionChecks
-from mtpbench.render.verdicts import verdict_text
-from mtpbench.render.words import cause_text, check_message, finding_line, finding_message, length_message
+from mtpbench.render.words import (
+    cause_text,
+    check_message,
+    finding_line,
+    finding_message,
+    length_message,
+    verdict_text,
+)
 
 
 # Checks whose verdict is a failure of the gate on their own; NO_DATA / NO_BASELINE checks are skipped

@@ -51,7 +51,7 @@ class Drawn:
 
 def draw(job: Job) -> Drawn:
     """Draw one job here (the child's work, and the parent's when the child did not deliver)."""
-    from mtpbench.render import plots
+    import mtpbench.render.plots as plots
 
     plt = plots.require()
     make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure, "rounds": plots.rounds_figure}[
@@ -140,8 +140,8 @@ class Painter:
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     """The child: draw the jobs as they arrive; answer them all when the input ends."""
+    import mtpbench.render.plots as plots
     from mtpbench.judge import figdata  # noqa: F401 - the jobs' data classes unpickle from it
-    from mtpbench.render import plots
 
     plots.require()  # import matplotlib now, while the parent is still loading the run
     answers: list[Drawn] = []
@@ -160,6 +160,6 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
 
 if __name__ == "__main__":
     # Through the module, not this __main__: the answers must pickle as mtpbench.render.painter.Drawn for the parent.
-    from mtpbench.render import painter
+    from mtpbench.render.painter import serve as serve_as_module
 
-    painter.serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve_as_module(sys.stdin.buffer, sys.stdout.buffer)

@@ -1,10 +1,10 @@
-"""Rendering a comparison: rich tables, the JSON document, Markdown, JUnit and the verdict line.
+"""Rendering a comparison: rich tables, the JSON document, Markdown and the verdict line (JUnit is junit.py).
 
-The sentences (what each finding says, its likely cause, what a pass certifies) live in words.py; this
-module lays them out. One row builder per table (`summary_rows`, `check_rows`) feeds both the rich table
-and the Markdown, so the two never disagree; the verdict line, the JSON's `exit_code` and the JUnit
-failures all derive from `Comparison.exit_code`. No arithmetic beyond turning fractions into the
-percentages people read.
+The sentences (what each finding says, its likely cause, what a pass certifies) live in words/; this module
+lays them out. One row builder per table (`summary_rows`, `length_rows`, `check_rows`) feeds the rich table,
+the Markdown and the HTML page, so they never disagree; the verdict line, the JSON's `exit_code` and the JUnit
+failures all derive from `Comparison.exit_code`. No arithmetic beyond turning fractions into the percentages
+people read.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from rich.text import Text
 
 from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
+from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
-from mtpbench.render.lengths import length_rows
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
-from mtpbench.render.verdicts import verdict_text
-from mtpbench.render.words import cause_text, ci_text, finding_message, pct, pts
+from mtpbench.render.words import cause_text, finding_message, verdict_text
+from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
 
 # Version of the JSON document `--json` writes. History: 1: cells/checks/diagnoses with free-text messages;
@@ -140,6 +140,45 @@ def check_rows(checks: list[PositionCheck], ci: bool = True) -> tuple[list[Colum
         row += [
             ("–" if x.mde is None else f"{100 * x.mde:.1f}", "", "yellow" if weak else ""),
             (x.verdict.value + note, "", VERDICT_STYLE.get(x.verdict, "")),
+        ]
+        rows.append(row)
+    return cols, rows
+
+
+def _tok(x: float | None, sign: bool = False) -> str:
+    return "–" if x is None else f"{x:+.3f}" if sign else f"{x:.3f}"
+
+
+def length_rows(lengths: list[LengthCheck], primary: bool, ci: bool = True) -> tuple[list[Column], list[list[Cell]]]:
+    """One row per cell: AL of the run and of its baseline entry, Δ, its interval, δ and the MDE (tokens per
+    draft step); the verdict says whether it is the gate's primary endpoint or a diagnosis."""
+    cols: list[Column] = [
+        ("cell", "", "left"),
+        ("AL run", "tok", "right"),
+        ("AL base", "tok", "right"),
+        ("Δ", "tok", "right"),
+    ]
+    if ci:
+        cols += [("Δ CI", "tok", "right"), ("prompts", "", "right")]
+    cols += [("δ", "tok", "right"), ("MDE", "tok", "right"), ("verdict", "", "left")]
+    rows: list[list[Cell]] = []
+    for x in lengths:
+        weak = x.underpowered and x.verdict == Verdict.PASS
+        note = f" ({COUNTERS_ONLY})" if x.method == COUNTERS_ONLY else " (underpowered)" if weak else ""
+        role = "" if primary else " (diagnosis)"
+        row: list[Cell] = [
+            (x.cell, "", ""),
+            (_tok(x.run_al), "", ""),
+            (_tok(x.base_al), "", ""),
+            (_tok(x.delta, True), "", ""),
+        ]
+        if ci:
+            span = "" if x.ci is None else f"[{x.ci.low:+.3f},{x.ci.high:+.3f}]"
+            row += [(span, "", ""), (str(x.prompts) if x.prompts else "–", "", "")]
+        row += [
+            (_tok(x.tolerance), "", ""),
+            (_tok(x.mde), "", "yellow" if weak else ""),
+            (x.verdict.value + note + role, "", VERDICT_STYLE.get(x.verdict, "")),
         ]
         rows.append(row)
     return cols, rows

