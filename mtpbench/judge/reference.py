@@ -32,27 +32,15 @@ Nothing here reads files, prints or words a sentence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 
-from mtpbench.errors import ExitCode
+from mtpbench.errors import ExitCode, combine_exit_codes
 from mtpbench.judge.evidence import CellResult
-from mtpbench.judge.stats import Estimate, paired_diff
+from mtpbench.judge.findings import Cause, Finding, Kind, Severity
+from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers, Unbalanced
+from mtpbench.judge.stats import Estimate, lower_bound, paired_diff
 from mtpbench.store.reference import ReferenceFile, ReferencePrompt
-
-
-class ReferenceKind(str, Enum):
-    BELOW = "engine-below-reference"
-    DISAGREEMENT = "reference-disagreement"
-    TEXT_DIFFERS = "reference-text-differs"
-
-
-EXIT_CODES: dict[ReferenceKind, ExitCode] = {
-    ReferenceKind.BELOW: ExitCode.REGRESSION,
-    ReferenceKind.DISAGREEMENT: ExitCode.OK,
-    ReferenceKind.TEXT_DIFFERS: ExitCode.OK,
-}
 
 AL = -1  # the `position` of the acceptance-length check
 
@@ -87,17 +75,6 @@ class Deviation:
     points: float
 
 
-@dataclass(frozen=True)
-class Unbalanced:
-    """A prompt whose counters do not add up with the tokens it generated."""
-
-    prompt_id: str
-    repeat: int
-    generated: int
-    num_drafts: int
-    num_accepted_tokens: int
-
-
 @dataclass
 class CellAgreement:
     cell: str
@@ -124,28 +101,13 @@ class CellAgreement:
         return [c for c in self.checks if c.repeat is None]
 
 
-@dataclass(frozen=True)
-class ReferenceFinding:
-    kind: ReferenceKind
-    cell: str
-    positions: tuple[int, ...] = ()  # positions (AL = -1) the finding is about
-    hash_seeds: tuple[int | None, ...] = ()  # repeats that show it on their own
-    prompts: tuple[str, ...] = ()
-    checks: tuple[ReferenceCheck, ...] = ()
-    unbalanced: tuple[Unbalanced, ...] = ()
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return EXIT_CODES[self.kind]
-
-
 @dataclass
 class ReferenceComparison:
     run_id: str
     session: str
     replayed: dict[str, object]
     cells: list[CellAgreement]
-    findings: list[ReferenceFinding]
+    findings: list[Finding]
     not_held: list[str]  # cells with no complete repeat, counters-only cells, cells the reference lacks
     false_alarm: float
     tolerance_pts: float
@@ -153,8 +115,6 @@ class ReferenceComparison:
 
     @property
     def exit_code(self) -> ExitCode:
-        from mtpbench.errors import combine_exit_codes
-
         return combine_exit_codes(f.exit_code for f in self.findings)
 
 
@@ -173,8 +133,6 @@ def _check(
     alpha: float,
     confidence: float,
 ) -> ReferenceCheck:
-    from mtpbench.judge.stats import lower_bound
-
     d = paired_diff(eng[0], eng[1], ref[0], ref[1], confidence)
     e, r = _rate(*eng), _rate(*ref)
     if position == AL:
@@ -323,7 +281,7 @@ def hold(
         session=ref.session,
         replayed=dict(ref.replayed),
         cells=agreements,
-        findings=[f for a in agreements for f in _findings(a)],
+        findings=[f for a in agreements for f in _findings(a, tolerance_pts, tolerance_al_pct)],
         not_held=not_held,
         false_alarm=false_alarm,
         tolerance_pts=tolerance_pts,
@@ -331,29 +289,51 @@ def hold(
     )
 
 
-def _findings(a: CellAgreement) -> list[ReferenceFinding]:
-    out: list[ReferenceFinding] = []
+def _findings(a: CellAgreement, tolerance_pts: float, tolerance_al_pct: float) -> list[Finding]:
+    out: list[Finding] = []
     pooled = a.pooled()
     per_repeat = [c for c in a.checks if c.repeat is not None]
     below = [c for c in pooled if c.below]
     if below:
-        positions = tuple(c.position for c in below)
-        seeds = tuple(dict.fromkeys(c.hash_seed for c in per_repeat if c.below and c.position in positions))
-        out.append(ReferenceFinding(ReferenceKind.BELOW, a.cell, positions, seeds, tuple(a.fewer), tuple(below)))
+        at = [c for c in below if c.position != AL]
+        al = next((c for c in pooled if c.position == AL), None)
+        positions = {c.position for c in below}
+        seeds = list(dict.fromkeys(c.hash_seed for c in per_repeat if c.below and c.position in positions))
+        payload = ReferenceBelow(
+            positions=[c.position for c in at],
+            engine_rates=[c.engine for c in at],
+            reference_rates=[c.reference for c in at],
+            deltas=[c.diff.value for c in at],
+            uppers=[c.upper for c in at],
+            al=AL in positions,
+            engine_al=None if al is None else al.engine,
+            reference_al=None if al is None else al.reference,
+            hash_seeds=seeds,
+            prompts=list(a.fewer),
+            observations=a.observations,
+            exact=a.exact,
+            tolerance_pts=tolerance_pts,
+            tolerance_al_pct=tolerance_al_pct,
+            alpha=below[0].alpha,
+        )
+        out.append(Finding(Kind.ENGINE_BELOW_REFERENCE, Severity.FAIL, a.cell, Cause.ENGINE_BELOW_WEIGHTS, payload))
     above = [c for c in pooled if c.above]
     if above or a.unbalanced:
+        at = [c for c in above if c.position != AL]
+        disagreement = ReferenceDisagreement(
+            positions=[c.position for c in at],
+            engine_rates=[c.engine for c in at],
+            reference_rates=[c.reference for c in at],
+            al=any(c.position == AL for c in above),
+            prompts=list(dict.fromkeys([*(a.more if above else []), *(u.prompt_id for u in a.unbalanced)])),
+            unbalanced=list(a.unbalanced),
+            tolerance_pts=tolerance_pts if above else None,
+        )
         out.append(
-            ReferenceFinding(
-                ReferenceKind.DISAGREEMENT,
-                a.cell,
-                tuple(c.position for c in above),
-                (),
-                tuple(dict.fromkeys([*a.more, *(u.prompt_id for u in a.unbalanced)])),
-                tuple(above),
-                tuple(a.unbalanced),
-            )
+            Finding(Kind.REFERENCE_DISAGREEMENT, Severity.WARN, a.cell, Cause.COUNTERS_OR_REFERENCE, disagreement)
         )
     if a.text_differs:
-        prompts = tuple(dict.fromkeys(p for _, p in a.text_differs))
-        out.append(ReferenceFinding(ReferenceKind.TEXT_DIFFERS, a.cell, (), (), prompts))
+        prompts = list(dict.fromkeys(p for _, p in a.text_differs))
+        text = ReferenceTextDiffers(prompts=prompts, observations=len(a.text_differs), of=a.observations)
+        out.append(Finding(Kind.REFERENCE_TEXT_DIFFERS, Severity.WARN, a.cell, Cause.TARGET_NUMERICS, text))
     return out

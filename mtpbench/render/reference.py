@@ -1,24 +1,20 @@
-"""The engine held against the reference (judge/reference.py's ReferenceComparison) in words: the console's
-table, a sentence per finding, and the JSON document. Nothing here computes; every number is the judge's."""
+"""The engine held against the reference (judge/reference.py's ReferenceComparison): the console's table, the
+verdict line and the JSON document. The findings' sentences are render/words/reference.py's (through
+words.finding_line, as every other finding's). Nothing here computes; every number is the judge's."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rich.table import Table
 
-from mtpbench.judge.reference import (
-    AL,
-    CellAgreement,
-    ReferenceCheck,
-    ReferenceComparison,
-    ReferenceFinding,
-    ReferenceKind,
-)
-from mtpbench.render.fmt import pct
+from mtpbench.judge.findings import Kind
+from mtpbench.judge.reference import AL, CellAgreement, ReferenceCheck, ReferenceComparison
+from mtpbench.render.words import cause_text, finding_line, finding_message
+from mtpbench.render.words.units import pct
 
-# How many prompts a sentence names before "and N more" (the JSON names them all).
-NAMED_PROMPTS = 5
+__all__ = ["finding_lines", "position_name", "reference_document", "reference_table", "summary_line"]
 
 
 def position_name(position: int) -> str:
@@ -71,44 +67,15 @@ def _largest(a: CellAgreement) -> str:
     return f"{d.points:+.1f} {d.prompt_id} r{d.repeat} {position_name(d.position)}"
 
 
-def _prompts(prompts: tuple[str, ...]) -> str:
-    named = ", ".join(prompts[:NAMED_PROMPTS])
-    more = len(prompts) - NAMED_PROMPTS
-    return named + (f" and {more} more" if more > 0 else "")
-
-
-def finding_sentence(f: ReferenceFinding) -> str:
-    """One line per finding, what the console, Markdown and CI annotations print."""
-    where = ", ".join(position_name(p) for p in f.positions)
-    if f.kind == ReferenceKind.BELOW:
-        numbers = "; ".join(f"{position_name(c.position)} {_value(c, True)} vs {_value(c, False)}" for c in f.checks)
-        seeds = ", ".join("?" if s is None else str(s) for s in f.hash_seeds)
-        return (
-            f"FAIL engine-below-reference {f.cell}: the engine accepts significantly less than its weights say at "
-            f"{where} ({numbers}; engine vs reference)"
-            + (f", in the repeat(s) with PYTHONHASHSEED {seeds} on their own" if seeds else "")
-            + f"; {len(f.prompts)} prompt(s) accepted fewer drafts: {_prompts(f.prompts)}. "
-            "No baseline is involved: an engine-side bug (draft metadata, KV binding, the proposer) is the likely cause"
-        )
-    if f.kind == ReferenceKind.DISAGREEMENT:
-        parts = []
-        if f.checks:
-            parts.append(f"the engine counts more accepted drafts than the weights allow at {where}")
-        if f.unbalanced:
-            u = f.unbalanced[0]
-            parts.append(
-                f"{len(f.unbalanced)} prompt(s) whose counters do not add up with the text they produced (e.g. "
-                f"{u.prompt_id} r{u.repeat}: {u.num_drafts} drafts, {u.num_accepted_tokens} accepted, "
-                f"{u.generated} tokens)"
-            )
-        return (
-            f"WARN reference-disagreement {f.cell}: " + "; ".join(parts) + ": the engine's counters, or a proposer "
-            "detail the reference does not model"
-        )
-    return (
-        f"WARN reference-text-differs {f.cell}: {len(f.prompts)} prompt(s) generated other text than the target's "
-        f"greedy text recomputed from the weights ({_prompts(f.prompts)}): numerics of the target, not the drafter"
-    )
+def finding_lines(cmp: ReferenceComparison) -> list[str]:
+    """Each finding's line, and under it the likely cause, as compare prints its findings."""
+    out: list[str] = []
+    for f in cmp.findings:
+        out.append(finding_line(f))
+        cause = cause_text(f)
+        if cause:
+            out.append(f"       likely cause: {cause}")
+    return out
 
 
 def summary_line(cmp: ReferenceComparison) -> str:
@@ -116,7 +83,7 @@ def summary_line(cmp: ReferenceComparison) -> str:
     same = sum(a.same_text for a in cmp.cells)
     exact = sum(a.exact for a in cmp.cells)
     obs = sum(a.observations for a in cmp.cells)
-    below = [f.cell for f in cmp.findings if f.kind == ReferenceKind.BELOW]
+    below = [f.cell for f in cmp.findings if f.kind == Kind.ENGINE_BELOW_REFERENCE]
     head = "FAIL" if below else "PASS"
     text = (
         f"{head}: {exact} of {same} prompt observations with the reference's text count exactly what the weights say "
@@ -166,13 +133,13 @@ def reference_document(cmp: ReferenceComparison) -> dict[str, Any]:
                 "same_text": a.same_text,
                 "exact": a.exact,
                 "exact_share": a.exact_share,
-                "largest": None if a.largest is None else a.largest.__dict__,
+                "largest": None if a.largest is None else dataclasses.asdict(a.largest),
                 "engine_drafts": a.engine_drafts,
                 "reference_drafts": a.reference_drafts,
                 "fewer": a.fewer,
                 "more": a.more,
                 "text_differs": [{"repeat": r, "prompt_id": p} for r, p in a.text_differs],
-                "unbalanced": [u.__dict__ for u in a.unbalanced],
+                "unbalanced": [dataclasses.asdict(u) for u in a.unbalanced],
                 "checks": [_check_json(c) for c in a.checks],
             }
             for a in cmp.cells
@@ -180,11 +147,11 @@ def reference_document(cmp: ReferenceComparison) -> dict[str, Any]:
         "findings": [
             {
                 "kind": f.kind.value,
+                "severity": f.severity.value,
                 "cell": f.cell,
-                "positions": [position_name(p) for p in f.positions],
-                "hash_seeds": list(f.hash_seeds),
-                "prompts": list(f.prompts),
-                "message": finding_sentence(f),
+                "message": finding_message(f),
+                "cause": cause_text(f),
+                "numbers": f.numbers,
             }
             for f in cmp.findings
         ],

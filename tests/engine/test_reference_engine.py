@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from mtpbench.judge.evidence import collect
-from mtpbench.judge.reference import ReferenceKind, hold
+from mtpbench.judge.findings import Kind
+from mtpbench.judge.findings_reference import ReferenceBelow
+from mtpbench.judge.reference import hold
 from mtpbench.reference import ReferenceOptions, compute_reference
 from mtpbench.store.results import load_run
 
@@ -77,7 +79,8 @@ def test_stock_matches_the_reference_and_the_fault_falls_below_it(run_dir: Path)
     assert stock.exact == stock.observations == 12
     assert fault.same_text == 12  # the target verifies every token: the fault changes no text
     kinds = {(f.kind, f.cell) for f in cmp.findings}
-    assert kinds == {(ReferenceKind.BELOW, fault.cell)}
+    assert kinds == {(Kind.ENGINE_BELOW_REFERENCE, fault.cell)}
     (below,) = cmp.findings
-    assert 0 in below.positions and below.hash_seeds == (1,)
-    assert below.prompts
+    assert isinstance(below.payload, ReferenceBelow)
+    assert 0 in below.payload.positions and below.payload.hash_seeds == [1]
+    assert below.payload.prompts

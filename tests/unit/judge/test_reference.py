@@ -10,7 +10,9 @@ from pathlib import Path
 
 from mtpbench.errors import ExitCode
 from mtpbench.judge.evidence import collect
-from mtpbench.judge.reference import AL, ReferenceComparison, ReferenceKind, hold
+from mtpbench.judge.findings import Kind, Severity
+from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
+from mtpbench.judge.reference import ReferenceComparison, hold
 from mtpbench.store.reference import ReferencePrompt, append_lines, read_reference
 from mtpbench.store.results import load_run
 from tests.conftest import PROMPTS
@@ -82,11 +84,11 @@ def test_a_planted_below_reference_engine_is_flagged(make_run: Callable[..., Pat
     _reference(run, [CELL])
     cmp = _hold(run)
     (f,) = cmp.findings
-    assert f.kind == ReferenceKind.BELOW
-    assert f.cell == CELL
-    assert f.positions == (0, 1, 2, AL)
-    assert f.hash_seeds == (1,)  # only the seed that fell below, alone
-    assert set(f.prompts) == set(PROMPTS)
+    assert (f.kind, f.severity, f.cell) == (Kind.ENGINE_BELOW_REFERENCE, Severity.FAIL, CELL)
+    assert isinstance(f.payload, ReferenceBelow)
+    assert f.payload.positions == [0, 1, 2] and f.payload.al
+    assert f.payload.hash_seeds == [1]  # only the seed that fell below, alone
+    assert set(f.payload.prompts) == set(PROMPTS)
     assert cmp.exit_code == ExitCode.REGRESSION
     (a,) = cmp.cells
     assert a.exact == 5  # repeat 0's prompts
@@ -112,8 +114,9 @@ def test_an_engine_above_the_reference_is_a_disagreement(make_run: Callable[...,
     _reference(run, [CELL], counts=WORSE)
     cmp = _hold(run)
     (f,) = cmp.findings
-    assert f.kind == ReferenceKind.DISAGREEMENT
-    assert f.positions == (0, 1, 2, AL)
+    assert (f.kind, f.severity) == (Kind.REFERENCE_DISAGREEMENT, Severity.WARN)
+    assert isinstance(f.payload, ReferenceDisagreement)
+    assert f.payload.positions == [0, 1, 2] and f.payload.al
     assert cmp.exit_code == ExitCode.OK  # a warning: it points at the counters or the reference, not a drop
 
 
@@ -123,10 +126,11 @@ def test_counters_that_do_not_add_up_with_the_text_are_a_disagreement(make_run: 
     run = make_run({CELL: [[0.0]]}, per_prompt={CELL: [counts]}, baseline=None)
     _reference(run, [CELL])
     cmp = _hold(run)
-    kinds = {f.kind: f for f in cmp.findings}
-    f = kinds[ReferenceKind.DISAGREEMENT]
-    assert [u.prompt_id for u in f.unbalanced] == [PROMPTS[4]]
-    assert f.unbalanced[0].generated == 128 and f.unbalanced[0].num_drafts == 0
+    kinds = {f.kind: f.payload for f in cmp.findings}
+    n = kinds[Kind.REFERENCE_DISAGREEMENT]
+    assert isinstance(n, ReferenceDisagreement)
+    assert [u.prompt_id for u in n.unbalanced] == [PROMPTS[4]]
+    assert n.unbalanced[0].generated == 128 and n.unbalanced[0].num_drafts == 0
 
 
 def test_other_text_is_its_own_warning_and_leaves_the_exact_share(make_run: Callable[..., Path]) -> None:
@@ -134,8 +138,9 @@ def test_other_text_is_its_own_warning_and_leaves_the_exact_share(make_run: Call
     _reference(run, [CELL])
     cmp = _hold(run)
     (f,) = cmp.findings
-    assert f.kind == ReferenceKind.TEXT_DIFFERS
-    assert set(f.prompts) == set(PROMPTS)
+    assert f.kind == Kind.REFERENCE_TEXT_DIFFERS
+    assert isinstance(f.payload, ReferenceTextDiffers)
+    assert set(f.payload.prompts) == set(PROMPTS) and f.payload.observations == 5
     (a,) = cmp.cells
     assert a.same_text == 0 and a.exact_share is None
     assert cmp.exit_code == ExitCode.OK
