@@ -13,45 +13,10 @@ from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
 from mtpbench.judge.reference import ReferenceComparison, hold
-from mtpbench.store.reference import ReferencePrompt, append_lines, read_reference
+from mtpbench.store.reference import append_lines, read_reference
 from mtpbench.store.results import load_run
 from tests.conftest import PROMPTS
-
-CELL = "current/eager/stock"
-# 128 tokens: 32 steps that accept all 3 drafts (32 × 4 = 128, plus the prefill's token: 129 ≥ 128).
-GOOD = (32, [32, 32, 32])
-# 40 steps accepting 88 drafts: 88 + 40 + 1 = 129 tokens, as many as GOOD produces (the same text).
-WORSE = (40, [36, 28, 24])
-
-
-def _reference(
-    run: Path, cells: list[str], counts: tuple[int, list[int]] = GOOD, sha: str = "same", session: str = "s1"
-) -> None:
-    drafts, per_pos = counts
-    lines: list[dict[str, object]] = [
-        {"schema": 1, "type": "reference_start", "session": session, "replayed": {"device": "cpu"}}
-    ]
-    for cell in cells:
-        for pid in PROMPTS:
-            p = ReferencePrompt(
-                cell=cell,
-                prompt_id=pid,
-                num_prompt_tokens=100,
-                num_generated_tokens=128,
-                finish_reason="length",
-                output_sha256=f"{sha}-{pid}",
-                num_drafts=drafts,
-                num_draft_tokens=3 * drafts,
-                num_accepted_tokens=sum(per_pos),
-                accepted_per_pos=tuple(per_pos),
-                steps=(),
-                target_margin=1.0,
-                draft_margin=1.0,
-                teacher_forced_mismatches=0,
-            )
-            lines.append(p.to_json(session))
-    lines.append({"schema": 1, "type": "reference_end", "session": session, "wall_s": 1.0})
-    append_lines(run, lines)
+from tests.referencehelp import CELL, GOOD, WORSE, per_prompt, write_reference
 
 
 def _hold(run: Path) -> ReferenceComparison:
@@ -61,14 +26,9 @@ def _hold(run: Path) -> ReferenceComparison:
     return hold(r.run_id, collect(r), ref, 3)
 
 
-def _per_prompt(*counts: tuple[int, list[int]]) -> list[list[tuple[int, list[int]]]]:
-    """One repeat per argument, every prompt with those counts."""
-    return [[counts_ for _ in PROMPTS] for counts_ in counts]
-
-
 def test_an_engine_that_counts_what_the_weights_say_passes(make_run: Callable[..., Path]) -> None:
-    run = make_run({CELL: [[0.0]] * 2}, per_prompt={CELL: _per_prompt(GOOD, GOOD)}, baseline=None)
-    _reference(run, [CELL])
+    run = make_run({CELL: [[0.0]] * 2}, per_prompt={CELL: per_prompt(GOOD, GOOD)}, baseline=None)
+    write_reference(run, [CELL])
     cmp = _hold(run)
     (a,) = cmp.cells
     assert (a.observations, a.same_text, a.exact) == (10, 10, 10)
@@ -80,8 +40,8 @@ def test_an_engine_that_counts_what_the_weights_say_passes(make_run: Callable[..
 
 def test_a_planted_below_reference_engine_is_flagged(make_run: Callable[..., Path]) -> None:
     # Repeat 0 (hash seed 0) counts what the weights say, repeat 1 (seed 1) falls below at every position.
-    run = make_run({CELL: [[0.0]] * 2}, per_prompt={CELL: _per_prompt(GOOD, WORSE)}, baseline=None)
-    _reference(run, [CELL])
+    run = make_run({CELL: [[0.0]] * 2}, per_prompt={CELL: per_prompt(GOOD, WORSE)}, baseline=None)
+    write_reference(run, [CELL])
     cmp = _hold(run)
     (f,) = cmp.findings
     assert (f.kind, f.severity, f.cell) == (Kind.ENGINE_BELOW_REFERENCE, Severity.FAIL, CELL)
@@ -101,7 +61,7 @@ def test_a_deviation_within_the_tolerance_is_reported_not_flagged(make_run: Call
     # One prompt of five drafts once more and accepts one fewer at pos1/pos2: 94 + 33 + 1 = 128 tokens.
     near = [GOOD] * 4 + [(33, [32, 31, 31])]
     run = make_run({CELL: [[0.0]]}, per_prompt={CELL: [near]}, baseline=None)
-    _reference(run, [CELL])
+    write_reference(run, [CELL])
     cmp = _hold(run)
     assert cmp.findings == []
     (a,) = cmp.cells
@@ -110,8 +70,8 @@ def test_a_deviation_within_the_tolerance_is_reported_not_flagged(make_run: Call
 
 
 def test_an_engine_above_the_reference_is_a_disagreement(make_run: Callable[..., Path]) -> None:
-    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: _per_prompt(GOOD)}, baseline=None)
-    _reference(run, [CELL], counts=WORSE)
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None)
+    write_reference(run, [CELL], counts=WORSE)
     cmp = _hold(run)
     (f,) = cmp.findings
     assert (f.kind, f.severity) == (Kind.REFERENCE_DISAGREEMENT, Severity.WARN)
@@ -124,7 +84,7 @@ def test_counters_that_do_not_add_up_with_the_text_are_a_disagreement(make_run: 
     # A drafter reported as drafting that never verified a draft on one prompt: 0 + 0 + 1 < 128 tokens.
     counts = [GOOD] * 4 + [(0, [0, 0, 0])]
     run = make_run({CELL: [[0.0]]}, per_prompt={CELL: [counts]}, baseline=None)
-    _reference(run, [CELL])
+    write_reference(run, [CELL])
     cmp = _hold(run)
     kinds = {f.kind: f.payload for f in cmp.findings}
     n = kinds[Kind.REFERENCE_DISAGREEMENT]
@@ -134,8 +94,8 @@ def test_counters_that_do_not_add_up_with_the_text_are_a_disagreement(make_run: 
 
 
 def test_other_text_is_its_own_warning_and_leaves_the_exact_share(make_run: Callable[..., Path]) -> None:
-    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: _per_prompt(GOOD)}, baseline=None, text={CELL: ["other"]})
-    _reference(run, [CELL])
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None, text={CELL: ["other"]})
+    write_reference(run, [CELL])
     cmp = _hold(run)
     (f,) = cmp.findings
     assert f.kind == Kind.REFERENCE_TEXT_DIFFERS
@@ -149,17 +109,17 @@ def test_other_text_is_its_own_warning_and_leaves_the_exact_share(make_run: Call
 def test_a_cell_the_reference_lacks_is_listed_not_held(make_run: Callable[..., Path]) -> None:
     other = "current/compiled/stock"
     run = make_run(
-        {CELL: [[0.0]], other: [[0.0]]}, per_prompt={CELL: _per_prompt(GOOD), other: _per_prompt(GOOD)}, baseline=None
+        {CELL: [[0.0]], other: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD), other: per_prompt(GOOD)}, baseline=None
     )
-    _reference(run, [CELL])
+    write_reference(run, [CELL])
     cmp = _hold(run)
     assert [a.cell for a in cmp.cells] == [CELL]
     assert cmp.not_held == [other]
 
 
 def test_the_last_complete_session_is_read(tmp_path: Path) -> None:
-    _reference(tmp_path, [CELL], counts=WORSE, session="s1")
-    _reference(tmp_path, [CELL], session="s2")
+    write_reference(tmp_path, [CELL], counts=WORSE, session="s1")
+    write_reference(tmp_path, [CELL], session="s2")
     # a third session cut short (no reference_end) is never read
     append_lines(tmp_path, [{"schema": 1, "type": "reference_start", "session": "s9", "replayed": {}}])
     ref = read_reference(tmp_path)
