@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mtpbench.errors import ExitCode, combine_exit_codes
-from mtpbench.judge.evidence import CellResult
+from mtpbench.judge.evidence import CellResult, Evidence
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
 from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers, Unbalanced
 from mtpbench.judge.stats import Estimate, lower_bound, paired_diff
-from mtpbench.store.reference import ReferenceFile, ReferencePrompt
+from mtpbench.specs import GateSpec
+from mtpbench.store.reference import ReferenceFile, ReferencePrompt, read_reference
 
 AL = -1  # the `position` of the acceptance-length check
 
@@ -337,3 +338,22 @@ def _findings(a: CellAgreement, tolerance_pts: float, tolerance_al_pct: float) -
         text = ReferenceTextDiffers(prompts=prompts, observations=len(a.text_differs), of=a.observations)
         out.append(Finding(Kind.REFERENCE_TEXT_DIFFERS, Severity.WARN, a.cell, Cause.TARGET_NUMERICS, text))
     return out
+
+
+def stored_findings(evidence: Evidence, gate: GateSpec) -> list[Finding]:
+    """The findings of the run's stored reference (runs/<id>/reference.jsonl), if it has one: what `show`,
+    `compare`, `report` and the end of `run` add to their own (an empty list for a run never replayed)."""
+    run = evidence.run
+    ref = read_reference(run.path)
+    if ref is None:
+        return []
+    return hold(
+        run.run_id,
+        evidence.cells,
+        ref,
+        run.typed.k,
+        false_alarm=gate.false_alarm,
+        tolerance_pts=gate.tolerance_pts,
+        tolerance_al_pct=gate.tolerance_al_pct,
+        confidence=gate.confidence,
+    ).findings

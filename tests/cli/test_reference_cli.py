@@ -63,3 +63,15 @@ def test_an_architecture_it_does_not_model_is_one_line_naming_it(make_run: Calla
     result = invoke("reference", run)
     assert result.exit_code == 2
     assert "this target is LlamaForCausalLM (model_type llama)" in one_error_line(result)
+
+
+def test_show_holds_a_replayed_run_against_its_stored_reference(make_run: Callable[..., Path]) -> None:
+    # Once `mtpbench reference` has stored a reference, `show` (and compare, report, the end of run) hold the
+    # engine against it too: no baseline, and the finding rides in the JSON with its numbers.
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(WORSE)}, baseline=None)
+    assert invoke("show", run).exit_code == 0  # nothing stored yet: no signature without a baseline
+    write_reference(run, [CELL])
+    result = invoke("show", run, "--json")
+    assert result.exit_code == 1, result.output
+    (f,) = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "engine-below-reference"]
+    assert f["cell"] == CELL and f["numbers"]["positions"] == [0, 1, 2] and f["numbers"]["al"] is True
