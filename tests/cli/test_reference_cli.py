@@ -75,3 +75,14 @@ def test_show_holds_a_replayed_run_against_its_stored_reference(make_run: Callab
     assert result.exit_code == 1, result.output
     (f,) = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "engine-below-reference"]
     assert f["cell"] == CELL and f["numbers"]["positions"] == [0, 1, 2] and f["numbers"]["al"] is True
+
+
+def test_reference_replay_in_a_sampled_config_is_refused_before_any_engine(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "name: t\nmodel: m\nspeculative: {method: mtp, model: d, num_speculative_tokens: 3}\n"
+        "sampling: {temperature: 0.7}\nprompts: p.yaml\nreference_replay: true\n"
+    )
+    result = invoke("run", cfg)
+    assert result.exit_code == 2
+    assert "reference_replay: the reference replays greedy decoding" in one_error_line(result)
