@@ -210,6 +210,11 @@ def _run(
         raise UserError(
             f"{config}: {placeholder!r} is a placeholder: set the model and drafter first (--dry-run shows both)"
         )
+    if cfg.reference_replay:
+        from mtpbench.reference.pair import check_pair
+
+        # A pair the reference does not model is refused now, not after minutes of engines.
+        check_pair(cfg.model, cfg.speculative.model)
     ensure_out_dir(out)
     return _execute(
         len(cells),
@@ -271,10 +276,26 @@ def _execute(
             progress.stop()
             return _interrupted(exc)
     run = load_run(outcome.path)
+    if cfg.reference_replay and not outcome.failed:
+        _replay_reference(run)
     evidence = collect_evidence(run, run.typed.config.gate.confidence)
     refresh_point(outcome.path, run, evidence)  # the few-kB summary `history` reads per run
     _render_time(outcome)
     return verdict(run, base_obj, str(base_path) if base_path else None, bool(outcome.failed), evidence=evidence)
+
+
+def _replay_reference(run: Run) -> None:
+    """The config's `reference_replay`: the run's prompts replayed from the weights (`mtpbench reference`),
+    stored beside it, so that the verdict below also holds the engine against them."""
+    from mtpbench.reference import ReferenceOptions, compute_reference
+
+    with console.status("replaying the run from the weights (reference_replay)…"):
+        ref = compute_reference(run, ReferenceOptions())
+    console.print(
+        f"reference: {len(ref.prompts)} prompt lines replayed from the weights in {ref.wall_s or 0:.1f} s "
+        f"({run.path / 'reference.jsonl'})",
+        highlight=False,
+    )
 
 
 def _render_time(outcome: RunOutcome) -> None:

@@ -7,6 +7,10 @@ regression *and* as cross-process instability (under greedy decoding an exact fi
 differ between the two processes, not a p-value), and the generated text is identical (the target verifies
 every token, so flattening the drafter's metadata must not change a single output token).
 
+The same run is then replayed from the weights (`run_reference_check`, mtpbench/reference/): with no baseline,
+stock must count exactly what the weights say on every prompt and the fault must fall below the reference
+(`engine-below-reference`) in both group orders, each repeat on its own.
+
 It then proves the soak workload's `drift` finding the same way (`run_soak_selftest`): one engine per variant
 for SOAK_ROUNDS rounds of a few prompts, stock and with the `drift-after-requests` fault set to start after
 one round's requests. It passes only if stock gives identical counts in every round, the fault is flagged
@@ -27,9 +31,12 @@ from mtpbench import shipped
 from mtpbench.config import ExperimentConfig, config_prompts, load_config
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import CellResult, Comparison, Kind, Severity, analyze, compare
+from mtpbench.judge.evidence import collect_evidence
 from mtpbench.judge.findings import Instability
 from mtpbench.judge.findings_probes import MetadataBinding
+from mtpbench.judge.findings_reference import ReferenceBelow
 from mtpbench.judge.findings_soak import Drift
+from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.patches.drift import AFTER_ENV
 from mtpbench.render.words import finding_message
 from mtpbench.run import runner
@@ -120,6 +127,57 @@ def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
         f"[{'ok' if same else 'FAIL'}] generated text identical with and without the fault ({len(stock_out)} outputs)"
     )
     return ok, lines
+
+
+def evaluate_reference(cmp: ReferenceComparison) -> tuple[bool, list[str]]:
+    """Pure: with no baseline, stock counts exactly what the weights say on every prompt, and the fault falls
+    below the reference (engine-below-reference) in every group order, each repeat on its own."""
+    stock = [a for a in cmp.cells if a.variant == "stock"]
+    fault = [a for a in cmp.cells if a.variant == "fault"]
+    if not stock or not fault:
+        return False, ["the reference check needs a stock and a fault cell held against the reference"]
+    lines: list[str] = []
+    ok = True
+    below = {f.cell: f.payload for f in cmp.findings if f.kind == Kind.ENGINE_BELOW_REFERENCE}
+    for a in stock:
+        good = a.cell not in below and a.observations > 0 and a.exact == a.same_text == a.observations
+        ok &= good
+        lines.append(
+            f"[{'ok' if good else 'FAIL'}] stock {a.cell}: {a.exact} of {a.observations} prompt observations count "
+            "exactly what the weights say (reference, no baseline)"
+        )
+    for a in fault:
+        n = below.get(a.cell)
+        seeds = set(n.hash_seeds) if isinstance(n, ReferenceBelow) else set()
+        good = isinstance(n, ReferenceBelow) and seeds == set(SELFTEST_SEEDS)
+        ok &= good
+        shown = ", ".join(str(s) for s in sorted(s for s in seeds if s is not None)) or "none"
+        lines.append(
+            f"[{'ok' if good else 'FAIL'}] fault {a.cell} below the reference with no baseline, in each group "
+            f"order on its own (PYTHONHASHSEED {shown})"
+        )
+    return ok, lines
+
+
+def run_reference_check(run_dir: Path) -> tuple[bool, list[str]]:
+    """The selftest run replayed from the weights (mtpbench/reference/) and held against its engine counts."""
+    from mtpbench.judge.reference import hold
+    from mtpbench.reference import ReferenceOptions, compute_reference
+
+    run = load_run(run_dir)
+    ref = compute_reference(run, ReferenceOptions())
+    gate = run.typed.config.gate
+    cmp = hold(
+        run.run_id,
+        collect_evidence(run, gate.confidence).cells,
+        ref,
+        run.typed.k,
+        false_alarm=gate.false_alarm,
+        tolerance_pts=gate.tolerance_pts,
+        tolerance_al_pct=gate.tolerance_al_pct,
+        confidence=gate.confidence,
+    )
+    return evaluate_reference(cmp)
 
 
 def soak_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
@@ -230,8 +288,11 @@ def run_selftest(
     comp = compare(load_run(outcome.path), baseline, baseline_name=str(cfg.baseline))
     passed, lines = evaluate(comp)
     lines.insert(0, f"selftest run: {outcome.path}")
+    held, reference_lines = run_reference_check(outcome.path)
     soak = run_soak_selftest(out, make_view, config)
-    return SelftestResult(comp, passed and not outcome.failed and soak.passed, lines + soak.lines)
+    return SelftestResult(
+        comp, passed and held and not outcome.failed and soak.passed, lines + reference_lines + soak.lines
+    )
 
 
 def engine_check(python: str | None, out: Path, config: Path = DEFAULT_CONFIG) -> tuple[bool, str]:

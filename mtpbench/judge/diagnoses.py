@@ -40,6 +40,7 @@ from mtpbench.judge.findings import (
     TextChanged,
 )
 from mtpbench.judge.plan import Plan
+from mtpbench.judge.reference import stored_findings
 from mtpbench.judge.replay import replay_findings
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
 from mtpbench.schema import COUNTERS_ONLY
@@ -365,6 +366,9 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
     soak = [c for c in cells if c.rounds is not None or c.round_ends]
     for c in soak:
         out.findings.extend(drift_findings(c, gate, greedy, gate.false_alarm / len(soak)))
+    # A run replayed from the weights (`mtpbench reference`) is held against its stored reference too; its own
+    # family (judge/reference.py splits the false-alarm rate over its checks). None for a run never replayed.
+    out.findings.extend(stored_findings(plan.evidence, gate))
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return out

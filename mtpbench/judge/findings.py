@@ -108,6 +108,13 @@ class Kind(ExitCodedKind):
     UPSTREAM_RULE = "upstream-rule", ExitCode.REGRESSION  # the upstream test's own assert would fail
     REQUEST_AL_REGRESSION = "request-al-regression", ExitCode.REGRESSION
     REQUEST_AL_INCONCLUSIVE = "request-al-inconclusive", ExitCode.INCONCLUSIVE
+    # The engine held against the acceptance its weights give (judge/reference.py, docs/reference.md): a drop
+    # below the reference is an engine-side bug with no baseline involved.
+    ENGINE_BELOW_REFERENCE = "engine-below-reference", ExitCode.REGRESSION
+    # Never FAIL today (WARN): a failing one would say the engine's counters are a bug signature of their own.
+    REFERENCE_DISAGREEMENT = "reference-disagreement", ExitCode.REGRESSION
+    # Never FAIL today (WARN), as text-changed: the target's numerics, not the drafter's acceptance.
+    REFERENCE_TEXT_DIFFERS = "reference-text-differs", ExitCode.REGRESSION
 
 
 class Cause(str, Enum):
@@ -141,6 +148,8 @@ class Cause(str, Enum):
     PROBE_SAW_NOTHING = "probe-saw-nothing"
     DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
     UPSTREAM_TOLERANCE = "upstream-tolerance"
+    ENGINE_BELOW_WEIGHTS = "engine-below-weights"  # the engine drafts or verifies other than its weights say
+    COUNTERS_OR_REFERENCE = "counters-or-reference"  # the counters, or a proposer detail the reference lacks
 
 
 # --- payloads ------------------------------------------------------------------------------------------------

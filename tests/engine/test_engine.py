@@ -130,6 +130,9 @@ def test_selftest_catches_the_fault(selftest_run: tuple[subprocess.CompletedProc
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "SELFTEST PASS" in res.stdout
     assert "flagged as regression" in res.stdout and "flagged as cross-process-instability" in res.stdout
+    # The reference (issue 29): stock counts what the weights say, the fault falls below them, no baseline.
+    assert "count exactly what the weights say (reference, no baseline)" in res.stdout
+    assert "below the reference with no baseline, in each group order on its own (PYTHONHASHSEED 0, 1)" in res.stdout
 
 
 def _pos0(counts: Any) -> float:

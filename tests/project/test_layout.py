@@ -26,6 +26,10 @@ MAY_IMPORT = {
     "fixes": {"fixes", "patches"},  # the registry names patches/ and fixes/ modules, so it lives here
     "probes": {"probes"},  # the doctor's and the platform's probes: `python -m`, standard library only
     "fixtures": {"fixtures"},
+    # The reference (issue 29) replays a run's prompts from the weights: it reads the run through store/,
+    # renders prompts as the worker does (engine/chat.py) and writes runs/<id>/reference.jsonl through
+    # store/reference.py, which is how judge/ reads it without importing torch.
+    "reference": {"reference", "store", "engine"},
 }
 LEAVES = {"engine", "patches", "fixes", "probes"}  # base for them is schema.py alone
 

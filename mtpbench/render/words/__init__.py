@@ -14,7 +14,9 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
 - soak.py: drift, stall, and speculation-off within one engine's rounds;
 - probes.py: metadata-binding, metadata-binding-unobserved, fix-verification, graph-not-replayed,
   draft-graph-replay (and the words of the HTML report's binding grid);
-- upstream.py: upstream-rule, request-al-regression, request-al-inconclusive.
+- upstream.py: upstream-rule, request-al-regression, request-al-inconclusive;
+- reference.py: engine-below-reference, reference-disagreement, reference-text-differs (the engine held
+  against the acceptance its weights give).
 Beside them: causes.py (the likely cause each finding points at), verdict.py (the verdict line and what a pass
 certifies) and units.py (numbers as the sentences and tables write them). No arithmetic beyond turning
 fractions into the percentages people read.
@@ -50,6 +52,11 @@ from mtpbench.render.words.probes import (
     msg_fix_verification,
     msg_graph_replay,
     msg_metadata_binding,
+)
+from mtpbench.render.words.reference import (
+    msg_engine_below_reference,
+    msg_reference_disagreement,
+    msg_reference_text_differs,
 )
 from mtpbench.render.words.serving import msg_count_mismatch, msg_failed_requests, msg_throughput_drop
 from mtpbench.render.words.signatures import msg_divergence, msg_instability, msg_text_changed
@@ -102,6 +109,9 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.GRAPH_NOT_REPLAYED: msg_graph_replay,
     Kind.GRAPH_REPLAY: msg_graph_replay,
     **dict.fromkeys((Kind.UPSTREAM_RULE, Kind.REQUEST_AL_REGRESSION, Kind.REQUEST_AL_INCONCLUSIVE), upstream_message),
+    Kind.ENGINE_BELOW_REFERENCE: msg_engine_below_reference,
+    Kind.REFERENCE_DISAGREEMENT: msg_reference_disagreement,
+    Kind.REFERENCE_TEXT_DIFFERS: msg_reference_text_differs,
 }
 
 

@@ -60,4 +60,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     "(a silent eager fallback): the cell's numbers describe the eager draft, not the graph mode it names",
     Cause.UPSTREAM_TOLERANCE: "the baseline's upstream test, its golden and its own tolerance applied as that "
     "test applies them (docs/upstream.md); mtpbench's statistical verdict stands beside it",
+    Cause.ENGINE_BELOW_WEIGHTS: "the engine drafts or verifies other than its own weights say, with no baseline "
+    "involved: draft attention metadata bound to the wrong KV-cache group, the drafter's inputs (hidden states, "
+    "positions, shared K/V), or the proposer's loop (docs/reference.md)",
+    Cause.COUNTERS_OR_REFERENCE: "the engine's spec-decode counters count other than the steps it ran, or the "
+    "proposer has a detail the reference does not model (docs/reference.md)",
 }

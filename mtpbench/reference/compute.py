@@ -1,0 +1,192 @@
+"""The reference of a stored run: every prompt of its greedy cells replayed from the weights
+(mtpbench/reference/replay.py) and appended to runs/<id>/reference.jsonl (mtpbench/store/reference.py).
+
+What a run asked for is read back from its manifest (pair, k, max_tokens, prompts) and each cell's
+cell_start record (the dtype and max_model_len the engine really ran): cells that ran the same numerics
+share one replay, and each gets its own lines. The prompts are rebuilt from the config the manifest holds and
+must hash to the run's prompt sha256: a prompt file edited since the run would be a reference of other text.
+Nothing here prints; a caller may pass `progress` to hear of each prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtpbench import __version__
+from mtpbench.config import ExperimentConfig, config_prompts
+from mtpbench.errors import UserError
+from mtpbench.reference.pair import check_pair, load_pair, torch_threads
+from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_prompts
+from mtpbench.store.manifest import now_iso
+from mtpbench.store.reference import ReferenceFile, ReferencePrompt, append_lines, read_reference
+from mtpbench.store.results import Run
+
+
+@dataclass(frozen=True)
+class ReferenceOptions:
+    """How to replay: on which torch device, with how many CPU threads, how many prompts per batch, and
+    optionally other folders for the pair (a host where the run's paths are not the weights' paths)."""
+
+    device: str = "cpu"
+    threads: int | None = None
+    batch: int = 32
+    target: str | None = None
+    drafter: str | None = None
+
+
+@dataclass(frozen=True)
+class _Numerics:
+    dtype: str
+    max_model_len: int | None
+
+
+def _cell_numerics(run: Run) -> dict[str, _Numerics]:
+    """Each cell's dtype and max_model_len, as its first cell_start says the engine ran them."""
+    out: dict[str, _Numerics] = {}
+    for start in run.cell_starts():
+        cell = str(start.get("cell"))
+        if cell in out:
+            continue
+        args = start.get("engine_args") or {}
+        dtype = str((start.get("effective") or {}).get("dtype") or args.get("dtype") or "auto")
+        if dtype == "auto":
+            raise UserError(
+                f"{run.path}: cell {cell} ran dtype auto and did not record the dtype it chose; "
+                "the reference needs the engine's dtype"
+            )
+        mml = args.get("max_model_len")
+        out[cell] = _Numerics(dtype.removeprefix("torch."), int(mml) if mml else None)
+    return out
+
+
+def _prompts(run: Run) -> tuple[list[tuple[str, str]], bool]:
+    """(id, text) of the run's prompts in its order, and whether they go through the chat template."""
+    cfg_raw = dict(run.manifest.get("config") or {})
+    try:
+        cfg = ExperimentConfig.model_validate(cfg_raw)
+    except ValueError as exc:
+        raise UserError(f"{run.path}: the manifest's config no longer validates ({str(exc).splitlines()[0]})") from None
+    ps = config_prompts(cfg)
+    if ps.sha256() != run.typed.prompts.sha256:
+        raise UserError(
+            f"{cfg.prompts}: the prompts changed since run {run.run_id} (sha256 {ps.sha256()[:12]}, the run's "
+            f"{run.typed.prompts.sha256[:12]}): the reference must replay the text the engine saw"
+        )
+    if any(p.followups for p in ps.prompts):
+        raise UserError(f"{cfg.prompts}: the reference replays single-turn prompts; this set has conversations")
+    return [(p.id, p.text) for p in ps.prompts], ps.chat_template == "chat"
+
+
+def check_run(run: Run) -> None:
+    """Refuse a run the reference cannot replay (one line, exit 2) before any model is loaded."""
+    cfg = run.typed.config
+    temperature = float(cfg.sampling.temperature or 0.0)
+    if temperature > 0:
+        raise UserError(
+            f"{run.path}: the reference replays greedy decoding; this run samples at temperature {temperature:g}"
+        )
+    if cfg.sampling.max_tokens is None:
+        raise UserError(
+            f"{run.path}: the run's max_tokens is not recorded; the reference needs where the engine stopped"
+        )
+
+
+def compute_reference(
+    run: Run, options: ReferenceOptions = ReferenceOptions(), progress: Callable[[int, int], None] | None = None
+) -> ReferenceFile:
+    """Replay every prompt of every cell of `run`, append the lines to its reference.jsonl, and return what
+    was written (read back, as every later reader will see it)."""
+    check_run(run)
+    raw = run.manifest.get("config") or {}
+    spec = raw.get("speculative") or {}
+    info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"))
+    k = run.typed.k
+    max_tokens = int(run.typed.config.sampling.max_tokens or 0)
+    prompts, chat = _prompts(run)
+    numerics = _cell_numerics(run)
+    cells = list(dict.fromkeys(c.cell for c in run.typed.cells))
+    missing = [c for c in cells if c not in numerics]
+    if missing:
+        raise UserError(f"{run.path}: cell {missing[0]} never started (no cell_start record): nothing to hold against")
+    groups: dict[_Numerics, list[str]] = {}
+    for cell in cells:
+        groups.setdefault(numerics[cell], []).append(cell)
+    session = now_iso()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    import torch
+    import transformers
+
+    replayed: dict[str, Any] = {
+        "target": str(info.target),
+        "drafter": str(info.drafter),
+        "target_architecture": info.target_architecture,
+        "drafter_architecture": info.drafter_architecture,
+        "device": options.device,
+        "threads": options.threads,
+        "batch": options.batch,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "mtpbench": __version__,
+        "k": k,
+        "max_tokens": max_tokens,
+        "groups": [{"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs} for n, cs in groups.items()],
+    }
+    append_lines(run.path, [{"schema": 1, "type": "reference_start", "session": session, "replayed": replayed}])
+    done, total, drafts = 0, len(prompts) * len(groups), 0
+    with torch_threads(options.threads):
+        for num, group_cells in groups.items():
+            pair = load_pair(info, num.dtype, options.device)
+            ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
+            replays = replay_prompts(pair, ids, k, max_tokens, num.max_model_len, options.batch)
+            for (pid, _), rep in zip(prompts, replays, strict=True):
+                lines = [_line(cell, pid, rep, k).to_json(session) for cell in group_cells]
+                append_lines(run.path, lines)
+                drafts += rep.walk.num_drafts
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    wall = time.perf_counter() - t0
+    # CPU seconds beside the wall: on a shared box the wall says as much about the neighbours as the replay.
+    cpu = time.process_time() - cpu0
+    append_lines(
+        run.path,
+        [
+            {
+                "schema": 1,
+                "type": "reference_end",
+                "session": session,
+                "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
+                "prompts": done,
+                "drafts": drafts,
+            }
+        ],
+    )
+    ref = read_reference(run.path)
+    if ref is None or ref.session != session:
+        raise RuntimeError(f"{Path(run.path) / 'reference.jsonl'}: the session just written does not read back")
+    return ref
+
+
+def _line(cell: str, prompt_id: str, rep: PromptReplay, k: int) -> ReferencePrompt:
+    w = rep.walk
+    return ReferencePrompt(
+        cell=cell,
+        prompt_id=prompt_id,
+        num_prompt_tokens=rep.num_prompt_tokens,
+        num_generated_tokens=rep.num_generated_tokens,
+        finish_reason=rep.finish_reason,
+        output_sha256=rep.output_sha256,
+        num_drafts=w.num_drafts,
+        num_draft_tokens=w.num_draft_tokens,
+        num_accepted_tokens=w.num_accepted_tokens,
+        accepted_per_pos=w.accepted_per_pos(k),
+        steps=w.accepted,
+        target_margin=rep.target_margin,
+        draft_margin=rep.draft_margin,
+        teacher_forced_mismatches=rep.teacher_forced_mismatches,
+    )

@@ -1,0 +1,182 @@
+"""The pair the reference replays: which targets and drafters it models (`check_pair`, a one-line refusal
+naming anything else, before torch is imported) and how they are loaded (`load_pair`: transformers'
+`Gemma4ForCausalLM` or `Gemma4ForConditionalGeneration`'s language model, and `Gemma4AssistantForCausalLM`,
+in the engine's dtype on the chosen torch device), with the stop tokens the engine stops at.
+
+Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`Gemma4ForConditionalGeneration`,
+its language model), and a drafter of model_type `gemma4_assistant`; the weights must be on this host (a
+folder, or the Hugging Face cache for a hub id). Anything else is refused: exit 2, one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mtpbench.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+TARGET_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration"}
+DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
+
+
+@dataclass(frozen=True)
+class PairInfo:
+    """What `check_pair` read from the two config.json files."""
+
+    target: Path
+    drafter: Path
+    target_type: str
+    drafter_type: str
+    target_architecture: str
+    drafter_architecture: str
+
+
+def _local(path: Path) -> Path | None:
+    """The folder holding `path`'s config.json: the path itself, or a hub id's snapshot in the Hugging Face
+    cache (looked up offline: the reference never downloads weights)."""
+    if (path / "config.json").is_file():
+        return path
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(str(path), "config.json")
+    except ValueError:  # not a valid hub id either
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def _config(path: Path, role: str) -> tuple[Path, dict[str, Any]]:
+    local = _local(path)
+    if local is None:
+        raise UserError(
+            f"{path}: the {role} has no config.json here or in the Hugging Face cache (the reference needs its "
+            "weights on this host)"
+        )
+    cfg = local / "config.json"
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{cfg}: unreadable ({exc})") from exc
+    if not isinstance(data, dict):
+        raise UserError(f"{cfg}: not a JSON object")
+    return local, data
+
+
+def _architecture(data: dict[str, Any]) -> str:
+    archs = data.get("architectures") or []
+    return str(archs[0]) if archs else str(data.get("model_type") or "unknown")
+
+
+def check_pair(target: str | Path, drafter: str | Path | None) -> PairInfo:
+    """Refuse, in one line naming it, a pair the reference does not model (exit 2)."""
+    target, drafter_path = Path(target), Path(drafter) if drafter else None
+    target, t = _config(target, "target")
+    t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
+    if t_type not in TARGET_TYPES:
+        raise UserError(
+            f"{target}: the reference models Gemma4 targets ({', '.join(sorted(TARGET_TYPES.values()))}); "
+            f"this target is {t_arch} (model_type {t_type or 'unset'})"
+        )
+    if drafter_path is None:
+        raise UserError(
+            f"{target}: the reference needs a draft model (a gemma4_assistant MTP drafter); the run has none"
+        )
+    drafter_path, d = _config(drafter_path, "drafter")
+    d_type, d_arch = str(d.get("model_type") or ""), _architecture(d)
+    if d_type not in DRAFTER_TYPES:
+        raise UserError(
+            f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
+            f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
+        )
+    return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch)
+
+
+@dataclass
+class Pair:
+    """The loaded pair: the target's text model and head, the drafter, and how they were loaded."""
+
+    info: PairInfo
+    target: Any  # Gemma4ForCausalLM or Gemma4ForConditionalGeneration
+    text: Any  # the target's Gemma4TextModel
+    head: Any  # the target's lm_head
+    assistant: Any  # Gemma4AssistantForCausalLM
+    tokenizer: Any
+    dtype: str
+    device: str
+    stop_ids: frozenset[int]
+
+
+def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", tokenizer: str | None = None) -> Pair:
+    """Load both models in `dtype` on `device` (the engine's dtype: the numerics the counts are held to)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    torch_dtype = _torch_dtype(dtype)
+    if info.target_type == "gemma4":
+        from transformers import Gemma4ForConditionalGeneration as TargetClass
+    else:
+        from transformers import Gemma4ForCausalLM as TargetClass
+    from transformers import Gemma4AssistantForCausalLM
+
+    try:
+        target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
+        assistant = Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
+    text = target.model.language_model if info.target_type == "gemma4" else target.model
+    tok = AutoTokenizer.from_pretrained(str(tokenizer or info.target))
+    stops: set[int] = set()
+    try:
+        gen = GenerationConfig.from_pretrained(str(info.target))
+        stops |= _ids(gen.eos_token_id)
+    except OSError:
+        pass
+    stops |= _ids(getattr(target.config, "eos_token_id", None))
+    stops |= _ids(getattr(target.config.get_text_config(), "eos_token_id", None))
+    stops |= _ids(tok.eos_token_id)
+    return Pair(info, target, text, target.lm_head, assistant, tok, dtype, device, frozenset(stops))
+
+
+def _ids(value: Any) -> set[int]:
+    if value is None:
+        return set()
+    if isinstance(value, (list, tuple, set)):
+        return {int(v) for v in value}
+    return {int(value)}
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    table = {
+        "float32": torch.float32,
+        "float": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "float16": torch.float16,
+        "half": torch.float16,
+    }
+    key = name.removeprefix("torch.")
+    if key not in table:
+        raise UserError(f"dtype {name!r}: the reference runs float32, bfloat16 or float16")
+    return table[key]
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

@@ -1,0 +1,263 @@
+"""Acceptance from the weights alone: a Gemma4 target and its `gemma4_assistant` drafter replayed in plain
+PyTorch + transformers, the way vLLM's `Gemma4Proposer` drafts, with no vLLM import.
+
+For one prompt: the target's greedy continuation (regenerated token by token with its KV cache, continued k
+tokens past the stop, because the engine's last step verifies drafts beyond it), one teacher-forced target
+pass over prompt + continuation (the final-normed hidden states and the shared K/V of the last non-shared
+layer of each attention type: what vLLM hands the drafter), and then every possible draft start's k chained
+draft steps at once. What vLLM 0.32 does, read from `vllm/v1/spec_decode/llm_base_proposer.py` (`propose`)
+and `gemma4.py`, and mirrored here:
+
+- the first draft step from the last verified position p takes the token after p (the target's bonus token)
+  embedded by the target's embedding (scaled by sqrt(backbone hidden)) beside the target's hidden state at p;
+  the later steps take the previous draft token and the drafter's own `post_projection` output;
+- `constant_draft_positions`: every draft step of a request sits at position p and attends the target's K/V
+  of positions 0..p (the rejected tokens' K/V are cut off by `seq_lens -= num_rejected`), sliding layers
+  through their window, so each start is one query at p, which is how the masks below are built;
+- draft tokens are the drafter's argmax (`use_ordered_embeddings`: over the centroid-selected candidates).
+
+A draft step j from p is accepted iff its token equals the target's greedy token at p + j + 1 (given the
+earlier drafts were: a rejected draft ends the step, so teacher-forcing the true tokens into later steps
+changes no count). Which starts the engine meets is mtpbench/reference/walk.py's.
+
+Which pairs are modelled, and how they are loaded, is mtpbench/reference/pair.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mtpbench.errors import UserError
+from mtpbench.reference.pair import Pair
+from mtpbench.reference.walk import Walk, walk
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class PromptReplay:
+    """One prompt replayed: the target's greedy text and the draft steps the weights say the engine takes."""
+
+    num_prompt_tokens: int
+    num_generated_tokens: int
+    finish_reason: str  # "length" or "stop", as vLLM says it
+    output_sha256: str  # sha256 of json.dumps(generated token ids): the engine records the same hash
+    walk: Walk
+    # Smallest top-1 minus top-2 logit gap of the target over the generated tokens, and of the drafter over
+    # the draft decisions the walk compared: how close to a tie a greedy choice came (a float-order
+    # difference between engine and reference can flip a choice only that close).
+    target_margin: float
+    draft_margin: float
+    # Tokens where the teacher-forced target pass disagrees with the token-by-token regeneration (0: the two
+    # orders of float arithmetic agree on every generated token).
+    teacher_forced_mismatches: int
+
+
+def output_sha256(token_ids: Sequence[int]) -> str:
+    """The engine's hash of a generated text (engine/worker.py: sha256 of json.dumps of the token ids)."""
+    return hashlib.sha256(json.dumps([int(t) for t in token_ids]).encode()).hexdigest()
+
+
+def prompt_token_ids(pair: Pair, text: str, chat: bool) -> list[int]:
+    """The token ids the engine sends for a single-turn prompt: raw text encoded as vLLM encodes it (special
+    tokens added), or the chat template rendered as engine/chat.py renders it."""
+    if chat:
+        from mtpbench.engine.chat import engine_prompt
+
+        return list(engine_prompt(pair.tokenizer, [{"role": "user", "content": text}], "chat")["prompt_token_ids"])
+    return list(pair.tokenizer.encode(text, add_special_tokens=True))
+
+
+def greedy_continuations(pair: Pair, prompts: Sequence[Sequence[int]], length: int, batch: int = 32) -> list[list[int]]:
+    """The target's greedy tokens after each prompt, `length` of them, continuing through stop tokens.
+
+    Prompts go `batch` at a time, left-padded (the padding masked out, positions counted from each prompt's
+    first token), as an engine batches them; the caller checks the text against the engine's hash.
+    """
+    out: list[list[int]] = []
+    for i in range(0, len(prompts), batch):
+        out.extend(_greedy_batch(pair, prompts[i : i + batch], length))
+    return out
+
+
+def _greedy_batch(pair: Pair, prompts: Sequence[Sequence[int]], length: int) -> list[list[int]]:
+    import torch
+    from transformers import DynamicCache
+
+    width = max(len(p) for p in prompts)
+    pad = 0
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long, device=pair.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=pair.device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=pair.text.config)
+    tokens: list[torch.Tensor] = []
+    with torch.no_grad():
+        hidden = pair.text(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        for _ in range(length):
+            token = pair.head(hidden[:, -1]).argmax(-1)
+            tokens.append(token)
+            if len(tokens) == length:
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            positions = positions[:, -1:] + 1
+            hidden = pair.text(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state
+    return torch.stack(tokens, dim=1).cpu().tolist()
+
+
+def stop_index(pair: Pair, continuation: Sequence[int], max_tokens: int, room: int) -> tuple[int, str]:
+    """How many tokens the engine generates (its stop included) and vLLM's finish reason."""
+    limit = min(max_tokens, room)
+    for i, t in enumerate(continuation[:limit]):
+        if t in pair.stop_ids:
+            return i + 1, "stop"
+    return limit, "length"
+
+
+def _masks(queries: torch.Tensor, keys: int, window: int | None, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Additive [1, 1, Q, K] masks: query at position q sees keys 0..q (full) and q-window+1..q (sliding)."""
+    import torch
+
+    k = torch.arange(keys, device=queries.device)
+    q = queries.unsqueeze(1)
+    full = k.unsqueeze(0) <= q
+    sliding = full & (q - k.unsqueeze(0) < window) if window else full
+    neg = torch.finfo(dtype).min
+    zero = torch.zeros((), dtype=dtype, device=queries.device)
+
+    def additive(ok: torch.Tensor) -> torch.Tensor:
+        return torch.where(ok, zero, torch.tensor(neg, dtype=dtype, device=queries.device))[None, None]
+
+    return {"full_attention": additive(full), "sliding_attention": additive(sliding)}
+
+
+def draft_logits(pair: Pair, ids: torch.Tensor, starts: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """Drafter logits of steps 1..k from each start position (one query per start, as vLLM drafts).
+
+    `ids` is [1, L]: prompt + continuation. Entry s of step j predicts the token at starts[s] + j + 1.
+    """
+    import torch
+
+    with torch.no_grad():
+        out = pair.text(input_ids=ids, return_shared_kv_states=True)
+        hidden = out.last_hidden_state
+        shared = {kind: (kv[0], kv[1]) for kind, kv in out.shared_kv_states.items()}
+        keys = int(starts.max()) + 1
+        # A start's query may only see keys at or before it, so K/V past the last start are never read.
+        shared = {kind: (kv[0][:, :, :keys], kv[1][:, :, :keys]) for kind, kv in shared.items()}
+        text_cfg = pair.assistant.config.get_text_config()
+        masks = _masks(starts, keys, getattr(text_cfg, "sliding_window", None), hidden.dtype)
+        positions = starts.unsqueeze(0)
+        embed = pair.text.embed_tokens  # the target's: it already scales by sqrt(backbone hidden)
+        backbone = hidden[:, starts]
+        steps: list[torch.Tensor] = []
+        tokens = ids[:, starts + 1]
+        for j in range(1, k + 1):
+            x = pair.assistant.pre_projection(torch.cat([embed(tokens), backbone], dim=-1))
+            state = pair.assistant.model(
+                inputs_embeds=x, position_ids=positions, attention_mask=dict(masks), shared_kv_states=dict(shared)
+            ).last_hidden_state
+            if pair.assistant.config.use_ordered_embeddings:
+                logits = pair.assistant.masked_embedding(state, pair.assistant.lm_head.weight)
+            else:
+                logits = pair.assistant.lm_head(state)
+            steps.append(logits[0])
+            backbone = pair.assistant.post_projection(state)
+            # Teacher-forced: the true next token stands for the previous draft (see the module docstring).
+            tokens = ids[:, torch.clamp(starts + j + 1, max=ids.shape[1] - 1)]
+        target_logits = pair.head(hidden[0])
+    return [*steps, target_logits]
+
+
+def _margin(logits: torch.Tensor) -> torch.Tensor:
+    top = logits.float().topk(2, dim=-1).values
+    return top[..., 0] - top[..., 1]
+
+
+def replay_prompts(
+    pair: Pair,
+    prompts: Sequence[Sequence[int]],
+    k: int,
+    max_tokens: int,
+    max_model_len: int | None = None,
+    batch: int = 32,
+) -> Iterator[PromptReplay]:
+    """Every prompt replayed, in order: regenerated in batches, then teacher-forced and drafted one by one."""
+    for i in range(0, len(prompts), batch):
+        chunk = prompts[i : i + batch]
+        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
+        # The engine's last step may verify up to k drafts past its stop: the text must go k tokens further.
+        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
+        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
+            yield replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len)
+
+
+def _room(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> int:
+    room = (max_model_len - prompt_tokens) if max_model_len else max_tokens
+    if room < 1:
+        raise UserError(f"a prompt of {prompt_tokens} tokens leaves no room under max_model_len {max_model_len}")
+    return room
+
+
+def replay_prompt(
+    pair: Pair,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    k: int,
+    max_tokens: int,
+    room: int,
+    max_model_len: int | None = None,
+) -> PromptReplay:
+    """One prompt: its greedy `continuation` (at least its stop + k tokens), teacher-forced, drafted from
+    every start, and walked through the engine's steps."""
+    import torch
+
+    p = len(prompt)
+    n, reason = stop_index(pair, continuation, max_tokens, room)
+    continuation = list(continuation[: n + k])
+    ids = torch.tensor([[*prompt, *continuation]], dtype=torch.long, device=pair.device)
+    # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
+    starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
+    logits = draft_logits(pair, ids, starts, k)
+    target_logits = logits[-1]
+    truth = ids[0]
+    last = len(truth) - 1
+    hits = np.stack(
+        [
+            (step.argmax(-1) == truth[torch.clamp(starts + j + 2, max=last)]).cpu().numpy()
+            for j, step in enumerate(logits[:-1])
+        ],
+        axis=1,
+    )
+    w = walk(hits, n, k, p, max_model_len)
+    generated = continuation[:n]
+    forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
+    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
+    target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
+    draft_margin = _draft_margin(logits[:-1], w)
+    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, draft_margin, mismatches)
+
+
+def _draft_margin(steps: list[torch.Tensor], w: Walk) -> float:
+    """The smallest drafter gap among the decisions the walk compared (each step's drafts up to its first miss)."""
+    gaps = [_margin(s) for s in steps]
+    n, out = 1, float("inf")
+    for drafted, accepted in zip(w.drafted, w.accepted, strict=True):
+        for j in range(min(accepted + 1, drafted)):
+            out = min(out, float(gaps[j][n - 1]))
+        n += accepted + 1
+    return out

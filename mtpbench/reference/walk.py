@@ -1,0 +1,85 @@
+"""The engine's draft loop as arithmetic: which draft starts a greedy request meets, and what each accepts.
+
+Greedy speculative decoding with k drafts is a deterministic walk over the target's own greedy text. After
+the prefill the engine has generated one token; from then on every step drafts from the last verified
+position, the target accepts the longest prefix of the drafts equal to its greedy tokens, and the request
+moves on by accepted + 1 (the accepted drafts and the target's bonus token). Only those step boundaries are
+draft starts, not every position of the text. Where the walk stops is vLLM's (0.32, read from
+`vllm/v1/core/sched/scheduler.py` and `sched/utils.py`):
+
+- a request stops after the step that reaches `max_tokens` or emits a stop token; that step's accepted drafts
+  are counted in full even when the output is cut at the stop (the counts are taken from the step's sampled
+  tokens before the stop check trims them), so a step may accept drafts past the last recorded token;
+- drafts for a request that has already stopped are dropped, never verified: no draft start at the end;
+- near `max_model_len` the scheduler verifies only `max_model_len - prompt - generated - 1` drafts (it never
+  schedules a position past the model length); a step with room for none decodes one token undrafted.
+
+This module knows nothing of models: `hits[i, j]` says whether draft j (0-based) from the i-th possible start
+(after i + 1 generated tokens) equals the target's greedy token. mtpbench/reference/replay.py computes the
+hits from the weights; tests check the walk by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One request's draft steps: drafts verified and drafts accepted per step, in order."""
+
+    drafted: tuple[int, ...]
+    accepted: tuple[int, ...]
+
+    @property
+    def num_drafts(self) -> int:
+        return len(self.drafted)
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return sum(self.drafted)
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        return sum(self.accepted)
+
+    def accepted_per_pos(self, k: int) -> tuple[int, ...]:
+        """vLLM's per-position counts: position i is accepted in every step that accepted more than i."""
+        return tuple(sum(1 for a in self.accepted if a > i) for i in range(k))
+
+
+def leading_hits(row: np.ndarray) -> int:
+    """How many drafts of one step the target accepts: the length of the leading run of hits."""
+    misses = np.flatnonzero(~np.asarray(row, dtype=bool))
+    return int(misses[0]) if len(misses) else len(row)
+
+
+def walk(hits: np.ndarray, generated: int, k: int, prompt_tokens: int = 0, max_model_len: int | None = None) -> Walk:
+    """The draft steps of a request that generated `generated` tokens (its stop included).
+
+    `hits` has one row per possible draft start (row i: after i + 1 generated tokens) and k columns; it must
+    have a row for every start before `generated`. `prompt_tokens` and `max_model_len` cap the drafts near the
+    model length as the scheduler does; without `max_model_len` there is no cap.
+    """
+    hits = np.asarray(hits, dtype=bool)
+    if hits.ndim != 2 or hits.shape[1] < k:
+        raise ValueError(f"hits must be (starts, >= {k}), got {hits.shape}")
+    drafted: list[int] = []
+    accepted: list[int] = []
+    n = 1  # the prefill samples the first token; drafting starts from it
+    while n < generated:
+        room = k if max_model_len is None else min(k, max_model_len - prompt_tokens - n - 1)
+        if max_model_len is not None and prompt_tokens + n >= max_model_len:
+            break
+        if room <= 0:
+            n += 1
+            continue
+        if n - 1 >= len(hits):
+            raise ValueError(f"hits has {len(hits)} draft starts; the walk needs start {n - 1}")
+        a = leading_hits(hits[n - 1, :room])
+        drafted.append(room)
+        accepted.append(a)
+        n += a + 1
+    return Walk(tuple(drafted), tuple(accepted))

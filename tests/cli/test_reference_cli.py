@@ -1,0 +1,88 @@
+"""`mtpbench reference` (issue 29) on constructed runs: the exit code is the verdict against the stored
+reference (1 below it, 0 matching), and what the reference does not model is one line and exit 2 before any
+model is loaded."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.clihelp import invoke, one_error_line
+from tests.conftest import PROMPTS
+from tests.referencehelp import CELL, GOOD, WORSE, per_prompt, write_reference
+
+
+def _set_pair(run: Path, target: Path, drafter: Path | None) -> None:
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["model"] = str(target)
+    manifest["config"]["speculative"]["model"] = None if drafter is None else str(drafter)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_stored_reference_the_engine_falls_below_exits_1(make_run: Callable[..., Path]) -> None:
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(WORSE)}, baseline=None)
+    write_reference(run, [CELL])
+    result = invoke("reference", run, "--stored")
+    assert result.exit_code == 1, result.output
+    assert f"FAIL engine-below-reference {CELL}" in result.stdout
+    assert "0 of 5 prompt observations" in result.stdout
+
+
+def test_a_stored_reference_the_engine_matches_exits_0_and_says_so_in_json(make_run: Callable[..., Path]) -> None:
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None)
+    write_reference(run, [CELL])
+    result = invoke("reference", run, "--stored", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (cell,) = doc["cells"]
+    assert (cell["exact"], cell["same_text"], cell["observations"]) == (len(PROMPTS), len(PROMPTS), len(PROMPTS))
+    assert doc["findings"] == [] and doc["exit_code"] == 0
+
+
+def test_no_stored_reference_is_one_line_and_exit_2(make_run: Callable[..., Path]) -> None:
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None)
+    result = invoke("reference", run, "--stored")
+    assert result.exit_code == 2
+    assert "no finished reference stored" in one_error_line(result)
+
+
+def test_a_sampled_run_is_refused(make_run: Callable[..., Path]) -> None:
+    run = make_run({CELL: [[90.0, 80.0, 70.0]]}, temperature=0.8, baseline=None)
+    result = invoke("reference", run)
+    assert result.exit_code == 2
+    assert "replays greedy decoding; this run samples at temperature 0.8" in one_error_line(result)
+
+
+def test_an_architecture_it_does_not_model_is_one_line_naming_it(make_run: Callable[..., Path], tmp_path: Path) -> None:
+    target = tmp_path / "llama"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None)
+    _set_pair(run, target, tmp_path / "drafter")
+    result = invoke("reference", run)
+    assert result.exit_code == 2
+    assert "this target is LlamaForCausalLM (model_type llama)" in one_error_line(result)
+
+
+def test_show_holds_a_replayed_run_against_its_stored_reference(make_run: Callable[..., Path]) -> None:
+    # Once `mtpbench reference` has stored a reference, `show` (and compare, report, the end of run) hold the
+    # engine against it too: no baseline, and the finding rides in the JSON with its numbers.
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(WORSE)}, baseline=None)
+    assert invoke("show", run).exit_code == 0  # nothing stored yet: no signature without a baseline
+    write_reference(run, [CELL])
+    result = invoke("show", run, "--json")
+    assert result.exit_code == 1, result.output
+    (f,) = [f for f in json.loads(result.stdout)["findings"] if f["kind"] == "engine-below-reference"]
+    assert f["cell"] == CELL and f["numbers"]["positions"] == [0, 1, 2] and f["numbers"]["al"] is True
+
+
+def test_reference_replay_in_a_sampled_config_is_refused_before_any_engine(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "name: t\nmodel: m\nspeculative: {method: mtp, model: d, num_speculative_tokens: 3}\n"
+        "sampling: {temperature: 0.7}\nprompts: p.yaml\nreference_replay: true\n"
+    )
+    result = invoke("run", cfg)
+    assert result.exit_code == 2
+    assert "reference_replay: the reference replays greedy decoding" in one_error_line(result)
