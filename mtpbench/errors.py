@@ -77,5 +77,12 @@ class ClusterError(UserError):
     exit_code = ExitCode.RUN_FAILED
 
 
+class ProvisionError(UserError):
+    """A build's environment could not be installed (registry unreachable, disk full, the installer failed):
+    the build cannot run. A pin that can never be satisfied is a `UserError` instead (exit 2)."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
 class DataWarning(UserWarning):
     """Something in stored results was skipped on purpose (a line cut off by a crash); shown as one line."""
