@@ -357,7 +357,7 @@ def load_config(path: str | Path) -> ExperimentConfig:
         # A local wheel or source folder is named relative to the config, like every other path in it.
         if b.requirements is not None:
             b.requirements = [
-                _resolve(base, r, must_exist=False) if is_local_requirement(r) else r for r in b.requirements
+                _resolve(base, r, must_exist=True) if is_local_requirement(r) else r for r in b.requirements
             ]
     return cfg
 

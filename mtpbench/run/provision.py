@@ -12,9 +12,7 @@ what was installed, the vllm version, how long it took), and only then is the fo
 A folder without a valid stamp is never used; a crash leaves a `.tmp-*` folder that `mtpbench build
 remove` clears. A lock per key keeps two runs from installing the same pins at once.
 
-The installer is uv where present (seconds instead of minutes), pip otherwise. uv does not read pip's
-configuration, so the machine's (`python -m pip config list`: index, extra indexes, find-links, constraint
-files, certificate, timeout) is passed on to it; pip reads its own.
+The installer is uv where present, pip otherwise, with the machine's pip configuration (run/installers.py).
 
 Failures: a pin no index can satisfy is bad input (`UserError`, exit 2); an installer that fails for
 another reason (registry unreachable, disk full) is `ProvisionError` (exit 3). Both are one line naming
@@ -27,19 +25,19 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 from mtpbench.errors import ProvisionError, UserError
+from mtpbench.run.installers import Installer, classify_failure, default_installer, failure_reason, last_line
 from mtpbench.specs import BuildSpec, CommandStep, UninstallStep, is_local_requirement
 from mtpbench.weights import cache_dir
 
@@ -101,7 +99,7 @@ def python_facts(python: str | None = None) -> PythonFacts:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(f"base_python {python}: cannot run it ({exc})") from None
     if done.returncode != 0:
-        raise UserError(f"base_python {python}: exits {done.returncode}: {_last_line(done.stderr)}")
+        raise UserError(f"base_python {python}: exits {done.returncode}: {last_line(done.stderr)}")
     return PythonFacts(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -141,172 +139,6 @@ def cache_key(spec: BuildSpec, facts: PythonFacts) -> str:
 
 def builds_root() -> Path:
     return cache_dir() / "builds"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The machine's pip configuration (what uv does not read)
-
-
-@dataclass(frozen=True)
-class PipSettings:
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    find_links: tuple[str, ...] = ()
-    constraint_files: tuple[str, ...] = ()
-    no_index: bool = False
-    cert: str | None = None
-    timeout: str | None = None
-
-    def uv_args(self) -> list[str]:
-        args: list[str] = []
-        if self.no_index:
-            args.append("--no-index")
-        if self.index_url:
-            args += ["--index-url", self.index_url]
-        for url in self.extra_index_urls:
-            args += ["--extra-index-url", url]
-        for place in self.find_links:
-            args += ["--find-links", place]
-        for c in self.constraint_files:
-            args += ["--constraint", c]
-        return args
-
-    def uv_env(self) -> dict[str, str]:
-        env = {}
-        if self.cert:
-            env["SSL_CERT_FILE"] = self.cert
-        if self.timeout:
-            env["UV_HTTP_TIMEOUT"] = self.timeout
-        return env
-
-    def described(self) -> dict[str, Any]:
-        """For the stamp: where packages came from, with any user:password taken out of the URLs."""
-        return {
-            "index_url": _redact(self.index_url) if self.index_url else None,
-            "extra_index_urls": [_redact(u) for u in self.extra_index_urls],
-            "find_links": [_redact(u) for u in self.find_links],
-            "constraint_files": list(self.constraint_files),
-            "no_index": self.no_index,
-        }
-
-
-def _redact(url: str) -> str:
-    return re.sub(r"(?<=://)[^/@]+@", "***@", url)
-
-
-# pip's own order: a PIP_* variable beats the config files, an `[install]` section beats `[global]`.
-_SCOPES = (":env:", "install", "global")
-
-
-def parse_pip_config(text: str) -> PipSettings:
-    """`pip config list` output (`scope.key='value'` lines, files already merged by pip) as settings."""
-    found: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        m = re.match(r"^([^.=\s]+|:env:)\.([a-z0-9-]+)='(.*)'$", line.strip())
-        if m:
-            found.setdefault(m.group(2), {})[m.group(1)] = m.group(3)
-
-    def get(key: str) -> str | None:
-        scopes = found.get(key, {})
-        return next((scopes[s] for s in _SCOPES if s in scopes), None)
-
-    def many(key: str) -> tuple[str, ...]:
-        value = get(key)
-        return tuple(value.split()) if value else ()
-
-    no_index = (get("no-index") or "").lower() in ("1", "true", "yes", "on")
-    return PipSettings(
-        index_url=get("index-url"),
-        extra_index_urls=many("extra-index-url"),
-        find_links=many("find-links"),
-        constraint_files=many("constraint"),
-        no_index=no_index,
-        cert=get("cert"),
-        timeout=get("default-timeout") or get("timeout"),
-    )
-
-
-def pip_settings(python: str | None = None) -> PipSettings:
-    """The machine's pip configuration as pip itself merges it (files and PIP_* variables); none when pip
-    is missing or says nothing."""
-    try:
-        done = subprocess.run(
-            [python or sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return PipSettings()
-    return parse_pip_config(done.stdout) if done.returncode == 0 else PipSettings()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Installers
-
-
-@dataclass(frozen=True)
-class Installer:
-    """How environments are made: uv (`argv` is the uv command) or pip (the base's `venv` and the new
-    environment's own pip). Tests give a fake uv command here."""
-
-    kind: Literal["uv", "pip"]
-    argv: tuple[str, ...] = ()
-    settings: PipSettings = field(default_factory=PipSettings)
-
-    def version(self) -> str:
-        cmd = [*self.argv, "--version"] if self.kind == "uv" else [sys.executable, "-m", "pip", "--version"]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            return self.kind
-        return (done.stdout.strip().splitlines() or [self.kind])[0]
-
-    def create(self, facts: PythonFacts, where: Path) -> list[str]:
-        if self.kind == "uv":
-            return [*self.argv, "venv", "--quiet", "--python", facts.base, str(where)]
-        return [facts.base, "-m", "venv", str(where)]
-
-    def install(self, python: Path, requirements: Sequence[str], constraints: Path | None) -> list[str]:
-        extra = ["--constraint", str(constraints)] if constraints is not None else []
-        if self.kind == "uv":
-            # pip picks the best version over every index and find-links folder; uv's default takes the
-            # first index that has the name, which would take a registry's CUDA torch over the machine's
-            # +cpu wheel. unsafe-best-match is pip's rule.
-            return [
-                *self.argv,
-                "pip",
-                "install",
-                "--python",
-                str(python),
-                "--index-strategy",
-                "unsafe-best-match",
-                *self.settings.uv_args(),
-                *extra,
-                *requirements,
-            ]
-        return [str(python), "-m", "pip", "install", "--disable-pip-version-check", *extra, *requirements]
-
-    def uninstall(self, python: Path, names: Sequence[str]) -> list[str]:
-        if self.kind == "uv":
-            return [*self.argv, "pip", "uninstall", "--python", str(python), *names]
-        return [str(python), "-m", "pip", "uninstall", "-y", *names]
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, **(self.settings.uv_env() if self.kind == "uv" else {})}
-
-
-def find_uv() -> str | None:
-    """uv beside this interpreter (the `uv` wheel puts it in the venv's bin/), else on PATH."""
-    here = Path(sys.executable).parent / "uv"
-    if here.is_file() and os.access(here, os.X_OK):
-        return str(here)
-    return shutil.which("uv")
-
-
-def default_installer() -> Installer:
-    """uv where present, pip otherwise, with the machine's pip configuration (passed on to uv)."""
-    uv = find_uv()
-    if uv is None:
-        return Installer("pip")
-    return Installer("uv", (uv,), pip_settings())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -415,51 +247,6 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Failures: bad pin (2) or failed install (3)
-
-# What an installer prints when the network or the disk failed: checked first, since pip ends a run whose
-# downloads all failed with the same "Could not find a version" as for a pin that does not exist.
-_INSTALL_FAILURE = re.compile(
-    r"No space left on device|Disk quota exceeded|os error 28|Errno 28|"
-    r"Failed to fetch|error sending request|dns error|Name or service not known|"
-    r"Temporary failure in name resolution|Network is unreachable|Connection refused|"
-    r"NewConnectionError|ConnectTimeout|ReadTimeout|timed out|ProxyError|SSLError|certificate verify failed",
-    re.IGNORECASE,
-)
-_BAD_PIN = re.compile(
-    r"No solution found when resolving|requirements are unsatisfiable|no version of|"
-    r"not found in the (package )?registry|was not found in the|Could not find a version that satisfies|"
-    r"No matching distribution found|ResolutionImpossible|conflicting dependencies|"
-    r"is not a valid wheel filename|Invalid requirement",
-    re.IGNORECASE,
-)
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
-
-
-def _why(output: str) -> str:
-    """The installer's own reason, in one line: uv's `Because …` sentence, pip's first `ERROR:` line."""
-    flat = " ".join(ln.strip().lstrip("╰─▶×│ ").strip() for ln in output.splitlines() if ln.strip())
-    m = re.search(r"Because .*?(?:unsatisfiable\.|$)", flat)
-    if m:
-        return m.group(0)[:400]
-    for ln in output.splitlines():
-        s = ln.strip().lstrip("×│ ").strip()
-        if s.startswith(("ERROR:", "error:")):
-            return s[:400]
-    return _last_line(output)[:400]
-
-
-def classify_failure(output: str) -> Literal["bad-pin", "install-failed"]:
-    if _INSTALL_FAILURE.search(output):
-        return "install-failed"
-    return "bad-pin" if _BAD_PIN.search(output) else "install-failed"
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Provisioning
 
 
@@ -528,7 +315,7 @@ def _install(
     with open(log, "w", encoding="utf-8") as out:
         run = _Runner(name, inst, out, log, deadline)
         say(f"build {name}: creating an environment ({inst.kind}, Python {facts.version})")
-        run(inst.create(facts, tmp), "creating the environment")
+        run(inst.create(facts.base, tmp), "creating the environment")
         python = env_python(tmp)
         constraints = None
         if spec.constraints:
@@ -584,7 +371,7 @@ class _Runner:
         self.out.flush()
         if done.returncode == 0:
             return done.stdout
-        why = _why(output)
+        why = failure_reason(output)
         if pins and classify_failure(output) == "bad-pin":
             raise UserError(f"build {self.name}: cannot install its pins: {why} (log: {self.log})")
         raise ProvisionError(f"build {self.name}: {what} failed (exit {done.returncode}): {why} (log: {self.log})")
@@ -615,20 +402,13 @@ def _rehome(tmp: Path, final: Path) -> None:
 __all__ = [
     "STAMP",
     "CacheEntry",
-    "Installer",
-    "PipSettings",
     "Provisioned",
     "PythonFacts",
     "builds_root",
     "cache_key",
-    "classify_failure",
-    "default_installer",
-    "find_uv",
     "folder_size",
     "key_payload",
     "list_cached",
-    "parse_pip_config",
-    "pip_settings",
     "provision",
     "python_facts",
     "read_stamp",
