@@ -209,6 +209,10 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _cut(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def failure_reason(output: str) -> str:
     """The installer's own reason, in one line: uv's first `Because …` clause (environment markers taken
     out), else its `error:` line with the last `cause:`; pip's first `ERROR:` line (without the list of
@@ -217,13 +221,13 @@ def failure_reason(output: str) -> str:
     flat = re.sub(r"\{[^{}]*\}", "", " ".join(lines))
     m = re.search(r"Because (.*?)(?:, we can conclude|\.(?:\s|$)|$)", flat)
     if m:
-        return m.group(0).removesuffix(", we can conclude").rstrip(". ")[:400]
+        return _cut(m.group(0).removesuffix(", we can conclude").rstrip(". "))
     errors = [ln for ln in lines if ln.startswith(("ERROR:", "error:"))]
     causes = [ln.removeprefix("cause:").strip() for ln in lines if ln.startswith("cause:")]
     if errors:
         first = re.sub(r"\s*\(from versions:[^)]*\)", "", errors[0])
-        return (first + (f"; {causes[-1]}" if causes else ""))[:400]
-    return last_line(output)[:400]
+        return _cut(first + (f"; {causes[-1]}" if causes else ""))
+    return _cut(last_line(output))
 
 
 def classify_failure(output: str) -> Literal["bad-pin", "install-failed"]:
