@@ -19,6 +19,7 @@ from mtpbench.run.provision import (
     Provisioned,
     builds_root,
     cache_key,
+    env_python,
     provision,
     python_facts,
     read_stamp,
@@ -86,10 +87,26 @@ def resolve_builds(
     return cfg.model_copy(update={"builds": builds}), done
 
 
+def preview_builds(cfg: ExperimentConfig, root: Path | None = None) -> tuple[ExperimentConfig, list[BuildState]]:
+    """For `--dry-run`: each requirements build given the interpreter it will have (its cache entry's,
+    whether or not it is there yet), installing nothing; and where each stands."""
+    builds: dict[str, BuildSpec] = {}
+    states: list[BuildState] = []
+    for name, spec in cfg.builds.items():
+        if not spec.from_pins:
+            builds[name] = spec
+            continue
+        state = build_state(name, spec, root)
+        states.append(state)
+        entry = ProvisionedSpec(python=str(env_python(state.path)), key=state.key, vllm=state.vllm)
+        builds[name] = spec.model_copy(update={"provisioned": entry})
+    return cfg.model_copy(update={"builds": builds}), states
+
+
 def unresolved(cfg: ExperimentConfig, only: Iterable[str] | None = None) -> list[str]:
     """Requirements builds without an environment yet: planning one of them is a bug (resolve first)."""
     wanted = set(only) if only is not None else set(cfg.builds)
     return [n for n, b in cfg.builds.items() if n in wanted and b.from_pins and b.provisioned is None]
 
 
-__all__ = ["BuildState", "build_state", "resolve_build", "resolve_builds", "unresolved"]
+__all__ = ["BuildState", "build_state", "preview_builds", "resolve_build", "resolve_builds", "unresolved"]

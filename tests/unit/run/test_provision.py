@@ -20,7 +20,7 @@ from mtpbench.config import load_config
 from mtpbench.errors import ExitCode, ProvisionError, UserError
 from mtpbench.run import installers
 from mtpbench.run import provision as prov
-from mtpbench.run.builds import build_state, resolve_builds, unresolved
+from mtpbench.run.builds import build_state, preview_builds, resolve_builds, unresolved
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -218,6 +218,11 @@ def test_resolving_a_config_gives_each_pinned_build_its_interpreter(
     assert unresolved(resolved) == ["b"] and resolved.builds["c"].interpreter() is None
     state = build_state("a", cfg.builds["a"], root)
     assert state.ready and state.vllm == "0.27.1" and state.key == a.provisioned.key
+    # A dry run sees the interpreter each build will have, cached or not, and installs nothing.
+    preview, states = preview_builds(cfg, root)
+    assert [(st.name, st.ready) for st in states] == [("a", True), ("b", False)] and len(install_calls(calls)) == 1
+    assert preview.builds["a"].interpreter() == a.interpreter()
+    assert preview.builds["b"].interpreter() == str(root / states[1].key / "bin" / "python")
     # The resolved config survives the manifest's round trip (a resume validates it again).
     again = type(resolved).model_validate(resolved.model_dump(mode="json"))
     assert again.builds["a"].interpreter() == a.interpreter()
