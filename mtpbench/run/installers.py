@@ -124,8 +124,10 @@ class Installer:
     argv: tuple[str, ...] = ()
     settings: PipSettings = field(default_factory=PipSettings)
 
-    def version(self) -> str:
-        cmd = [*self.argv, "--version"] if self.kind == "uv" else [sys.executable, "-m", "pip", "--version"]
+    def version(self, python: Path | None = None) -> str:
+        """The installer's version line (pip's: the one in `python`, the environment it installed into)."""
+        pip = [str(python or sys.executable), "-m", "pip", "--version"]
+        cmd = [*self.argv, "--version"] if self.kind == "uv" else pip
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):

@@ -339,7 +339,7 @@ def _install(
         "key": key,
         "name": name,
         **key_payload(spec, facts),
-        "installer": inst.version(),
+        "installer": inst.version(python),
         "sources": inst.settings.described() if inst.kind == "uv" else "pip's own configuration",
         "installed": [f"{n}=={v}" for n, v in sorted(installed.items(), key=lambda kv: kv[0].lower())],
         "vllm": vllm,
