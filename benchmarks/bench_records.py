@@ -1,8 +1,8 @@
 """Benchmark: `show`, `compare`, `report` and `history` over a run of 10⁶ prompt records.
 
-Writes a run in the real on-disk format (manifest.json + records.jsonl, one JSON line per prompt as the
-worker writes them, per-request histogram counts and the 120-character output head included), then times
-the real CLI in fresh subprocesses, as CI would call it:
+Writes a run in the real on-disk format through the store's RunWriter (manifest.json + records.jsonl, one
+JSON line per prompt as the worker writes them, per-request histogram counts and the 120-character output
+head included), then times the real CLI in fresh subprocesses, as CI would call it:
 
 1. `show` on the bare run: parses the JSONL (the authoritative, validating reader) and writes the columnar
    copy (records.parquet) — the one-time cost a run pays when it ends;
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import json
 import os
 import platform
 import random
@@ -28,17 +27,18 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mtpbench.cli  # noqa: E402,F401 - first: the CLI's numpy settings (huge pages off) hold for the stages too
-from mtpbench.schema import SCHEMA_VERSION  # noqa: E402
-from mtpbench.store.manifest import MANIFEST, new_manifest  # noqa: E402
+from mtpbench.schema import CellStatus, RunStatus  # noqa: E402
 from mtpbench.store.records import RECORDS  # noqa: E402
+from mtpbench.store.writer import RunWriter  # noqa: E402
 
 K = 3
 HISTORY_CACHE = "history-point.json"
@@ -53,9 +53,7 @@ RATES = (0.982, 0.963, 0.899)
 
 
 def write_run(path: Path, n_records: int, seed: int = 0) -> None:
-    rng = random.Random(seed)
     per_cell = n_records // (len(CELLS) * REPEATS)
-    run_id = path.name
     cfg = {
         "name": "bench",
         "model": "gemma-4",
@@ -66,83 +64,63 @@ def write_run(path: Path, n_records: int, seed: int = 0) -> None:
     }
     ids = [f"req-{i:07d}" for i in range(per_cell)]
     prompts = {"name": "serving", "sha256": hashlib.sha256(b"bench").hexdigest(), "ids": ids}
-    manifest = new_manifest(run_id, cfg, "bench.yaml", prompts)
-    path.mkdir(parents=True)
-    with (path / RECORDS).open("w", encoding="utf-8") as f:
-        for build, mode, variant in CELLS:
-            cell = f"{build}/{mode}/{variant}"
-            for r in range(REPEATS):
-                manifest["cells"].append(
-                    {
-                        "cell": cell,
-                        "build": build,
-                        "mode": mode,
-                        "variant": variant,
-                        "repeat": r,
-                        "hash_seed": r,
-                        "status": "ok",
-                        "wall_s": 1.0,
-                        "engine_start_s": 0.1,
-                    }
-                )
-                base = {
-                    "schema": SCHEMA_VERSION,
-                    "run_id": run_id,
-                    "cell": cell,
-                    "build": build,
-                    "mode": mode,
-                    "variant": variant,
-                    "repeat": r,
-                    "hash_seed": r,
-                }
-                f.write(
-                    json.dumps(
-                        {
-                            **base,
-                            "type": "cell_start",
-                            "requested": {"cudagraph_mode": mode},
-                            "effective": {"cudagraph_mode": mode},
-                            "patches": [],
-                            "env": {"versions": {"vllm": "0.32.0"}, "git_sha": {}},
-                        }
-                    )
-                    + "\n"
-                )
-                for i, pid in enumerate(ids):
-                    drafts = rng.randint(30, 50)
-                    acc, prev = [], drafts
-                    for rate in RATES:  # accepted counts are a prefix: never more at i than at i-1
-                        prev = max(0, min(prev, round(drafts * rate + rng.uniform(-2, 2))))
-                        acc.append(prev)
-                    hist = [0] * (K + 1)
-                    hist[K] = acc[-1]
-                    rec = {
-                        **base,
-                        "type": "prompt",
-                        "prompt_id": pid,
-                        "prompt_index": i,
-                        "num_drafts": drafts,
-                        "num_draft_tokens": drafts * K,
-                        "num_accepted_tokens": sum(acc),
-                        "accepted_per_pos": acc,
-                        "num_prompt_tokens": 40,
-                        "num_generated_tokens": 128,
-                        "finish_reason": "length",
-                        "output_sha256": hashlib.sha256(pid.encode()).hexdigest(),
-                        "output_head": ("def solve(xs):\n    return sorted(set(xs)) " * 3)[:120],
-                        "wall_s": 0.1234,
-                        "source": "counters",
-                        "per_request": {
-                            "num_drafts": drafts,
-                            "num_draft_tokens": drafts * K,
-                            "num_accepted_tokens": sum(acc),
-                            "accepted_per_pos": acc,
-                        },
-                    }
-                    f.write(json.dumps(rec) + "\n")
-                f.write(json.dumps({**base, "type": "cell_end", "wall_s": 1.0, "engine_start_s": 0.1}) + "\n")
-    manifest.update(status="complete", finished=manifest["created"])
-    (path / MANIFEST).write_text(json.dumps(manifest))
+    run = RunWriter.create(path, config=cfg, config_path="bench.yaml", prompts=prompts)
+    rng = random.Random(seed)
+    for build, mode, variant in CELLS:
+        for r in range(REPEATS):
+            i = run.add_cell(
+                build=build,
+                mode=mode,
+                variant=variant,
+                repeat=r,
+                hash_seed=r,
+                status=CellStatus.OK,
+                wall_s=1.0,
+                engine_start_s=0.1,
+            )
+            run.append(cell_records(run, i, ids, rng))  # drawn as written: 10⁶ records never sit in memory
+    run.finish(RunStatus.COMPLETE, finished=run.manifest["created"])
+
+
+def cell_records(run: RunWriter, i: int, ids: list[str], rng: random.Random) -> Iterator[dict[str, Any]]:
+    """One cell-repeat's records, as the worker writes them: cell_start, a prompt record per id, cell_end."""
+    mode = run.cells[i]["mode"]
+    yield run.record(
+        i,
+        "cell_start",
+        requested={"cudagraph_mode": mode},
+        effective={"cudagraph_mode": mode},
+        patches=[],
+        env={"versions": {"vllm": "0.32.0"}, "git_sha": {}},
+    )
+    for j, pid in enumerate(ids):
+        drafts = rng.randint(30, 50)
+        acc, prev = [], drafts
+        for rate in RATES:  # accepted counts are a prefix: never more at i than at i-1
+            prev = max(0, min(prev, round(drafts * rate + rng.uniform(-2, 2))))
+            acc.append(prev)
+        counts = {
+            "num_drafts": drafts,
+            "num_draft_tokens": drafts * K,
+            "num_accepted_tokens": sum(acc),
+            "accepted_per_pos": acc,
+        }
+        yield run.record(
+            i,
+            "prompt",
+            prompt_id=pid,
+            prompt_index=j,
+            **counts,
+            num_prompt_tokens=40,
+            num_generated_tokens=128,
+            finish_reason="length",
+            output_sha256=hashlib.sha256(pid.encode()).hexdigest(),
+            output_head=("def solve(xs):\n    return sorted(set(xs)) " * 3)[:120],
+            wall_s=0.1234,
+            source="counters",
+            per_request=dict(counts),
+        )
+    yield run.record(i, "cell_end", wall_s=1.0, engine_start_s=0.1)
 
 
 def baseline_file(path: Path) -> Path:

@@ -56,12 +56,11 @@ sys.path.insert(0, str(REPO))
 from mtpbench.judge.compare import compare  # noqa: E402
 from mtpbench.judge.save import baseline_of_run  # noqa: E402
 from mtpbench.judge.stats import wilson  # noqa: E402
-from mtpbench.schema import SCHEMA_VERSION  # noqa: E402
+from mtpbench.schema import CellStatus, RunStatus  # noqa: E402
 from mtpbench.specs import GateSpec  # noqa: E402
 from mtpbench.store.baseline import load_baseline  # noqa: E402
-from mtpbench.store.manifest import MANIFEST, new_manifest  # noqa: E402
-from mtpbench.store.records import RECORDS  # noqa: E402
 from mtpbench.store.results import load_run  # noqa: E402
+from mtpbench.store.writer import RunWriter  # noqa: E402
 
 K = 3
 # The shipped default's baseline (configs/tiny-gemma4-mtp.yaml names it); --tiny-baseline takes another.
@@ -287,8 +286,6 @@ def drop_scale(t: Truth, pos: int, pts: float) -> np.ndarray:
 
 def write_run(path: Path, t: Truth, cells: dict[str, tuple[np.ndarray, np.ndarray]], baseline: str) -> Path:
     """One repeat per cell, per-prompt records in the real format; the same text in every cell (greedy)."""
-    run_id = path.name
-    path.mkdir(parents=True)
     config = {
         "name": "gate-power",
         "model": "target",
@@ -299,61 +296,38 @@ def write_run(path: Path, t: Truth, cells: dict[str, tuple[np.ndarray, np.ndarra
         "baseline": baseline,
         "baseline_entry": {},
     }
-    manifest = new_manifest(
-        run_id, config, "gate-power.yaml", {"name": t.name, "sha256": "ab" * 32, "ids": list(t.ids)}
-    )
-    manifest["model"] = {"name": "target", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
-    manifest["drafter"] = {"name": "drafter", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
-    manifest["status"] = "finished"
-    lines: list[str] = []
+    prompts = {"name": t.name, "sha256": "ab" * 32, "ids": list(t.ids)}
+    run = RunWriter.create(path, config=config, config_path="gate-power.yaml", prompts=prompts)
+    run.manifest["model"] = {"name": "target", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
+    run.manifest["drafter"] = {"name": "drafter", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
+    records: list[dict[str, Any]] = []
     for cell, (drafts, acc) in cells.items():
         build, mode, variant = cell.split("/")
-        manifest["cells"].append(
-            {
-                "cell": cell,
-                "build": build,
-                "mode": mode,
-                "variant": variant,
-                "repeat": 0,
-                "hash_seed": 0,
-                "status": "ok",
-            }
-        )
-        base = {
-            "schema": SCHEMA_VERSION,
-            "run_id": run_id,
-            "cell": cell,
-            "build": build,
-            "mode": mode,
-            "variant": variant,
-            "repeat": 0,
-            "hash_seed": 0,
-        }
+        i = run.add_cell(build=build, mode=mode, variant=variant, repeat=0, hash_seed=0, status=CellStatus.OK)
         req = config["modes"][mode]
         eff = {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"}
-        lines.append(json.dumps({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []}))
-        for i, pid in enumerate(t.ids):
-            a = [int(x) for x in acc[i]]
-            lines.append(
-                json.dumps(
-                    {
-                        **base,
-                        "type": "prompt",
-                        "prompt_id": pid,
-                        "prompt_index": i,
-                        "num_drafts": int(drafts[i]),
-                        "num_draft_tokens": int(drafts[i]) * K,
-                        "num_accepted_tokens": sum(a),
-                        "accepted_per_pos": a,
-                        "num_generated_tokens": int(drafts[i]) + sum(a),
-                        "output_sha256": f"text-{pid}",
-                        "wall_s": 0.1,
-                    }
+        records.append(run.record(i, "cell_start", requested=req, effective=eff, patches=[]))
+        for j, pid in enumerate(t.ids):
+            a = [int(x) for x in acc[j]]
+            records.append(
+                run.record(
+                    i,
+                    "prompt",
+                    prompt_id=pid,
+                    prompt_index=j,
+                    num_drafts=int(drafts[j]),
+                    num_draft_tokens=int(drafts[j]) * K,
+                    num_accepted_tokens=sum(a),
+                    accepted_per_pos=a,
+                    num_generated_tokens=int(drafts[j]) + sum(a),
+                    output_sha256=f"text-{pid}",
+                    wall_s=0.1,
                 )
             )
-    (path / MANIFEST).write_text(json.dumps(manifest))
-    (path / RECORDS).write_text("\n".join(lines) + "\n")
-    return path
+    run.append(records)
+    # The status the runner gives a run whose every cell-repeat ended ok (this writer once said "finished").
+    run.finish(RunStatus.COMPLETE)
+    return run.path
 
 
 @dataclass

@@ -24,6 +24,10 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from mtpbench.schema import RunStatus  # noqa: E402
+
 BASE_CONFIG = REPO / "configs" / "tiny-gemma4-mtp.yaml"
 
 
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         f"- sequential run: per-request counts equal the counter differences for {len(seq_cross)}/{len(s)} prompts",
     ]
     s_manifest = json.loads((sequential_dir / "manifest.json").read_text())
-    if s_manifest.get("status") != "complete":
+    if s_manifest.get("status") != RunStatus.COMPLETE:
         lines.append(
             f"- the sequential run did not complete (status {s_manifest.get('status')}, cell "
             f"{[c.get('status') for c in s_manifest['cells']]}): {len(s)} of {len(b)} prompts compared"

@@ -25,7 +25,25 @@ BASELINE_SCHEMA = 1  # baselines/*.yaml
 COUNTERS_ONLY = "counters-only"
 
 
-class CellStatus(str, Enum):
+class _Status(str, Enum):
+    """A status written into JSON and shown in words: str() and f-strings give the value ("ok"), never the
+    member's name ("CellStatus.OK"), so a status is the same text on disk, in a progress line and in a log."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class RunStatus(_Status):
+    """Where a whole run stands, in the manifest's `status` (the runner writes it; so do the store's RunWriter
+    and the benchmarks' synthetic runs, with the same values)."""
+
+    RUNNING = "running"  # started, or resumed, and not ended (or the runner was killed: --resume finishes it)
+    COMPLETE = "complete"  # every cell-repeat ended ok
+    FAILED = "failed"  # some cell-repeat failed or timed out (the others went on)
+    INTERRUPTED = "interrupted"  # a stop signal, or a bug of the runner, stopped it: every worker is gone
+
+
+class CellStatus(_Status):
     """Where a cell-repeat stands, in the manifest (the runner writes it, every reader compares with it)."""
 
     PENDING = "pending"

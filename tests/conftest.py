@@ -1,22 +1,21 @@
-"""Shared fixtures: synthetic runs written in the real on-disk format (for the pure logic of stats,
-compare and the CLI; the engine-backed tests live in test_engine.py)."""
+"""Shared fixtures: synthetic runs written in the real on-disk format by the store's RunWriter (for the pure
+logic of stats, compare and the CLI; the engine-backed tests live in tests/engine/)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mtpbench.schema import SCHEMA_VERSION
-from mtpbench.store.manifest import MANIFEST, new_manifest
-from mtpbench.store.records import RECORDS
+from mtpbench.schema import CellStatus
+from mtpbench.store.writer import RunWriter
 
 K = 3
 PUBLISHED = Path(__file__).resolve().parent.parent / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
 PROMPTS = ["algorithm", "class", "file-io", "parsing", "unit-test"]
+RUN_ID = "20261202T000000Z-synthetic"
 
 Spec = dict[str, Any]
 
@@ -80,9 +79,6 @@ def write_run(
     the published figures may judge it; `baseline=None` writes a config that names no baseline.
     per_prompt: cell -> per repeat -> per prompt (drafts, accepted_per_pos), instead of even rates.
     recorded: cell -> per repeat, how many prompt records were written (a repeat cut off part-way)."""
-    run_id = "20261202T000000Z-synthetic"
-    path = root / run_id
-    path.mkdir(parents=True)
     config = {
         "name": "synthetic",
         "model": "m",
@@ -94,39 +90,19 @@ def write_run(
         "baseline_entry": baseline_entry or {},
     }
     prompts = {"name": "coding", "sha256": "ab" * 32, "ids": PROMPTS}
-    manifest = new_manifest(run_id, config, "synthetic.yaml", prompts)
-    manifest["model"] = {"name": "m", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
-    manifest["drafter"] = {"name": "d", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
+    run = RunWriter.create(root / RUN_ID, config=config, config_path="synthetic.yaml", prompts=prompts)
+    run.manifest["model"] = {"name": "m", "config_sha256": "cd" * 32, "weights_sha256": "c0" * 32}
+    run.manifest["drafter"] = {"name": "d", "config_sha256": "ef" * 32, "weights_sha256": "e0" * 32}
     records: list[dict[str, Any]] = []
     for cell, repeats in cells.items():
         build, mode, variant = cell.split("/")
         for r, rates in enumerate(repeats):
             seed = (seeds or list(range(len(repeats))))[r]
-            status = (statuses or {}).get(cell, ["ok"] * len(repeats))[r]
-            manifest["cells"].append(
-                {
-                    "cell": cell,
-                    "build": build,
-                    "mode": mode,
-                    "variant": variant,
-                    "repeat": r,
-                    "hash_seed": seed,
-                    "status": status,
-                }
-            )
-            base = {
-                "schema": SCHEMA_VERSION,
-                "run_id": run_id,
-                "cell": cell,
-                "build": build,
-                "mode": mode,
-                "variant": variant,
-                "repeat": r,
-                "hash_seed": seed,
-            }
+            status = CellStatus((statuses or {}).get(cell, [CellStatus.OK] * len(repeats))[r])
+            i = run.add_cell(build=build, mode=mode, variant=variant, repeat=r, hash_seed=seed, status=status)
             req = (requested or {}).get(mode, {"cudagraph_mode": None, "enforce_eager": mode == "eager"})
             eff = (effective or {}).get(mode, {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"})
-            records.append({**base, "type": "cell_start", "requested": req, "effective": eff, "patches": []})
+            records.append(run.record(i, "cell_start", requested=req, effective=eff, patches=[]))
             parts = split(counts_for(rates, drafts), len(PROMPTS))
             if per_prompt and cell in per_prompt:
                 parts = [
@@ -138,24 +114,25 @@ def write_run(
                     }
                     for d, a in per_prompt[cell][r]
                 ]
-            n_rec = (recorded or {}).get(cell, [len(parts) if status == "ok" else 0] * len(repeats))[r]
-            for i, part in enumerate(parts[:n_rec]):
+            n_rec = (recorded or {}).get(cell, [len(parts) if status == CellStatus.OK else 0] * len(repeats))[r]
+            for j, part in enumerate(parts[:n_rec]):
                 sha = ((text or {}).get(cell) or ["same"] * len(repeats))[r]
                 records.append(
-                    {
-                        **base,
-                        "type": "prompt",
-                        "prompt_id": PROMPTS[i],
-                        "prompt_index": i,
+                    run.record(
+                        i,
+                        "prompt",
+                        prompt_id=PROMPTS[j],
+                        prompt_index=j,
                         **part,
-                        "num_generated_tokens": 128,
-                        "output_sha256": f"{sha}-{PROMPTS[i]}",
-                        "wall_s": 0.1,
-                    }
+                        num_generated_tokens=128,
+                        output_sha256=f"{sha}-{PROMPTS[j]}",
+                        wall_s=0.1,
+                    )
                 )
-    (path / MANIFEST).write_text(json.dumps(manifest))
-    (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
+    # The manifest first, then the records, as before: a reader never sees records of cells it lacks.
+    run.save()
+    run.append(records)
+    return run.path
 
 
 @pytest.fixture

@@ -24,11 +24,12 @@ FAKE = REPO / "tests" / "fake_worker.py"
 def fake_config(tmp: Path, builds: dict[str, dict[str, Any]], prompts: int = 2, **extra: Any) -> Path:
     """A config whose builds run the fake worker; `builds` maps a build name to its FAKE behaviour."""
     py = tmp / "fakepy"
-    # The runner calls `<python> -m mtpbench.engine.worker JOB`; device probing calls
-    # `<python> -m mtpbench.probes.devices` (and a test may call `<python> -c ...`): those run for real.
+    # The runner calls `<python> -m mtpbench.engine.worker JOB`: the fake answers it. Anything else (device and
+    # platform probes, `-c` or `-m` another module) runs in the real interpreter.
     py.write_text(
-        f'#!/bin/sh\ncase "$1 $2" in "-c "* | "-m mtpbench.probes."*) exec {sys.executable} "$@" ;; esac\n'
-        f'exec {sys.executable} {FAKE} "$@"\n'
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-m" ] && [ "$2" = "mtpbench.engine.worker" ]; then exec {sys.executable} {FAKE} "$@"; fi\n'
+        f'exec {sys.executable} "$@"\n'
     )
     py.chmod(0o755)
     marks = tmp / "marks"

@@ -1,6 +1,7 @@
 """What every command module shares: the consoles, the one error handler `guarded` every command goes
-through, the one-line warnings, and the few output helpers more than one command group uses (an output
-file's folder, the GitHub Actions publication of a verdict).
+through (the only place a `UserError` is caught: commands raise it, never catch it), the one-line
+warnings, and the few output helpers more than one command group uses (an output file's folder, the
+GitHub Actions publication of a verdict).
 
 Exit codes (errors.py, DESIGN.md): a command returns its exit code; a `UserError` becomes one line on stderr
 and its code; any other exception becomes one line naming a log file that holds the traceback, and exit 3 —
@@ -19,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -35,6 +36,21 @@ from mtpbench import __version__
 from mtpbench.errors import DataWarning, ExitCode, UserError
 from mtpbench.render.ci import make_console
 
+if TYPE_CHECKING:
+    from mtpbench.judge.compare import Comparison
+
+__all__ = [
+    "clickx",
+    "console",
+    "err_console",
+    "guarded",
+    "make_parent",
+    "publish_github",
+    "say",
+    "show_warning",
+    "wide",
+]
+
 # Not a terminal (a CI log, a pipe): wide enough that no cell, number or verdict is ever cropped (ci.py).
 console = make_console()
 err_console = make_console(stderr=True)
@@ -48,11 +64,6 @@ def wide() -> bool:
 def say(line: str) -> None:
     """One line on stderr, as every error and warning of mtpbench is."""
     err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def fail(exc: UserError) -> typer.Exit:
-    say(f"mtpbench: error: {exc}")
-    return typer.Exit(int(exc.exit_code))
 
 
 def _crash_log(exc: BaseException) -> str:
@@ -117,9 +128,9 @@ def make_parent(path: Path, what: str) -> None:
         raise UserError(f"{what} {path}: cannot create the folder {path.parent}: {exc.strerror or exc}") from None
 
 
-def publish_github(comp: Any, flag: bool) -> None:
+def publish_github(comp: Comparison, flag: bool) -> None:
     """Under GitHub Actions (or --github): Markdown verdict to the step summary, failing checks as ::error."""
-    from mtpbench.render import ci, report
+    from mtpbench.render import ci, report  # report imports judge/ (pandas): only once a verdict exists
 
     if not ci.github_enabled(flag):
         return

@@ -7,12 +7,22 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from rich.text import Text
 
 from mtpbench.cli.common import console
 
+if TYPE_CHECKING:  # config brings pydantic, run/ and fixes/ bring more: `mtpbench --help` must not pay
+    from mtpbench.config import ExperimentConfig, PromptSet
+    from mtpbench.fixes.status import Preflight
+    from mtpbench.run.cells import Cell, CellPlan
+    from mtpbench.run.cost import Estimate
 
-def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) -> None:
+__all__ = ["model_statuses", "path_status", "render_config_sizing", "render_dry_run", "render_estimate"]
+
+
+def render_estimate(est: Estimate | None, name: str, out: Path, jobs: int, executor: str) -> None:
     if est is None:
         console.print(f"estimate: no earlier runs of {name} in {out} to estimate the wall time from", highlight=False)
         return
@@ -26,14 +36,12 @@ def render_estimate(est: Any, name: str, out: Path, jobs: int, executor: str) ->
     )
 
 
-def _render_preflight(checks: list[Any]) -> None:
-    from rich.text import Text
-
+def _render_preflight(checks: list[Preflight]) -> None:
     for pf in checks:
         console.print(Text(pf.line, style="bold red" if pf.applies is False else "dim"), soft_wrap=True)
 
 
-def render_config_sizing(cfg: Any, cells: list[Any], base: Path, prompts: int) -> None:
+def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path, prompts: int) -> None:
     from mtpbench.judge.sizing import family_of_config, primary_count, size_entry
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
@@ -72,7 +80,7 @@ def path_status(value: str | None) -> str:
     return "missing"
 
 
-def model_statuses(cfg: Any) -> list[tuple[str, str | None, str]]:
+def model_statuses(cfg: ExperimentConfig) -> list[tuple[str, str | None, str]]:
     return [
         (what, v, path_status(v))
         for what, v in (("model", cfg.model), ("drafter", cfg.speculative.model))
@@ -80,7 +88,7 @@ def model_statuses(cfg: Any) -> list[tuple[str, str | None, str]]:
     ]
 
 
-def _render_missing(cfg: Any) -> None:
+def _render_missing(cfg: ExperimentConfig) -> None:
     bad = [(what, v, st) for what, v, st in model_statuses(cfg) if st in ("placeholder", "missing")]
     for what, v, st in bad:
         why = "a placeholder" if st == "placeholder" else "not a local path or a hub id"
@@ -92,7 +100,7 @@ def _render_missing(cfg: Any) -> None:
         )
 
 
-def render_dry_run(cfg: Any, prompts: Any, plans: list[Any]) -> None:
+def render_dry_run(cfg: ExperimentConfig, prompts: PromptSet, plans: list[CellPlan]) -> None:
     from mtpbench.fixes.status import preflight
 
     # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix

@@ -1,20 +1,37 @@
 """The commands that read stored runs and baselines: `show` (a run alone), `compare` (the CI gate),
 `report` (HTML and PNG), `history` (the trend across runs) and `size` (how many prompts certify δ). Each
 checks its options before a run is loaded, asks judge/ for the verdict and render/ for its output, and
-returns the verdict's exit code (`report`, `history` and `size` exit 0 once written)."""
+returns the verdict's exit code (`report`, `history` and `size` exit 0 once written).
+
+`judge_run` is the one way the command line judges a run (`show`, `compare`, `report`, `size --run` and the
+end of `run` alike): the evidence collected once, the checks, then the diagnoses (judge/compare.py), with
+`report`'s painter handed the figures between the two.
+
+Imports of judge/, store/, render/ and config stay inside the functions (or under TYPE_CHECKING): they bring
+pandas, scipy and pydantic, which `mtpbench --help` and the commands that do not judge must not pay for.
+"""
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtpbench.cli.common import console, err_console, fail, guarded, make_parent, publish_github, wide
-from mtpbench.errors import UserError
+from mtpbench.cli.common import console, err_console, guarded, make_parent, publish_github, wide
+from mtpbench.errors import NotComparableError, UserError
+
+if TYPE_CHECKING:
+    from mtpbench.judge.compare import Comparison
+    from mtpbench.judge.evidence import Evidence
+    from mtpbench.render.htmlreport import Figures
+    from mtpbench.store.baseline import Baseline
+    from mtpbench.store.results import Run
+
+__all__ = ["JudgeOptions", "compare_cmd", "emit", "history_cmd", "judge_run", "report_cmd", "show", "size"]
 
 
 def _write(path: Path, text: str) -> None:
@@ -63,49 +80,67 @@ FailUnderpoweredOpt = Annotated[
 ]
 
 
-def _judge(
-    r: Any,
-    baseline: Path | None,
-    tolerance: float | None = None,
-    allow_unmatched: bool = False,
-    accept_unchecked: bool = False,
-    fail_underpowered: bool = False,
-    measured: Any = None,
-) -> Any:
+@dataclass(frozen=True)
+class JudgeOptions:
+    """How the command line changes the config's gate and the baseline's strictness (compare, report, size)."""
+
+    tolerance: float | None = None
+    allow_unmatched: bool = False
+    accept_unchecked: bool = False
+    fail_underpowered: bool = False
+
+
+def judge_run(
+    run: Run,
+    baseline_path: Path | None,
+    opts: JudgeOptions | None = None,
+    *,
+    baseline: Baseline | None = None,
+    run_failed: bool = False,
+    evidence: Evidence | None = None,
+    figures: Figures | None = None,
+) -> Comparison:
     """The run's Comparison under the config's gate with the command line's changes; without a baseline,
-    the signatures that need none."""
-    from mtpbench.config import GateSpec
-    from mtpbench.judge import compare as cmp
+    the signatures that need none. `baseline`: already loaded from `baseline_path`; `evidence`: already
+    collected (`run` refreshes the history point from it first); `figures`: `report`'s painter, handed the
+    cells and checks before the diagnoses are made, so that it draws while this process diagnoses."""
+    from mtpbench.judge import compare as judging
     from mtpbench.store.baseline import load_baseline
 
-    b = None if baseline is None else load_baseline(baseline)
-    gate = GateSpec.model_validate(r.manifest["config"].get("gate", {}))
-    if tolerance is not None:
-        gate = gate.model_copy(update={"tolerance_pts": tolerance})
-    if fail_underpowered:
+    opts = opts or JudgeOptions()
+    gate = run.typed.config.gate
+    if opts.tolerance is not None:
+        gate = gate.model_copy(update={"tolerance_pts": opts.tolerance})
+    if opts.fail_underpowered:
         gate = gate.model_copy(update={"fail_on_underpowered": True})
-    if b is None:
-        return cmp.analyze(r, gate, measured=measured)
-    return cmp.compare(
-        r,
-        b,
-        gate,
-        baseline_name=str(baseline),
-        baseline_path=baseline,
-        allow_unmatched=allow_unmatched,
-        accept_unchecked=accept_unchecked,
-        measured=measured,
-    )
+    against = None
+    if baseline is None and baseline_path is not None:
+        baseline = load_baseline(baseline_path)
+    if baseline is not None:
+        against = judging.admit(  # refused (exit 4) before the evidence is collected
+            run,
+            baseline,
+            None if baseline_path is None else str(baseline_path),
+            baseline_path=baseline_path,
+            allow_unmatched=opts.allow_unmatched,
+            accept_unchecked=opts.accept_unchecked,
+        )
+    if evidence is None:
+        evidence = judging.collect_evidence(run, gate.confidence)
+    plan = judging.make_plan(evidence, gate, against)
+    checked = judging.check(plan)
+    if figures is not None:
+        figures.measured(run, judging.combine(plan, checked))  # the painter step: cells and checks are known
+    return judging.combine(plan, checked, judging.diagnose(plan, run_failed))
 
 
-def _emit(comp: Any, as_json: bool, markdown: bool, junit: Path | None, run: Any = None) -> int:
+def emit(comp: Comparison, as_json: bool, markdown: bool, junit: Path | None) -> int:
     """Render a comparison in the asked format (and JUnit beside it); its exit code, the one every format shows."""
-    from mtpbench.judge import serving_summary as ss
     from mtpbench.render import junit as junit_xml
     from mtpbench.render import report
     from mtpbench.render import serving as rs
 
-    serving = ss.summarize_serving(run) if run is not None and ss.is_serving(run) else None
+    serving = comp.serving
     if junit is not None:
         _write(junit, junit_xml.comparison_junit(comp))
     if as_json:
@@ -132,12 +167,10 @@ def show(
     markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of a table.")] = False,
 ) -> int:
     """The summary table of a stored run and the bug signatures that need no baseline; exits with their verdict."""
-    from mtpbench.judge import compare as cmp
     from mtpbench.store.results import load_run
 
     _check_options(None, None, as_json, markdown)
-    r = load_run(run_dir)
-    return _emit(cmp.analyze(r), as_json, markdown, None, r)
+    return emit(judge_run(load_run(run_dir), None), as_json, markdown, None)
 
 
 @guarded
@@ -167,15 +200,15 @@ def compare_cmd(
     position instead). The run's false-alarm rate (1 %) is split over all of its checks; `mtpbench size` says
     how many prompts make a 5 % drop fail with 90 % power (benchmarks/gate-power-report.md measures both).
     """
-    from mtpbench.errors import NotComparableError
     from mtpbench.render import junit as junit_xml
     from mtpbench.render import report
     from mtpbench.store.results import load_run
 
     _check_options(tolerance, junit, as_json, markdown)
+    opts = JudgeOptions(tolerance, allow_unmatched, accept_unchecked, fail_underpowered)
     r = load_run(run_dir)
     try:
-        comp = _judge(r, baseline, tolerance, allow_unmatched, accept_unchecked, fail_underpowered)
+        comp = judge_run(r, baseline, opts)
     except NotComparableError as exc:
         # CI still reads a document: the same verdict as the exit code, in every format asked for.
         if junit is not None:
@@ -183,7 +216,7 @@ def compare_cmd(
         if as_json:
             sys.stdout.write(report.not_comparable_json(exc) + "\n")
         raise
-    code = _emit(comp, as_json, markdown, junit, r)
+    code = emit(comp, as_json, markdown, junit)
     publish_github(comp, github)
     return code
 
@@ -206,7 +239,7 @@ def size(
     if pilot is not None:
         from mtpbench.store.results import load_run
 
-        comp = _judge(load_run(pilot), baseline, tolerance, accept_unchecked=True)
+        comp = judge_run(load_run(pilot), baseline, JudgeOptions(tolerance, accept_unchecked=True))
         console.print(sizing_table(size_pilot(comp), comp.gate, None))
         return 0
     b = load_baseline(baseline)
@@ -233,32 +266,22 @@ def report_cmd(
     from mtpbench.render import plots
     from mtpbench.render.painter import Painter
 
-    try:
-        if html is None and png is None:
-            raise UserError("report: give --html FILE and/or --png DIR")
-        _check_options(tolerance, None)
-        _check_report_paths(html, png)
-        plots.check_installed()  # before a big run is loaded, not after
-        # The figures are drawn by a second process while this one imports, loads and judges the run
-        # (painter.py): started before the heavy imports, so that its own overlap them.
-        with Painter.start() as painter:
-            from mtpbench.render import htmlreport
-            from mtpbench.store.results import load_run
+    if html is None and png is None:
+        raise UserError("report: give --html FILE and/or --png DIR")
+    _check_options(tolerance, None)
+    _check_report_paths(html, png)
+    plots.check_installed()  # before a big run is loaded, not after
+    opts = JudgeOptions(tolerance, allow_unmatched, accept_unchecked, fail_underpowered)
+    # The figures are drawn by a second process while this one imports, loads and judges the run
+    # (painter.py): started before the heavy imports, so that its own overlap them.
+    with Painter.start() as painter:
+        from mtpbench.render import htmlreport
+        from mtpbench.store.results import load_run
 
-            figures = htmlreport.Figures(painter, html is not None, png)
-            r = load_run(run_dir)
-            comp = _judge(
-                r,
-                baseline,
-                tolerance,
-                allow_unmatched,
-                accept_unchecked,
-                fail_underpowered,
-                measured=functools.partial(figures.measured, r),
-            )
-            out = htmlreport.write_report(r, comp, html, png, figures)
-    except UserError as exc:
-        raise fail(exc) from None
+        figures = htmlreport.Figures(painter, html is not None, png)
+        r = load_run(run_dir)
+        comp = judge_run(r, baseline, opts, figures=figures)
+        out = htmlreport.write_report(r, comp, html, png, figures)
     for path in [out.html_path, *out.pngs]:
         if path is not None:
             console.print(f"wrote {path}", highlight=False, soft_wrap=True)
@@ -282,18 +305,15 @@ def history_cmd(
     from mtpbench.judge import history
     from mtpbench.render import historyreport
 
-    try:
-        paths = list(runs or [])
-        if runs_dir is not None:
-            paths += history.find_runs(runs_dir)
-        if not paths:
-            raise UserError("history: give run folders or --runs DIR")
-        h = history.build_history(paths, tolerance)
-        if as_json:
-            sys.stdout.write(historyreport.history_json(h) + "\n")
-        else:
-            console.print(historyreport.history_renderable(h))
-        for path in historyreport.write_outputs(h, html, png):
-            err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)
-    except UserError as exc:
-        raise fail(exc) from None
+    paths = list(runs or [])
+    if runs_dir is not None:
+        paths += history.find_runs(runs_dir)
+    if not paths:
+        raise UserError("history: give run folders or --runs DIR")
+    h = history.build_history(paths, tolerance)
+    if as_json:
+        sys.stdout.write(historyreport.history_json(h) + "\n")
+    else:
+        console.print(historyreport.history_renderable(h))
+    for path in historyreport.write_outputs(h, html, png):
+        err_console.print(f"wrote {path}", highlight=False, soft_wrap=True)

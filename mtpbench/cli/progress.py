@@ -10,6 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mtpbench.cli.common import console
 
+__all__ = ["ProgressView", "progress_bars"]
+
 
 class ProgressView:
     """Turns runner events into rich progress: overall cells and prompts, one line per active cell-repeat

@@ -1,19 +1,39 @@
 """`mtpbench run` and `mtpbench run --resume`: check the options, narrow the config to the cells asked for,
 hand the cells to the runner (run/runner.py) with the progress view, then print the time spent and the same
-verdict `compare` (or `show`) would give, with its exit code. `--dry-run` starts nothing (cli/dry_run.py)."""
+verdict `compare` (or `show`) would give, through the same `judge_run`, with its exit code. A run and a
+resumed run share their tail (`_execute`): the progress view, the run, then the history point, the time
+spent and the verdict, all from one collection of the run's evidence. `--dry-run` starts nothing
+(cli/dry_run.py).
+
+run/, judge/, store/ and config are imported inside the functions (or under TYPE_CHECKING): they bring
+pydantic, pandas and scipy, which `mtpbench --help` must not pay for.
+"""
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.text import Text
 
-from mtpbench.cli.common import console, err_console, fail, guarded, publish_github, wide
+from mtpbench.cli.common import console, err_console, guarded, publish_github, wide
 from mtpbench.cli.dry_run import model_statuses, render_config_sizing, render_dry_run, render_estimate
+from mtpbench.cli.judge_cmds import judge_run
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import UserError
+
+if TYPE_CHECKING:
+    from mtpbench.config import ExperimentConfig, PromptSet
+    from mtpbench.judge.evidence import Evidence
+    from mtpbench.run.cells import RunOutcome
+    from mtpbench.run.control import RunInterrupted, RunOptions
+    from mtpbench.store.baseline import Baseline
+    from mtpbench.store.results import Run
+
+__all__ = ["run", "verdict"]
 
 _H_CONFIG = "Experiment config (configs/*.yaml); omit with --resume."
 _H_RUNDIR = "Write the run folder's path to this file once it exists (CI: gate the run this job made)."
@@ -96,34 +116,35 @@ def _run_command(
     from mtpbench.run.devices import parse_devices
     from mtpbench.run.runner import RunOptions
 
-    try:
-        if executor is not None and executor not in ("local", "ray"):
-            raise UserError(f"--executor {executor!r}: expected local or ray")
-        if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
-            raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
-        opts = RunOptions(
-            jobs,
-            parse_devices(devices) if devices else None,
-            executor,
-            address,
-            ray_resource.upper() if ray_resource else None,
-        )
-        if resume is not None:
-            if config is not None or repeats or mode or build or variant or dry_run:
-                raise UserError(
-                    "--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
-                    "--build, --variant or --dry-run with it"
-                )
-            return _resume(resume, opts, baseline, no_compare, run_dir_file)
-        if config is None:
-            raise UserError("give a CONFIG to run, or --resume RUN")
-        return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts, run_dir_file)
-    except UserError as exc:
-        return fail(exc).exit_code
+    if executor is not None and executor not in ("local", "ray"):
+        raise UserError(f"--executor {executor!r}: expected local or ray")
+    if ray_resource is not None and ray_resource.upper() not in ("GPU", "NPU", "CPU"):
+        raise UserError(f"--ray-resource {ray_resource!r}: expected GPU, NPU or CPU")
+    opts = RunOptions(
+        jobs,
+        parse_devices(devices) if devices else None,
+        executor,
+        address,
+        ray_resource.upper() if ray_resource else None,
+    )
+    if resume is not None:
+        if config is not None or repeats or mode or build or variant or dry_run:
+            raise UserError(
+                "--resume RUN takes the run's own config: give no CONFIG, --repeats, --mode, "
+                "--build, --variant or --dry-run with it"
+            )
+        return _resume(resume, opts, baseline, no_compare, run_dir_file)
+    if config is None:
+        raise UserError("give a CONFIG to run, or --resume RUN")
+    return _run(config, out, repeats, mode, build, variant, baseline, no_compare, dry_run, opts, run_dir_file)
 
 
 def _select(
-    cfg: Any, repeats: int | None, modes: list[str] | None, builds: list[str] | None, variants: list[str] | None
+    cfg: ExperimentConfig,
+    repeats: int | None,
+    modes: list[str] | None,
+    builds: list[str] | None,
+    variants: list[str] | None,
 ) -> None:
     for axis, chosen in (("modes", modes), ("builds", builds), ("variants", variants)):
         have = getattr(cfg, axis)
@@ -138,14 +159,7 @@ def _select(
         cfg.repeats = repeats
 
 
-def _finished(outcome: Any) -> None:
-    from mtpbench.judge.history import refresh_point
-
-    refresh_point(outcome.path)  # the few-kB summary `history` reads per run (the runner judges nothing)
-    _render_time(outcome)
-
-
-def _interrupted(exc: Any) -> int:
+def _interrupted(exc: RunInterrupted) -> int:
     if exc.path is None:  # while a Ray cluster was started or reached: no run folder, nothing to resume
         text = (
             f"mtpbench: interrupted by {exc.signal_name} before any cell-repeat ran (while starting or joining "
@@ -170,7 +184,7 @@ def _run(
     baseline: Path | None,
     no_compare: bool,
     dry_run: bool,
-    opts: Any = None,
+    opts: RunOptions | None = None,
     run_dir_file: Path | None = None,
 ) -> int:
     from mtpbench.config import config_prompts, load_config
@@ -180,17 +194,13 @@ def _run(
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
     prompts = config_prompts(cfg)
-    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
-    base_obj = None
-    if base is not None and not no_compare and not dry_run:
-        from mtpbench.store.baseline import load_baseline
-
-        base_obj = load_baseline(base)  # bad baseline: refuse before spending minutes on engines
+    base_path, base_obj = (None, None) if dry_run else _baseline_of(cfg, baseline, no_compare)
     cells = runner.expand(cfg)
     opts = opts or runner.RunOptions()
     if dry_run:
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         render_dry_run(cfg, prompts, plans)
+        base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
         if base is not None:
             render_config_sizing(cfg, cells, base, len(prompts.prompts))
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
@@ -202,43 +212,73 @@ def _run(
             f"{config}: {placeholder!r} is a placeholder: set the model and drafter first (--dry-run shows both)"
         )
     ensure_out_dir(out)
-    with progress_bars() as progress:
-        per_cell = _prompts_per_cell(cfg, len(prompts.prompts))
-        view = ProgressView(progress, len(cells), per_cell, run_dir_file)
-        try:
-            outcome = runner.execute(cfg, prompts, out, str(config), cells, view, opts)
-        except runner.RunInterrupted as exc:
-            progress.stop()
-            return _interrupted(exc)
-    _finished(outcome)
-    return verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+    return _execute(
+        len(cells),
+        cfg,
+        prompts,
+        run_dir_file,
+        lambda view: runner.execute(cfg, prompts, out, str(config), cells, view, opts),
+        base_path,
+        base_obj,
+    )
 
 
-def _resume(run_dir: Path, opts: Any, baseline: Path | None, no_compare: bool, run_dir_file: Path | None = None) -> int:
+def _resume(
+    run_dir: Path, opts: RunOptions, baseline: Path | None, no_compare: bool, run_dir_file: Path | None = None
+) -> int:
     from mtpbench.run import runner
 
     manifest, cfg, prompts = runner.load_for_resume(run_dir)
-    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
-    base_obj = None
-    if base is not None and not no_compare:
-        from mtpbench.store.baseline import load_baseline
-
-        base_obj = load_baseline(base)
+    base_path, base_obj = _baseline_of(cfg, baseline, no_compare)
     todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
     console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    return _execute(
+        todo, cfg, prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
+    )
+
+
+def _baseline_of(cfg: ExperimentConfig, baseline: Path | None, no_compare: bool) -> tuple[Path | None, Baseline | None]:
+    """The baseline the run is judged by (the option's, else the config's; none with --no-compare), loaded now:
+    a bad baseline is refused before minutes are spent on engines."""
+    from mtpbench.store.baseline import load_baseline
+
+    base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    if base is None or no_compare:
+        return None, None
+    return base, load_baseline(base)
+
+
+def _execute(
+    cell_repeats: int,
+    cfg: ExperimentConfig,
+    prompts: PromptSet,
+    run_dir_file: Path | None,
+    start: Callable[[ProgressView], RunOutcome],
+    base_path: Path | None,
+    base_obj: Baseline | None,
+) -> int:
+    """The tail `run` and `run --resume` share: the cell-repeats under the progress view, then the history
+    point, the time spent and the verdict, from one load of the run and one collection of its evidence."""
+    from mtpbench.judge.evidence import collect_evidence
+    from mtpbench.judge.history import refresh_point
+    from mtpbench.run.runner import RunInterrupted
+    from mtpbench.store.results import load_run
+
     with progress_bars() as progress:
-        per_cell = _prompts_per_cell(cfg, len(prompts.prompts))
-        view = ProgressView(progress, todo, per_cell, run_dir_file)
+        view = ProgressView(progress, cell_repeats, _prompts_per_cell(cfg, len(prompts.prompts)), run_dir_file)
         try:
-            outcome = runner.resume(run_dir, view, opts)
-        except runner.RunInterrupted as exc:
+            outcome = start(view)
+        except RunInterrupted as exc:
             progress.stop()
             return _interrupted(exc)
-    _finished(outcome)
-    return verdict(outcome.path, base_obj, str(base) if base else None, run_failed=bool(outcome.failed))
+    run = load_run(outcome.path)
+    evidence = collect_evidence(run, run.typed.config.gate.confidence)
+    refresh_point(outcome.path, run, evidence)  # the few-kB summary `history` reads per run
+    _render_time(outcome)
+    return verdict(run, base_obj, str(base_path) if base_path else None, bool(outcome.failed), evidence=evidence)
 
 
-def _render_time(outcome: Any) -> None:
+def _render_time(outcome: RunOutcome) -> None:
     from mtpbench.run.runner import time_breakdown
 
     t = time_breakdown(outcome.manifest)
@@ -254,59 +294,37 @@ def _render_time(outcome: Any) -> None:
 
 
 def verdict(
-    run_path: Path,
-    base_obj: Any,
+    run: Run | Path,
+    base_obj: Baseline | None,
     base_name: str | None,
     run_failed: bool,
     *,
-    allow_unmatched: bool = False,
-    accept_unchecked: bool = False,
+    evidence: Evidence | None = None,
 ) -> int:
-    """The verdict at the end of `run`: the same comparison and exit code as `compare` (or `show`)."""
-    from mtpbench.judge import compare as cmp
+    """The verdict at the end of `run`: the same judging and exit code as `compare` (or `show`, without a
+    baseline), and a serving run's load table."""
     from mtpbench.render import report
+    from mtpbench.render.serving import serving_table
     from mtpbench.store.results import load_run
 
-    r = load_run(run_path)
-    if base_obj is None:
-        comp = cmp.analyze(r, run_failed=run_failed)
-    else:
-        comp = cmp.compare(
-            r,
-            base_obj,
-            baseline_name=base_name,
-            baseline_path=base_name,
-            run_failed=run_failed,
-            allow_unmatched=allow_unmatched,
-            accept_unchecked=accept_unchecked,
-        )
-    _print_unapplied_fix(r.cell_starts())
+    r = load_run(run) if isinstance(run, Path) else run
+    comp = judge_run(
+        r,
+        Path(base_name) if base_name is not None and base_obj is not None else None,
+        baseline=base_obj,
+        run_failed=run_failed,
+        evidence=evidence,
+    )
+    if comp.fix_headline:
+        console.print(Text(comp.fix_headline, style="bold red"), soft_wrap=True)
     console.print(report.comparison_renderable(comp, ci=wide()))
-    _print_serving(r)
+    if comp.serving:  # serving runs: the load's own table (requests, req/s, latencies, both AL definitions)
+        console.print(serving_table(comp.serving))
     publish_github(comp, False)
     return int(comp.exit_code)
 
 
-def _print_unapplied_fix(cell_starts: list[dict[str, Any]]) -> None:
-    from rich.text import Text
-
-    from mtpbench.fixes.status import headline
-
-    top = headline(cell_starts)
-    if top:
-        console.print(Text(top, style="bold red"), soft_wrap=True)
-
-
-def _print_serving(run: Any) -> None:
-    # Serving runs: the load's own table (requests, req/s, latencies, both acceptance definitions).
-    from mtpbench.judge import serving_summary as ss
-    from mtpbench.render.serving import serving_table
-
-    if ss.is_serving(run):
-        console.print(serving_table(ss.summarize_serving(run)))
-
-
-def _prompts_per_cell(cfg: Any, prompts: int) -> int:
+def _prompts_per_cell(cfg: ExperimentConfig, prompts: int) -> int:
     """What a cell-repeat's progress bar counts: requests (serving), prompts × rounds (soak) or prompts."""
     if cfg.workload.kind == "serving":
         return cfg.workload.num_requests

@@ -22,20 +22,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mtpbench import shipped
 from mtpbench.config import ExperimentConfig, config_prompts, load_config
 from mtpbench.errors import UserError
-from mtpbench.judge.compare import Comparison, Kind, Severity, analyze, compare
+from mtpbench.judge.compare import CellResult, Comparison, Kind, Severity, analyze, compare
 from mtpbench.judge.findings import Instability
+from mtpbench.judge.findings_probes import MetadataBinding
 from mtpbench.judge.findings_soak import Drift
 from mtpbench.patches.drift import AFTER_ENV
+from mtpbench.render.words import finding_message
 from mtpbench.run import runner
 from mtpbench.specs import SoakWorkload
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import ensure_out_dir
 from mtpbench.store.results import load_run
+
+__all__ = ["SelftestResult", "engine_check", "evaluate", "evaluate_soak", "run_selftest", "run_soak_selftest"]
 
 # The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
 DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"
@@ -166,13 +169,13 @@ def evaluate_soak(comp: Comparison, first_bad: int = 1) -> tuple[bool, list[str]
     return ok, lines
 
 
-def _by_prompt(c: Any) -> dict[str, list[int]]:
+def _by_prompt(c: CellResult) -> dict[str, list[int]]:
     """A cell's round-0 per-position counts by prompt (batched prompts finish in any order)."""
     return dict(zip(c.evidence.ids, c.evidence.per_pos.tolist(), strict=True))
 
 
 def run_soak_selftest(
-    out: Path, make_view: Callable[[int, int], Any] | None = None, config: Path = DEFAULT_CONFIG
+    out: Path, make_view: Callable[[int, int], runner.EventCallback] | None = None, config: Path = DEFAULT_CONFIG
 ) -> SelftestResult:
     cfg = soak_config(config)
     prompts = config_prompts(cfg)
@@ -187,11 +190,8 @@ def run_soak_selftest(
     return SelftestResult(comp, passed and not outcome.failed, lines)
 
 
-def _localised(comp: Comparison, stock: list[Any], fault: list[Any], lines: list[str]) -> bool:
+def _localised(comp: Comparison, stock: list[CellResult], fault: list[CellResult], lines: list[str]) -> bool:
     """The probe's part: stock bound correctly; the fault localised, in both group orders."""
-    from mtpbench.judge.findings_probes import MetadataBinding
-    from mtpbench.render.words import finding_message
-
     ok = True
     for c in stock:
         good = bool(comp.binding.get(c.cell, {}).get("verified"))
@@ -215,7 +215,7 @@ def _localised(comp: Comparison, stock: list[Any], fault: list[Any], lines: list
 
 
 def run_selftest(
-    out: Path, make_view: Callable[[int, int], Any] | None = None, config: Path = DEFAULT_CONFIG
+    out: Path, make_view: Callable[[int, int], runner.EventCallback] | None = None, config: Path = DEFAULT_CONFIG
 ) -> SelftestResult:
     cfg = selftest_config(config)
     if not cfg.baseline:

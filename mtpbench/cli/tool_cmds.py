@@ -16,6 +16,8 @@ from mtpbench.cli.common import console, guarded, make_parent, wide
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import ExitCode, UserError
 
+__all__ = ["baseline_save", "doctor", "selftest"]
+
 
 @guarded
 def baseline_save(

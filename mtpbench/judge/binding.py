@@ -2,7 +2,8 @@
 draft layer read in each draft step, and the findings it supports.
 
 The worker stores the probe's table in each repeat's cell_end record (`patch_observations`). Here it is
-read back per cell (`cell_bindings`), folded into a layer × group grid for the report, and judged:
+read back per cell (`bindings_from`, from the evidence stage's typed cell metadata), folded into a layer ×
+group grid for the report, and judged:
 - `metadata-binding` (FAIL, exit 1): some draft layer consumed another group's metadata (or metadata of no
   group of its step) in some draft step: which layer, its type, the group it read, the group it should have
   read, in how many steps and under which PYTHONHASHSEEDs; the layers bound correctly are listed too;
@@ -20,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtpbench.fixes.status import is_fix
+from mtpbench.judge.evidence import CellMeta
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
 from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, LayerBinding, MetadataBinding
-from mtpbench.store.results import Run
 
 PROBE = "metadata-binding"
 UNIDENTIFIED = "unidentified"
@@ -139,34 +140,23 @@ def _layer_key(name: str) -> tuple[int, str]:
     return (int(digits) if digits.isdigit() else 1 << 30, name)
 
 
-def _applied(start: Mapping[str, Any], name: str) -> bool:
-    return any(p.get("name") == name and p.get("status") == "applied" for p in start.get("patches") or [])
-
-
-def cell_bindings(run: Run) -> dict[str, CellBinding]:
-    """The probe's tables of every cell that applied it, by cell, repeats in run order."""
-    return bindings_from(run.cell_starts(), run.cell_ends())
-
-
-def bindings_from(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[str, Any]]) -> dict[str, CellBinding]:
-    ends_by = {(e.get("cell"), e.get("repeat")): e for e in ends}
+def bindings_from(meta: Iterable[CellMeta]) -> dict[str, CellBinding]:
+    """The probe's tables of every cell that applied it, by cell, repeats in run order (evidence.Evidence.meta)."""
     out: dict[str, CellBinding] = {}
     fix_repeats: dict[str, dict[str, int]] = {}
-    starts = list(starts)
-    for s in starts:
-        cell = str(s.get("cell"))
-        for p in s.get("patches") or []:
-            if is_fix(str(p.get("name"))) and p.get("status") == "applied":
-                fix_repeats.setdefault(cell, {}).setdefault(str(p.get("name")), 0)
-                fix_repeats[cell][str(p.get("name"))] += 1
-        if not _applied(s, PROBE):
+    meta = list(meta)
+    for m in meta:
+        for p in m.outcomes:
+            if is_fix(p.name) and p.status == "applied":
+                fix_repeats.setdefault(m.cell, {}).setdefault(p.name, 0)
+                fix_repeats[m.cell][p.name] += 1
+        if not m.applied(PROBE):
             continue
-        entry = out.setdefault(cell, CellBinding(cell, str(s.get("variant", ""))))
-        mode = (s.get("effective") or {}).get("cudagraph_mode")
+        entry = out.setdefault(m.cell, CellBinding(m.cell, m.variant))
+        mode = m.cudagraph_mode
         entry.graph_effective |= mode is not None and str(mode) != "NONE"
-        seed, repeat = s.get("hash_seed"), s.get("repeat")
-        end = ends_by.get((s.get("cell"), repeat))
-        obs = ((end or {}).get("patch_observations") or {}).get(PROBE)
+        seed, repeat = m.hash_seed, m.repeat
+        obs = m.observations.get(PROBE)
         if not isinstance(obs, Mapping):
             entry.missing.append((repeat, seed, "no-record"))
         elif "error" in obs:
@@ -180,8 +170,8 @@ def bindings_from(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[st
             if not rb.observed:
                 entry.missing.append((repeat, seed, "no-draft-step"))
     n_repeats: dict[str, int] = {}
-    for s in starts:
-        n_repeats[str(s.get("cell"))] = n_repeats.get(str(s.get("cell")), 0) + 1
+    for m in meta:
+        n_repeats[m.cell] = n_repeats.get(m.cell, 0) + 1
     for cell, fixes in fix_repeats.items():
         applied = sorted(f for f, n in fixes.items() if n == n_repeats.get(cell))
         out.setdefault(cell, CellBinding(cell, "")).fixes = applied

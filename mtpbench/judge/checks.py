@@ -1,6 +1,6 @@
 """A run's cells against a baseline, position by position, fail-closed: the baseline must be comparable
 (a recorded mismatch of method, k, identity or sampling is refused; fields it cannot vouch for are named),
-each cell is judged by one resolved entry, and each position's drop is decided by the gate's rule (`_decide`:
+each cell is judged by one resolved entry, and each position's drop is decided by the gate's rule (`decide`:
 regression, pass, improvement, or `inconclusive` when the data cannot support either). compare.compare
 calls these; the checks become structured findings here. Nothing here prints.
 """
@@ -157,16 +157,16 @@ def resolve_entry(
     keys (exact build/mode, wildcards, the requested graph mode). (None, "") when nothing matches."""
     for key in (cell.cell, f"{cell.build}/{cell.mode}"):
         if key in entry_map:
-            eb, em = entry_map[key].split("/", 1)
-            for e in baseline.entries:
-                if e.build == eb and e.mode == em:
-                    return e, "config"
+            entry_build, entry_mode = entry_map[key].split("/", 1)
+            for entry in baseline.entries:
+                if entry.build == entry_build and entry.mode == entry_mode:
+                    return entry, "config"
             raise UserError(f"baseline_entry {key!r}: {entry_map[key]!r} is not an entry of baseline {baseline_name}")
-    e = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"))
-    return e, ("baseline" if e is not None else "")
+    entry = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"))
+    return entry, ("baseline" if entry is not None else "")
 
 
-def _decide(
+def decide(
     delta: float, se: float | None, df: float | None, drop: float, gate: GateSpec, alpha: float, cert_alpha: float
 ) -> Verdict:
     """The gate's rule for one check (δ = `drop`; α = the run's false-alarm rate split over its checks; the
@@ -192,7 +192,7 @@ def _point_verdict(delta: float, tol: float) -> Verdict:  # counters-only: the p
     return Verdict.REGRESSION if delta < -tol else Verdict.IMPROVEMENT if delta > tol else Verdict.PASS
 
 
-def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float, label: str) -> PositionCheck:
+def _counters_only_check(cell: CellResult, i: int, entry: BaselineEntry, tol: float, label: str) -> PositionCheck:
     """A counters-only serving cell: one pooled /metrics count per cell-repeat, so there is no sample of
     requests or prompts to cluster, no standard error, no interval and no detectable-drop figure. The
     offline rule for a CI of None (stats.clustered_ratio with g < 2) would call any drop beyond the
@@ -201,26 +201,37 @@ def _counters_only_check(c: CellResult, i: int, entry: BaselineEntry, tol: float
     decides both ways (a drop beyond the tolerance is a regression, exit 1; a gain beyond it an
     improvement), and a pass is always `underpowered` (its MDE is unknown): a warning naming the
     method, a failure under gate.fail_on_underpowered. A pass is never claimed with an interval."""
-    tot = c.evidence.total()
+    tot = cell.evidence.total()
     if tot.num_drafts <= 0 or i >= len(tot.accepted_per_pos):
         return PositionCheck(
-            c.cell, i, None, entry.rates_pct[i] / 100, None, None, Verdict.NO_DATA, method=COUNTERS_ONLY, entry=label
+            cell=cell.cell,
+            pos=i,
+            run_rate=None,
+            base_rate=entry.rates_pct[i] / 100,
+            delta=None,
+            ci=None,
+            verdict=Verdict.NO_DATA,
+            method=COUNTERS_ONLY,
+            entry=label,
         )
     run_rate = tot.accepted_per_pos[i] / tot.num_drafts
-    bc = entry.counts
-    pooled = bc is not None and bc.num_drafts > 0
-    base_rate = bc.accepted_per_pos[i] / bc.num_drafts if bc is not None and pooled else entry.rates_pct[i] / 100
+    base_counts = entry.counts
+    pooled = base_counts is not None and base_counts.num_drafts > 0
+    if base_counts is not None and pooled:
+        base_rate = base_counts.accepted_per_pos[i] / base_counts.num_drafts
+    else:
+        base_rate = entry.rates_pct[i] / 100
     delta = run_rate - base_rate
     verdict = _point_verdict(delta, tol)
     return PositionCheck(
-        c.cell,
-        i,
-        run_rate,
-        base_rate,
-        delta,
-        None,
-        verdict,
-        None,
+        cell=cell.cell,
+        pos=i,
+        run_rate=run_rate,
+        base_rate=base_rate,
+        delta=delta,
+        ci=None,
+        verdict=verdict,
+        mde=None,
         underpowered=True,
         prompts=0,
         method=COUNTERS_ONLY,
@@ -250,23 +261,23 @@ def _base_prompts(entry: BaselineEntry) -> PromptCounts | None:
         return None
     ids = list(entry.prompts)
     return PromptCounts(
-        tuple(ids),
-        np.array([entry.prompts[p].num_drafts for p in ids]),
-        np.array([entry.prompts[p].num_draft_tokens for p in ids]),
-        np.array([entry.prompts[p].num_accepted_tokens for p in ids]),
-        np.array([entry.prompts[p].accepted_per_pos for p in ids]).reshape(len(ids), -1),
+        ids=tuple(ids),
+        drafts=np.array([entry.prompts[p].num_drafts for p in ids]),
+        draft_tokens=np.array([entry.prompts[p].num_draft_tokens for p in ids]),
+        accepted=np.array([entry.prompts[p].num_accepted_tokens for p in ids]),
+        per_pos=np.array([entry.prompts[p].accepted_per_pos for p in ids]).reshape(len(ids), -1),
     )
 
 
-def aligned_with(c: CellResult, entry: BaselineEntry) -> tuple[PromptCounts, PromptCounts] | None:
+def aligned_with(cell: CellResult, entry: BaselineEntry) -> tuple[PromptCounts, PromptCounts] | None:
     """The cell's evidence and the entry's per-prompt counts on the prompts both have, row for row (None: the
     entry kept none). Made once per cell: its AL check and every position check read the same pair."""
     base = _base_prompts(entry)
-    return None if base is None else c.evidence.align(base)
+    return None if base is None else cell.evidence.align(base)
 
 
 def _diff(
-    c: CellResult,
+    cell: CellResult,
     entry: BaselineEntry,
     col: Column,
     exact_base: float,
@@ -278,40 +289,55 @@ def _diff(
     (per-prompt counts: the prompts' own difficulty cancels), against pooled counts (MOVER with Wilson for one
     position; a normal interval on the summed positions, whose pooled se is bounded by the sum of the
     positions' binomial ones), or against published rates taken as exact. None: the run has no estimate."""
-    ev = c.evidence
+    ev = cell.evidence
     run_est = clustered_ratio(col(ev.per_pos), ev.drafts, conf) if ev.g else Estimate(None)
     if run_est.value is None:
         return None
     if aligned is not None and aligned[0].g:
         a, b = aligned
         est = paired_diff(col(a.per_pos), a.drafts, col(b.per_pos), b.drafts, conf)
-        ea = clustered_ratio(col(a.per_pos), a.drafts, conf)
-        eb = clustered_ratio(col(b.per_pos), b.drafts, conf)
-        run = run_est.value if ea.value is None else ea.value
+        run_aligned = clustered_ratio(col(a.per_pos), a.drafts, conf)
+        base_aligned = clustered_ratio(col(b.per_pos), b.drafts, conf)
         return _Diff(
-            run, exact_base if eb.value is None else eb.value, est.value, est.ci, "paired", a.g, est.se, est.df
+            run=run_est.value if run_aligned.value is None else run_aligned.value,
+            base=exact_base if base_aligned.value is None else base_aligned.value,
+            delta=est.value,
+            ci=est.ci,
+            method="paired",
+            prompts=a.g,
+            se=est.se,
+            df=est.df,
         )
-    bc = entry.counts
-    if bc is not None and bc.num_drafts > 0:
-        base = sum(bc.accepted_per_pos[i] for i in positions) / bc.num_drafts
+    base_counts = entry.counts
+    if base_counts is not None and base_counts.num_drafts > 0:
+        base = sum(base_counts.accepted_per_pos[i] for i in positions) / base_counts.num_drafts
         delta = run_est.value - base
-        se_b = sum(binomial_se(bc.accepted_per_pos[i], bc.num_drafts) or 0.0 for i in positions)
+        se_b = sum(binomial_se(base_counts.accepted_per_pos[i], base_counts.num_drafts) or 0.0 for i in positions)
         se = None if run_est.se is None else math.sqrt(run_est.se**2 + se_b**2)
         df = None if run_est.se is None else welch_df(run_est.se, run_est.df, se_b, math.inf)
         if len(positions) == 1:
-            wb = wilson(bc.accepted_per_pos[positions[0]], bc.num_drafts, conf)
-            ci = mover_diff(run_est.value, run_est.ci, base, wb) if run_est.ci and wb else None
+            base_wilson = wilson(base_counts.accepted_per_pos[positions[0]], base_counts.num_drafts, conf)
+            ci = mover_diff(run_est.value, run_est.ci, base, base_wilson) if run_est.ci and base_wilson else None
         else:
             ci = None if se is None else two_sided(delta, se, df, conf)
-        return _Diff(run_est.value, base, delta, ci, "pooled-baseline", ev.g, se, df)
+        return _Diff(
+            run=run_est.value, base=base, delta=delta, ci=ci, method="pooled-baseline", prompts=ev.g, se=se, df=df
+        )
     ci = None if run_est.ci is None else Interval(run_est.ci.low - exact_base, run_est.ci.high - exact_base)
     return _Diff(
-        run_est.value, exact_base, run_est.value - exact_base, ci, "exact-baseline", ev.g, run_est.se, run_est.df
+        run=run_est.value,
+        base=exact_base,
+        delta=run_est.value - exact_base,
+        ci=ci,
+        method="exact-baseline",
+        prompts=ev.g,
+        se=run_est.se,
+        df=run_est.df,
     )
 
 
-def _position_check(
-    c: CellResult,
+def position_check(
+    cell: CellResult,
     i: int,
     entry: BaselineEntry,
     gate: GateSpec,
@@ -321,37 +347,44 @@ def _position_check(
 ) -> PositionCheck:
     tol = gate.tolerance_pts / 100
     label = f"{entry.build}/{entry.mode}"
-    if c.counters_only:
-        return _counters_only_check(c, i, entry, tol, label)
+    if cell.counters_only:
+        return _counters_only_check(cell, i, entry, tol, label)
     base_rate = entry.rates_pct[i] / 100
-    d = _diff(c, entry, lambda m: m[:, i], base_rate, gate.confidence, [i], aligned)
-    if d is None or d.delta is None:
+    diff = _diff(cell, entry, lambda m: m[:, i], base_rate, gate.confidence, [i], aligned)
+    if diff is None or diff.delta is None:
         return PositionCheck(
-            c.cell, i, None if d is None else d.run, base_rate, None, None, Verdict.NO_DATA, entry=label
+            cell=cell.cell,
+            pos=i,
+            run_rate=None if diff is None else diff.run,
+            base_rate=base_rate,
+            delta=None,
+            ci=None,
+            verdict=Verdict.NO_DATA,
+            entry=label,
         )
-    verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
-    smallest = detectable_drop(d.se, d.df, alpha, gate.power)
+    verdict = decide(diff.delta, diff.se, diff.df, tol, gate, alpha, cert_alpha)
+    smallest = detectable_drop(diff.se, diff.df, alpha, gate.power)
     return PositionCheck(
-        c.cell,
-        i,
-        d.run,
-        d.base,
-        d.delta,
-        d.ci,
-        verdict,
-        smallest,
+        cell=cell.cell,
+        pos=i,
+        run_rate=diff.run,
+        base_rate=diff.base,
+        delta=diff.delta,
+        ci=diff.ci,
+        verdict=verdict,
+        mde=smallest,
         # Only a check that could not certify δ is underpowered: a pass has certified it.
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=d.prompts,
-        method=d.method,
+        prompts=diff.prompts,
+        method=diff.method,
         entry=label,
-        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha),
-        se=d.se,
+        bound=None if diff.se is None else lower_bound(diff.delta, diff.se, diff.df, cert_alpha),
+        se=diff.se,
     )
 
 
-def _length_check(
-    c: CellResult,
+def length_check(
+    cell: CellResult,
     entry: BaselineEntry,
     gate: GateSpec,
     alpha: float,
@@ -363,48 +396,76 @@ def _length_check(
     k = len(entry.rates_pct)
     label = f"{entry.build}/{entry.mode}"
     exact = 1.0 + sum(entry.rates_pct) / 100
-    if not c.counters_only and c.evidence.g and c.evidence.k < k:
-        return LengthCheck(c.cell, None, exact, None, None, Verdict.NO_DATA, entry=label)
-    if c.counters_only:
-        tot = c.evidence.total()
+    if not cell.counters_only and cell.evidence.g and cell.evidence.k < k:
+        return _no_length(cell, exact, label)
+    if cell.counters_only:
+        tot = cell.evidence.total()
         if tot.num_drafts <= 0 or len(tot.accepted_per_pos) < k:
-            return LengthCheck(c.cell, None, exact, None, None, Verdict.NO_DATA, method=COUNTERS_ONLY, entry=label)
-        bc = entry.counts
-        base = 1.0 + sum(bc.accepted_per_pos[:k]) / bc.num_drafts if bc is not None and bc.num_drafts > 0 else exact
+            return _no_length(cell, exact, label, method=COUNTERS_ONLY)
+        base_counts = entry.counts
+        if base_counts is not None and base_counts.num_drafts > 0:
+            base = 1.0 + sum(base_counts.accepted_per_pos[:k]) / base_counts.num_drafts
+        else:
+            base = exact
         run = 1.0 + sum(tot.accepted_per_pos[:k]) / tot.num_drafts
         tol = gate.tolerance_al_pct / 100 * base
         delta = run - base
         verdict = _point_verdict(delta, tol)
         return LengthCheck(
-            c.cell, run, base, delta, None, verdict, tol, underpowered=True, method=COUNTERS_ONLY, entry=label
+            cell=cell.cell,
+            run_al=run,
+            base_al=base,
+            delta=delta,
+            ci=None,
+            verdict=verdict,
+            tolerance=tol,
+            underpowered=True,
+            method=COUNTERS_ONLY,
+            entry=label,
         )
-    d = _diff(c, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)), aligned)
-    if d is None or d.delta is None:
-        return LengthCheck(c.cell, None if d is None else 1.0 + d.run, exact, None, None, Verdict.NO_DATA, entry=label)
-    base = 1.0 + d.base
+    diff = _diff(cell, entry, lambda m: m[:, :k].sum(axis=1), exact - 1.0, gate.confidence, list(range(k)), aligned)
+    if diff is None or diff.delta is None:
+        return _no_length(cell, exact, label, run_al=None if diff is None else 1.0 + diff.run)
+    base = 1.0 + diff.base
     tol = gate.tolerance_al_pct / 100 * base
-    verdict = _decide(d.delta, d.se, d.df, tol, gate, alpha, cert_alpha)
-    smallest = detectable_drop(d.se, d.df, alpha, gate.power)
+    verdict = decide(diff.delta, diff.se, diff.df, tol, gate, alpha, cert_alpha)
+    smallest = detectable_drop(diff.se, diff.df, alpha, gate.power)
     return LengthCheck(
-        c.cell,
-        1.0 + d.run,
-        base,
-        d.delta,
-        d.ci,
-        verdict,
-        tol,
-        smallest,
+        cell=cell.cell,
+        run_al=1.0 + diff.run,
+        base_al=base,
+        delta=diff.delta,
+        ci=diff.ci,
+        verdict=verdict,
+        tolerance=tol,
+        mde=smallest,
         underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=d.prompts,
-        method=d.method,
+        prompts=diff.prompts,
+        method=diff.method,
         entry=label,
-        bound=None if d.se is None else lower_bound(d.delta, d.se, d.df, cert_alpha),
-        se=d.se,
+        bound=None if diff.se is None else lower_bound(diff.delta, diff.se, diff.df, cert_alpha),
+        se=diff.se,
     )
 
 
-def _check_findings(
-    c: CellResult, checks: list[PositionCheck], length: LengthCheck | None, gate: GateSpec
+def _no_length(
+    cell: CellResult, base_al: float, label: str, *, run_al: float | None = None, method: str = ""
+) -> LengthCheck:
+    """An AL check with nothing to decide: no drafts, or fewer positions than the entry's."""
+    return LengthCheck(
+        cell=cell.cell,
+        run_al=run_al,
+        base_al=base_al,
+        delta=None,
+        ci=None,
+        verdict=Verdict.NO_DATA,
+        method=method,
+        entry=label,
+    )
+
+
+def check_findings(
+    cell: CellResult, checks: list[PositionCheck], length: LengthCheck | None, gate: GateSpec
 ) -> list[Finding]:
     """The cell's checks as findings. The primary endpoint (gate.primary) is what a pass certifies: its
     inconclusive fails (exit 5) and its underpowered pass warns. The other endpoint is a diagnosis: a drop
@@ -434,7 +495,7 @@ def _check_findings(
         return Severity.FAIL if gate.fail_on_underpowered else Severity.WARN
 
     # More prompts would not help a counters-only cell: per-request counts would.
-    weak_why = Cause.NO_PER_REQUEST_COUNTS if c.counters_only else Cause.TOO_LITTLE_EVIDENCE
+    weak_why = Cause.NO_PER_REQUEST_COUNTS if cell.counters_only else Cause.TOO_LITTLE_EVIDENCE
     if length is not None:
         n = LengthChecks(
             run_al=length.run_al,
@@ -452,30 +513,34 @@ def _check_findings(
             method=COUNTERS_ONLY if length.method == COUNTERS_ONLY else None,
         )
         if length.verdict == Verdict.REGRESSION:
-            out.append(Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE, n))
+            out.append(Finding(Kind.REGRESSION, Severity.FAIL, cell.cell, Cause.DRAFTER_ACCEPTANCE, n))
         elif length.verdict == Verdict.INCONCLUSIVE:
             sev = Severity.FAIL if al_primary else Severity.INFO
-            out.append(Finding(Kind.INCONCLUSIVE, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, n))
+            out.append(Finding(Kind.INCONCLUSIVE, sev, cell.cell, Cause.TOO_LITTLE_EVIDENCE, n))
         elif length.verdict == Verdict.IMPROVEMENT:
             sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
-            out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, n))
+            out.append(Finding(Kind.IMPROVEMENT, sev, cell.cell, Cause.STALE_BASELINE, n))
         elif length.verdict == Verdict.PASS and length.underpowered and al_primary:
-            out.append(Finding(Kind.UNDERPOWERED, weak_sev(), c.cell, weak_why, n))
+            out.append(Finding(Kind.UNDERPOWERED, weak_sev(), cell.cell, weak_why, n))
     by = {v: [x for x in checks if x.verdict == v] for v in Verdict}
     if by[Verdict.REGRESSION]:
         out.append(
-            Finding(Kind.REGRESSION, Severity.FAIL, c.cell, Cause.DRAFTER_ACCEPTANCE, numbers(by[Verdict.REGRESSION]))
+            Finding(
+                Kind.REGRESSION, Severity.FAIL, cell.cell, Cause.DRAFTER_ACCEPTANCE, numbers(by[Verdict.REGRESSION])
+            )
         )
     if by[Verdict.INCONCLUSIVE]:
         sev = Severity.INFO if al_primary else Severity.FAIL
         check = "positions" if al_primary else "baseline"
         out.append(
-            Finding(Kind.INCONCLUSIVE, sev, c.cell, Cause.TOO_LITTLE_EVIDENCE, numbers(by[Verdict.INCONCLUSIVE], check))
+            Finding(
+                Kind.INCONCLUSIVE, sev, cell.cell, Cause.TOO_LITTLE_EVIDENCE, numbers(by[Verdict.INCONCLUSIVE], check)
+            )
         )
     if by[Verdict.IMPROVEMENT]:
         sev = Severity.FAIL if gate.fail_on_improvement else Severity.INFO
-        out.append(Finding(Kind.IMPROVEMENT, sev, c.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))
+        out.append(Finding(Kind.IMPROVEMENT, sev, cell.cell, Cause.STALE_BASELINE, numbers(by[Verdict.IMPROVEMENT])))
     weak = [x for x in by[Verdict.PASS] if x.underpowered]
     if weak and not al_primary:
-        out.append(Finding(Kind.UNDERPOWERED, weak_sev(), c.cell, weak_why, numbers(weak)))
+        out.append(Finding(Kind.UNDERPOWERED, weak_sev(), cell.cell, weak_why, numbers(weak)))
     return out

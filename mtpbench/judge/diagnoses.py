@@ -2,13 +2,16 @@
 mode the platform downgraded), patches that did not apply, cross-process instability (exact under greedy
 decoding, a prompt-level permutation test when sampling), graph/compiled cells diverging from their eager
 reference (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`), and text that
-changed between the cells of a build. compare.analyze calls these; each returns structured findings.
+changed between the cells of a build. `diagnose` makes them all, in the order they are shown; each
+returns structured findings.
 Nothing here prints.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -16,7 +19,9 @@ import pandas as pd
 
 from mtpbench.fixes.status import Unapplied, is_fix
 from mtpbench.judge import serving_summary
-from mtpbench.judge.evidence import SIG, CellResult, _dedupe, _pos_cols, changed_text
+from mtpbench.judge.binding import binding_findings, bindings_from
+from mtpbench.judge.drift import drift_findings
+from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
 from mtpbench.judge.findings import (
     Cause,
     Divergence,
@@ -32,23 +37,11 @@ from mtpbench.judge.findings import (
     SpeculationOff,
     TextChanged,
 )
+from mtpbench.judge.plan import Plan
+from mtpbench.judge.replay import replay_findings
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.specs import GateSpec
-from mtpbench.store.manifest import ManifestConfig
-from mtpbench.store.results import Run
-
-
-def _reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:
-    if cfg.reference_mode:
-        return cfg.reference_mode
-    for c in cells:
-        if c.requested.get("enforce_eager") or c.requested.get("cudagraph_mode") == "NONE":
-            return c.mode
-    for name, spec in cfg.modes.items():
-        if spec.get("enforce_eager") or spec.get("cudagraph_mode") == "NONE":
-            return str(name)
-    return None
 
 
 def _common_rows(cell: CellResult) -> tuple[pd.DataFrame, list[int]]:
@@ -62,13 +55,13 @@ def _common_rows(cell: CellResult) -> tuple[pd.DataFrame, list[int]]:
 
 
 def _per_seed_rates(cell: CellResult, rows: pd.DataFrame, k: int) -> tuple[np.ndarray, list[Any]]:
-    tot = rows.groupby("repeat", sort=True)[["num_drafts", *_pos_cols(k)]].sum()
-    rates = tot[_pos_cols(k)].to_numpy(dtype=float) / np.maximum(tot[["num_drafts"]].to_numpy(dtype=float), 1)
+    tot = rows.groupby("repeat", sort=True)[["num_drafts", *pos_cols(k)]].sum()
+    rates = tot[pos_cols(k)].to_numpy(dtype=float) / np.maximum(tot[["num_drafts"]].to_numpy(dtype=float), 1)
     seeds = {r.repeat: r.hash_seed for r in cell.repeats}
     return rates, [seeds.get(int(r)) for r in tot.index]
 
 
-def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | None:
+def instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | None:
     rows, reps = _common_rows(cell)
     k = cell.evidence.k
     if len(reps) < 2 or not len(rows) or int(rows["num_drafts"].sum()) == 0:
@@ -86,7 +79,7 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
     }
     if greedy:
         # Deterministic decoding: repeats must agree exactly, prompt by prompt. No test needed.
-        distinct = _dedupe(rows, [*SIG, *_pos_cols(k)]).groupby("prompt").size()
+        distinct = dedupe(rows, [*SIG, *pos_cols(k)]).groupby("prompt").size()
         codes = distinct[distinct > 1].index
         if not len(codes):
             return None
@@ -99,7 +92,7 @@ def _instability(cell: CellResult, gate: GateSpec, greedy: bool) -> Finding | No
         )
         fails = spreads[pos] > gate.instability_pts / 100
     else:
-        piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *_pos_cols(k)], aggfunc="sum")
+        piv = rows.pivot_table(index="prompt", columns="repeat", values=["num_drafts", *pos_cols(k)], aggfunc="sum")
         best: tuple[float, int] | None = None
         for i in range(k):
             res = permutation_spread_pvalue(piv[f"a{i}"].to_numpy(), piv["num_drafts"].to_numpy())
@@ -125,9 +118,9 @@ def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tu
     return paired_diff(a.per_pos[:, pos], a.drafts, b.per_pos[:, pos], b.drafts, confidence), a.g
 
 
-def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
+def _counters_onlydivergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
     """One of the two cells counted only the server's /metrics deltas: one pooled count per cell-repeat, no
-    prompts to pair, no interval. As against a baseline (_counters_only_check), the point estimate decides:
+    prompts to pair, no interval. As against a baseline (checks.py's counters-only check), the point estimate decides:
     a gap beyond the divergence tolerance is a divergence (exit 1). The paired rule would call it
     `inconclusive` over "1 prompt" (the seed's collapse between graph modes would never fail the gate), and
     a per-request cell against a counters-only one, which share no prompt id, would not be compared at all."""
@@ -160,7 +153,7 @@ def _counters_only_divergence(cell: CellResult, ref: CellResult, gate: GateSpec)
     return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, payload)
 
 
-def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float) -> Finding | None:
+def divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float) -> Finding | None:
     """Graph/compiled mode vs eager at the same build and variant, paired by prompt. A divergence needs a gap
     beyond θ = max(t_{1−α}·se, δ − t_{power}·se) (δ = gate.divergence_pts), as a regression does; a gap beyond δ
     that the data cannot support is inconclusive; anything else is no finding (a diagnosis, not a pass)."""
@@ -168,7 +161,7 @@ def _divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float)
     if not a.g or not b.g or a.k != b.k:
         return None
     if cell.counters_only or ref.counters_only:
-        return _counters_only_divergence(cell, ref, gate)
+        return _counters_onlydivergence(cell, ref, gate)
     worst: tuple[int, Estimate, int] | None = None
     unsupported: tuple[int, Estimate, int] | None = None
     a, b = a.align(b)  # the prompts both cells measured, once for all positions
@@ -221,7 +214,7 @@ def _same_outputs(a: CellResult, b: CellResult) -> bool | None:
     return bool((sa.loc[common] == sb.loc[common]).all())
 
 
-def _text_changes(cells: list[CellResult]) -> list[Finding]:
+def text_changes(cells: list[CellResult]) -> list[Finding]:
     """Greedy: the target verifies every token, so text must be the same in every cell of a build."""
     pairs = changed_text(cells)
     build_of = {c.cell: c.build for c in cells}
@@ -241,7 +234,7 @@ def _text_changes(cells: list[CellResult]) -> list[Finding]:
     return out
 
 
-def _unapplied(u: Unapplied) -> Finding:
+def unapplied_finding(u: Unapplied) -> Finding:
     # A refusal is the patch working as designed (the build is not the one it targets, or is fixed already):
     # warn. A patch that raised is a broken measurement of the variant: fail the gate.
     raised = u.status == "failed"
@@ -256,15 +249,14 @@ def _unapplied(u: Unapplied) -> Finding:
     )
 
 
-def sampler_broken(cell_starts: list[dict[str, Any]]) -> list[Finding]:
+def sampler_broken(meta: Iterable[CellMeta]) -> list[Finding]:
     """Cells whose sampled repeats ran on an expand kernel that leaves the per-token temperature unwritten
     (the worker's probe, recorded in cell_start for sampled jobs): their acceptance measures leftover
     memory, not the drafter (docs/cpu-sampling.md). A named bug of the build: it fails the gate."""
-    by: dict[str, list[dict[str, Any]]] = {}
-    for s in cell_starts:
-        probe = s.get("sampled_expand")
-        if isinstance(probe, dict) and probe.get("status") == "broken":
-            by.setdefault(str(s.get("cell")), []).append(s)
+    by: dict[str, list[CellMeta]] = {}
+    for m in meta:
+        if m.sampled_expand is not None and m.sampled_expand.get("status") == "broken":
+            by.setdefault(m.cell, []).append(m)
     return [
         Finding(
             Kind.SAMPLER_BROKEN,
@@ -272,15 +264,15 @@ def sampler_broken(cell_starts: list[dict[str, Any]]) -> list[Finding]:
             cell,
             Cause.CPU_EXPAND_KERNEL,
             SamplerBroken(
-                hash_seeds=[s.get("hash_seed") for s in starts],
-                detail=str(starts[0]["sampled_expand"].get("detail", "")),
+                hash_seeds=[m.hash_seed for m in broken],
+                detail=str((broken[0].sampled_expand or {}).get("detail", "")),
             ),
         )
-        for cell, starts in by.items()
+        for cell, broken in by.items()
     ]
 
 
-def _cell_health(c: CellResult) -> list[Finding]:
+def cell_health(c: CellResult) -> list[Finding]:
     out: list[Finding] = []
     left_out = [r for r in c.repeats if not r.complete]
     if left_out:
@@ -333,22 +325,54 @@ def _cell_health(c: CellResult) -> list[Finding]:
     return out
 
 
-Pair = tuple[CellResult, CellResult]
+@dataclass
+class Diagnosed:
+    """What the run says about itself, with no baseline: its findings in the order they are shown, and per
+    probed cell the metadata-binding probe's layer × group table (judge/binding.py `document`)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    binding: dict[str, Any] = field(default_factory=dict)
 
 
-def _divergence_pairs(cfg: ManifestConfig, cells: list[CellResult], greedy: bool) -> list[Pair]:
-    """(cell, its eager reference) for every graph/compiled cell of a greedy run."""
-    ref_mode = _reference_mode(cfg, cells) if greedy else None
-    if not ref_mode:
-        return []
-    refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
-    return [
-        (c, refs[(c.build, c.variant)])
-        for c in cells
-        if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]
-    ]
+def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
+    """Every diagnosis of the run, in the order they have always been shown."""
+    cells, gate, greedy = plan.cells, plan.gate, plan.greedy
+    out = Diagnosed()
+    for c in cells:
+        out.findings.extend(cell_health(c))
+    if run_failed and not any(d.kind == Kind.RUN_FAILED for d in out.findings):
+        out.findings.append(
+            Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, RunFailed(excluded=[]))
+        )
+    # Serving workload (judge/serving_summary.py): failed requests, /metrics vs per-request counts.
+    out.findings.extend(serving_summary.diagnoses(plan.run, plan.served))
+    # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
+    out.findings.extend(unapplied_finding(u) for u in plan.evidence.unapplied)
+    out.findings.extend(sampler_broken(plan.evidence.meta))
+    out.findings.extend(_probes(plan, out))
+    for c in cells:
+        d = instability(c, gate, greedy)
+        if d:
+            out.findings.append(d)
+    # Soak cells: drift between the rounds of one engine, rounds that accepted nothing, stalls (judge/drift.py).
+    # Their own family: each soak cell gets an even share of the false-alarm rate.
+    soak = [c for c in cells if c.rounds is not None or c.round_ends]
+    for c in soak:
+        out.findings.extend(drift_findings(c, gate, greedy, gate.false_alarm / len(soak)))
+    if not greedy:
+        # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
+        return out
+    for c, ref in plan.pairs:
+        d = divergence(c, ref, gate, plan.alpha)
+        if d:
+            out.findings.append(d)
+    out.findings.extend(text_changes(cells))
+    return out
 
 
-def _serving_diagnoses(run: Run, cells: list[CellResult]) -> list[Finding]:
-    # Serving workload (mtpbench/judge/serving_summary.py): failed requests, /metrics vs per-request counts.
-    return serving_summary.diagnoses(run, cells)
+def _probes(plan: Plan, out: Diagnosed) -> list[Finding]:
+    """Which KV-cache group each draft layer read, where the variant asked for the probe (judge/binding.py),
+    and whether the draft replayed its graphs (judge/replay.py)."""
+    bindings = bindings_from(plan.evidence.meta)
+    out.binding = {c: b.document() for c, b in bindings.items() if b.repeats or b.missing}
+    return [*binding_findings(bindings), *replay_findings(plan.cells, plan.evidence.meta)]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.judge.evidence import COUNT_COLS, SIG, CellResult, _pos_cols
+from mtpbench.judge.evidence import COUNT_COLS, SIG, CellResult, pos_cols
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
 from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
 from mtpbench.specs import GateSpec
@@ -60,7 +60,7 @@ def round_stats(cell: CellResult) -> list[RoundStat]:
     if rows is None or not len(rows):
         return []
     k = cell.evidence.k or sum(1 for c in rows.columns if c.startswith("a") and c[1:].isdigit())
-    tot = rows.groupby("round", sort=True)[[*COUNT_COLS, *_pos_cols(k)]].sum()
+    tot = rows.groupby("round", sort=True)[[*COUNT_COLS, *pos_cols(k)]].sum()
     n = rows.groupby("round", sort=True)["prompt"].nunique()
     ends: dict[int, list[dict[str, Any]]] = {}
     for e in cell.round_ends:
@@ -79,7 +79,7 @@ def round_stats(cell: CellResult) -> list[RoundStat]:
                 drafts=int(row["num_drafts"]),
                 draft_tokens=int(row["num_draft_tokens"]),
                 accepted=int(row["num_accepted_tokens"]),
-                per_pos=tuple(int(row[c]) for c in _pos_cols(k)),
+                per_pos=tuple(int(row[c]) for c in pos_cols(k)),
                 stalled=any(bool(e.get("stalled")) for e in es),
                 uptime_s=max(up) if up else None,
                 kv_cache_usage_max=max(kv) if kv else None,
@@ -101,7 +101,7 @@ def _seed(cell: CellResult, repeat: int) -> int | None:
 def _exact(cell: CellResult, rep: int, rows: pd.DataFrame, k: int) -> Drift | None:
     """Greedy: every prompt's counts and text against its first round's, in one process."""
     rows = rows.sort_values("round", kind="stable")
-    sig = [*SIG, *_pos_cols(k)]
+    sig = [*SIG, *pos_cols(k)]
     first = rows.drop_duplicates("prompt", keep="first").set_index("prompt")[sig[1:]]
     ref = first.reindex(rows["prompt"].to_numpy()).to_numpy()
     moved_mask = (rows[sig[1:]].to_numpy() != ref).any(axis=1)

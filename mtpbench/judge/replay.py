@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mtpbench.judge.evidence import CellResult
+from mtpbench.judge.evidence import CellMeta, CellResult
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
 from mtpbench.judge.findings_probes import GraphReplay
 
@@ -37,17 +37,13 @@ def _well_formed(obs: Mapping[str, Any]) -> bool:
     return all(n >= 0 for n in counts) and isinstance(obs.get("graph_wrapper", False), bool)
 
 
-def replay_findings(
-    cells: Iterable[CellResult], starts: Iterable[Mapping[str, Any]], ends: Iterable[Mapping[str, Any]]
-) -> list[Finding]:
-    ends_by = {(e.get("cell"), e.get("repeat")): e for e in ends}
+def replay_findings(cells: Iterable[CellResult], meta: Iterable[CellMeta]) -> list[Finding]:
     probed: dict[str, list[tuple[int | None, Mapping[str, Any] | None]]] = {}
-    for s in starts:
-        if any(p.get("name") == PROBE and p.get("status") == "applied" for p in s.get("patches") or []):
-            end = ends_by.get((s.get("cell"), s.get("repeat")))
-            obs = ((end or {}).get("patch_observations") or {}).get(PROBE)
+    for m in meta:
+        if m.applied(PROBE):
+            obs = m.observations.get(PROBE)
             kept = obs if isinstance(obs, Mapping) and _well_formed(obs) else None
-            probed.setdefault(str(s.get("cell")), []).append((s.get("hash_seed"), kept))
+            probed.setdefault(m.cell, []).append((m.hash_seed, kept))
     out: list[Finding] = []
     for c in cells:
         if c.cell not in probed:

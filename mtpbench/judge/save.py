@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from mtpbench.errors import UserError
-from mtpbench.judge.evidence import CellResult, collect
+from mtpbench.judge.evidence import CellResult, collect_evidence
 from mtpbench.judge.serving_summary import baseline_fields, is_serving, summarize_serving
 from mtpbench.judge.stats import Counts
 from mtpbench.store.baseline import Baseline, baseline_from_cells
 from mtpbench.store.results import Run
 
 
-def _counts(c: Counts) -> dict[str, Any]:
+def counts_record(c: Counts) -> dict[str, Any]:
     return {
         "num_drafts": int(c.num_drafts),
         "num_draft_tokens": int(c.num_draft_tokens),
@@ -26,7 +26,7 @@ def _counts(c: Counts) -> dict[str, Any]:
     }
 
 
-def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
+def per_prompt_records(cell: CellResult) -> dict[str, dict[str, Any]]:
     ev = cell.evidence
     return {
         pid: {
@@ -41,8 +41,8 @@ def _per_prompt(cell: CellResult) -> dict[str, dict[str, Any]]:
 
 def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
     """The baseline of the run's cells of `variant`; refuses (UserError) a run with a cell that did not finish."""
-    everything = collect(run)
-    cells = [c for c in everything if c.variant == variant]
+    evidence = collect_evidence(run)
+    cells = [c for c in evidence.cells if c.variant == variant]
     if not cells:
         raise UserError(f"{run.path}: no cells of variant {variant!r}")
     if any(not c.complete for c in cells):
@@ -54,7 +54,9 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
             f"{run.path}: {', '.join(off)} recorded zero drafts: speculative decoding did not run, "
             "so there is no acceptance to keep as a baseline"
         )
-    per_cell = [(c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c)) for c in cells]
-    served = summarize_serving(run, cells=everything) if is_serving(run) else None
+    per_cell = [
+        (c.build, c.mode, counts_record(c.summary.counts), len(c.repeats), per_prompt_records(c)) for c in cells
+    ]
+    served = summarize_serving(run, evidence=evidence) if is_serving(run) else []
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant, served) for c in cells}
     return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)

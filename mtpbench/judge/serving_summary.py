@@ -11,7 +11,7 @@ E2E percentiles, the `/metrics`-vs-per-request count check, and two acceptance d
   requests of 1 + accepted_r / drafts_r.
 
 Per-position intervals are clustered by request (ratio estimator, linearised variance): the drafts of one
-request are correlated, the requests are the independent units. Checks (typed findings, worded by render/words.py):
+request are correlated, the requests are the independent units. Checks (typed findings, worded by render/words/):
 failed or missing requests fail the gate; a `/metrics` delta that differs from the per-request sum is
 shown; req/s below a baseline entry's by more than the workload's tolerance is reported (failing only
 with `fail_on_throughput_drop`).
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import NotComparableError
-from mtpbench.judge.evidence import CellResult, collect
+from mtpbench.judge.evidence import Evidence, collect_evidence
 from mtpbench.judge.findings import (
     Cause,
     CountMismatch,
@@ -109,9 +109,9 @@ def _pcts(values: list[float]) -> Percentiles:
     return Percentiles(float(np.percentile(arr, 50)), float(np.percentile(arr, 99)))
 
 
-def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult] | None = None) -> list[ServingCell]:
-    """Per cell: requests, throughput, latencies and both acceptance definitions. `cells`: the evidence stage's
-    cells when the caller has them (compare, baseline save), so the records are not collected again."""
+def summarize_serving(run: Run, confidence: float = 0.95, evidence: Evidence | None = None) -> list[ServingCell]:
+    """Per cell: requests, throughput, latencies and both acceptance definitions. `evidence`: the run's, when
+    the caller has it (every command does), so the records are not collected again."""
     wl = workload_of(run)
     k = run.typed.k
     order: list[str] = []
@@ -122,7 +122,8 @@ def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult
             meta[c.cell] = {"build": c.build, "mode": c.mode, "variant": c.variant}
     # Acceptance from the evidence stage (complete repeats, the same clustered interval as the offline table):
     # the serving table, the checks and `baseline save` cannot disagree on what a cell accepted.
-    judged = {c.cell: c for c in (collect(run, confidence) if cells is None else cells)}
+    evidence = collect_evidence(run, confidence) if evidence is None else evidence
+    judged = {c.cell: c for c in evidence.cells}
     out: list[ServingCell] = []
     for cell in order:
         mine = [r for r in run.records if r.get("cell") == cell]
@@ -132,7 +133,7 @@ def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult
             for r in mine
             if (r.get("type") == "prompt" and r.get("source") != "metrics_delta") or r.get("type") == "request"
         ]
-        starts = [r for r in mine if r.get("type") == "cell_start"]
+        starts = evidence.meta_of(cell)
         ev = judged[cell]
         pooled = any(r.get("type") == "prompt" and r.get("source") == "metrics_delta" for r in mine)
         # Fail closed: a cell with any counters-only repeat is shown (and judged) pooled, without intervals.
@@ -177,11 +178,7 @@ def summarize_serving(run: Run, confidence: float = 0.95, cells: list[CellResult
                 errors=[str(r.get("error")) for r in failed][:5],
                 acceptance=COUNTERS_ONLY if counters_only else PER_REQUEST,
                 acceptance_reasons=sorted(
-                    {
-                        str(s["per_request_reason"])
-                        for s in starts
-                        if s.get("per_request_metrics") == COUNTERS_ONLY and s.get("per_request_reason")
-                    }
+                    {str(m.per_request_reason) for m in starts if m.counters_only and m.per_request_reason}
                 ),
             )
         )
@@ -230,15 +227,14 @@ def _max_tokens(run: Run) -> int | None:
 
 
 def baseline_fields(
-    run: Run, build: str, mode: str, variant: str | None = None, served: list[ServingCell] | None = None
+    run: Run, build: str, mode: str, variant: str | None, served: list[ServingCell]
 ) -> dict[str, Any] | None:
     """What `baseline save` stores for a serving cell (None for an offline run); `served`: the run's
-    summarize_serving, when the caller has it."""
+    summarize_serving."""
     if not is_serving(run):
         return None
     wl = workload_of(run)
-    cells = summarize_serving(run) if served is None else served
-    cell = next((c for c in cells if (c.build, c.mode) == (build, mode) and variant in (None, c.variant)), None)
+    cell = next((c for c in served if (c.build, c.mode) == (build, mode) and variant in (None, c.variant)), None)
     if cell is None:
         return None
     ms = 1000.0
@@ -264,13 +260,14 @@ def _round(x: float | None, n: int) -> float | None:
 # --- checks -----------------------------------------------------------------------------------------------
 
 
-def diagnoses(run: Run, cells: list[CellResult] | None = None) -> list[Finding]:
-    """Serving findings that need no baseline (failed requests, /metrics vs per-request counts)."""
-    if not is_serving(run):
+def diagnoses(run: Run, served: list[ServingCell] | None) -> list[Finding]:
+    """Serving findings that need no baseline (failed requests, /metrics vs per-request counts); `served`:
+    the run's summarize_serving (None: not a serving run)."""
+    if served is None:
         return []
     out: list[Finding] = []
     incomplete = {c.cell for c in run.typed.cells if c.status != CellStatus.OK}
-    for c in summarize_serving(run, cells=cells):
+    for c in served:
         missing = c.requests_total - c.requests_ok - c.requests_failed
         # A cell-repeat that did not finish (server died, timeout, no start) is a failed run (exit 3, the
         # run-failed warning), not a gate finding; its recorded requests are still shown in the table.
@@ -308,14 +305,15 @@ def diagnoses(run: Run, cells: list[CellResult] | None = None) -> list[Finding]:
 
 
 def throughput_diagnoses(
-    run: Run, entries: dict[str, BaselineEntry], cells: list[CellResult] | None = None
+    run: Run, entries: dict[str, BaselineEntry], served: list[ServingCell] | None
 ) -> list[Finding]:
-    """req/s below the baseline entry's by more than the workload's tolerance (same NUM only)."""
-    if not is_serving(run):
+    """req/s below the baseline entry's by more than the workload's tolerance (same NUM only); `served` as in
+    `diagnoses`."""
+    if served is None:
         return []
     wl = workload_of(run)
     out: list[Finding] = []
-    for c in summarize_serving(run, cells=cells):
+    for c in served:
         entry = entries.get(c.cell)  # the entry compare judged the cell's acceptance by (resolve_entry)
         if entry is None or entry.serving is None or entry.serving.req_per_s is None or c.req_per_s is None:
             continue

@@ -150,7 +150,8 @@ class Estimate:
     ci: Interval | None = None
 
 
-def _t(q: float, df: float | None) -> float:
+def t_quantile(q: float, df: float | None) -> float:
+    """The q quantile of Student's t with `df` degrees of freedom (the normal's without), scipy.special only."""
     return float(ndtri(q) if df is None or math.isinf(df) else stdtrit(df, q))
 
 
@@ -168,7 +169,7 @@ def clustered_ratio(num: np.ndarray, den: np.ndarray, confidence: float = 0.95) 
         return Estimate(r)
     resid = (num - r * den) / total
     se = math.sqrt(g / (g - 1) * float(np.sum(resid * resid)))
-    half = _t(1 - (1 - confidence) / 2, g - 1) * se
+    half = t_quantile(1 - (1 - confidence) / 2, g - 1) * se
     return Estimate(r, se, g - 1, Interval(r - half, r + half))
 
 
@@ -191,7 +192,7 @@ def paired_diff(
         return Estimate(d)
     resid = (num_a - ra * den_a) / ta - (num_b - rb * den_b) / tb
     se = math.sqrt(g / (g - 1) * float(np.sum(resid * resid)))
-    half = _t(1 - (1 - confidence) / 2, g - 1) * se
+    half = t_quantile(1 - (1 - confidence) / 2, g - 1) * se
     return Estimate(d, se, g - 1, Interval(d - half, d + half))
 
 
@@ -261,20 +262,20 @@ def welch_df(se_a: float, df_a: float | None, se_b: float, df_b: float | None) -
 def gate_threshold(se: float, df: float | None, drop: float, alpha: float, power: float) -> float:
     """How far below the baseline an estimate must fall to be called a regression: significant at `alpha`
     (one-sided, t_{1−α}·se) and no smaller than drop − t_{power}·se, so that a true drop of `drop` is caught
-    with probability `power` while a drop well under it is not (the rule of compare._position_check). A
+    with probability `power` while a drop well under it is not (the rule of checks.position_check). A
     threshold of `drop` itself would catch a drop of exactly `drop` half the time."""
-    return max(_t(1 - alpha, df) * se, drop - _t(power, df) * se)
+    return max(t_quantile(1 - alpha, df) * se, drop - t_quantile(power, df) * se)
 
 
 def two_sided(delta: float, se: float, df: float | None, confidence: float) -> Interval:
     """The t (or normal, df None) interval delta ± t_{(1+c)/2}·se."""
-    h = _t(0.5 + confidence / 2, df) * se
+    h = t_quantile(0.5 + confidence / 2, df) * se
     return Interval(delta - h, delta + h)
 
 
 def lower_bound(delta: float, se: float, df: float | None, alpha: float) -> float:
     """One-sided (1 − α) lower confidence bound on a difference."""
-    return delta - _t(1 - alpha, df) * se
+    return delta - t_quantile(1 - alpha, df) * se
 
 
 def detectable_drop(se: float | None, df: float | None, alpha: float, power: float) -> float | None:
@@ -284,7 +285,7 @@ def detectable_drop(se: float | None, df: float | None, alpha: float, power: flo
     prompts it needs). None without a standard error."""
     if se is None or (df is not None and df < 1):
         return None
-    return (_t(1 - alpha, df) + _t(power, df)) * se
+    return (t_quantile(1 - alpha, df) + t_quantile(power, df)) * se
 
 
 def certifiable_drop(se: float | None, df: float | None, cert_alpha: float, harmless_alpha: float) -> float | None:
@@ -293,7 +294,7 @@ def certifiable_drop(se: float | None, df: float | None, cert_alpha: float, harm
     endpoint to it, so that a harmless run is inconclusive (exit 5) at most that often. None without se."""
     if se is None or (df is not None and df < 1):
         return None
-    return (_t(1 - cert_alpha, df) + _t(1 - harmless_alpha, df)) * se
+    return (t_quantile(1 - cert_alpha, df) + t_quantile(1 - harmless_alpha, df)) * se
 
 
 def permutation_spread_pvalue(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mtpbench.judge.checks import LengthCheck, PositionCheck, _decide
+from mtpbench.judge.checks import LengthCheck, PositionCheck, decide
 from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.findings import OMIT_NONE, Cause, Finding, Kind, Payload, Severity, Verdict
 from mtpbench.judge.stats import PromptCounts, lower_bound
@@ -122,7 +122,7 @@ def _request_al_check(
     m: Measured, up: UpstreamGolden, gate: GateSpec, alpha: float, cert_alpha: float
 ) -> tuple[Verdict, list[float] | None]:
     """mtpbench's verdict on a per-request-mean AL golden: the per-prompt ALs' mean against the golden by the
-    gate's own rule (checks._decide, δ = gate.tolerance_al_pct % of the golden: the primary endpoint's δ)."""
+    gate's own rule (checks.decide, δ = gate.tolerance_al_pct % of the golden: the primary endpoint's δ)."""
     if up.al is None or m.request_mean_al is None or m.drafts == 0:
         return Verdict.NO_DATA, None
     n = m.prompts
@@ -133,7 +133,7 @@ def _request_al_check(
     if se == 0.0:  # every prompt the same AL: the mean is exact
         verdict = Verdict.REGRESSION if delta < -drop else Verdict.IMPROVEMENT if delta > drop else Verdict.PASS
         return verdict, [m.request_mean_al, m.request_mean_al]
-    return _decide(delta, se, df, drop, gate, alpha, cert_alpha), [
+    return decide(delta, se, df, drop, gate, alpha, cert_alpha), [
         up.al + lower_bound(delta, se, df, cert_alpha),
         m.request_mean_al,
     ]

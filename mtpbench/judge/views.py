@@ -16,13 +16,13 @@ import pandas as pd
 
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.drift import drift_findings, round_stats
-from mtpbench.judge.evidence import CellResult, changed_text
+from mtpbench.judge.evidence import CellResult, cell_meta, changed_text
 from mtpbench.judge.figdata import CellView, HeatmapGrid, RoundsView
 from mtpbench.judge.findings import Kind
 from mtpbench.store.results import Run
 
 
-def _value(x: Any) -> str:
+def value_text(x: Any) -> str:
     """An enum's value or a plain string (compare's verdicts and severities may be either)."""
     return str(getattr(x, "value", x))
 
@@ -48,7 +48,7 @@ def cell_views(comp: Comparison) -> list[CellView]:
                 rates=list(s.per_pos),
                 ci=[None if ci is None else (ci.low, ci.high) for ci in s.per_pos_ci],
                 baseline=[checks[(c.cell, i)].base_rate if (c.cell, i) in checks else None for i in range(k)],
-                verdicts=[_value(checks[(c.cell, i)].verdict) if (c.cell, i) in checks else "" for i in range(k)],
+                verdicts=[value_text(checks[(c.cell, i)].verdict) if (c.cell, i) in checks else "" for i in range(k)],
                 repeats=reps,
                 drafts=s.counts.num_drafts,
                 patches=[f"{p.get('name')}: {p.get('status')}" for p in c.patches if isinstance(p, dict)],
@@ -181,20 +181,20 @@ def heatmap(
 
 
 def fingerprint(run: Run, cells: list[CellResult]) -> list[dict[str, Any]]:
-    """One row per cell-repeat: the versions, device and modes its worker recorded at engine start."""
+    """One row per cell-repeat: the versions, device and modes its worker recorded at engine start (the
+    evidence stage's typed cell metadata)."""
     rows: list[dict[str, Any]] = []
-    for s in run.cell_starts():
-        env = s.get("env") or {}
+    for m in cell_meta(run.cell_starts()):
         rows.append(
             {
-                "cell": s.get("cell"),
-                "repeat": s.get("repeat"),
-                "PYTHONHASHSEED": s.get("hash_seed"),
-                "requested": s.get("requested"),
-                "effective": s.get("effective"),
-                "patches": s.get("patches"),
-                "engine_start_s": s.get("engine_start_s"),
-                **({"env": env} if env else {}),
+                "cell": m.cell,
+                "repeat": m.repeat,
+                "PYTHONHASHSEED": m.hash_seed,
+                "requested": m.requested,
+                "effective": m.effective,
+                "patches": m.patches,
+                "engine_start_s": m.engine_start_s,
+                **({"env": m.env} if m.env else {}),
             }
         )
     if not rows:
@@ -208,7 +208,8 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
     cells = [(c, st) for c, st in cells if st]
     if not cells:
         return None
-    # Drawn before compare's diagnoses exist (the `measured` hook): the drift judgement is asked here, as is.
+    # Drawn before the diagnoses exist (`report`'s painter step, cli/judge_cmds.judge_run): the drift
+    # judgement is asked here, as is.
     alpha = comp.gate.false_alarm / len(cells)
     first = {
         c.cell: getattr(d.payload, "first_round", None)

@@ -75,9 +75,9 @@ def _verdict_text(comp: Comparison) -> str:
 
 class Figures:
     """The report's two figures, handed to a Painter as soon as their data are known: once the run's cells
-    are measured (compare's `measured` hook), before its diagnoses, which this process then makes while the
-    painter draws. The bars go first: the heat map's data take this process as long to compute as the bars
-    take the painter to draw."""
+    are measured (the painter step of cli/judge_cmds.judge_run), before its diagnoses, which this process
+    then makes while the painter draws. The bars go first: the heat map's data take this process as long
+    to compute as the bars take the painter to draw."""
 
     def __init__(self, painter: Painter, svg: bool, png_dir: Path | None) -> None:
         self.painter, self.svg, self.png_dir = painter, svg, png_dir
@@ -272,7 +272,7 @@ def write_report(
     them the figures are drawn here, in this process."""
     if figures is None:
         figures = Figures(Painter(None), html_path is not None, png_dir)
-    if not figures.painter.jobs:  # not measured yet (drawn here) or analysis never called the hook
+    if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
     drawn = figures.drawn()
     order = ["acceptance", "heatmap", "rounds"]

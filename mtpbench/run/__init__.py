@@ -1,3 +1,91 @@
 """Planning and executing the matrix: cells, schedule, executors (local, device pool, Ray), devices, doctor.
-Writes the manifest; the engine writes the records.
+Writes the manifest (through the store's RunWriter); the engine writes the records.
+
+The stage's face, by what a caller wants:
+- plan: `expand` a config into cell-repeats (`Cell`), `plan` each (`CellPlan`), `engine_args_for` a mode,
+  `estimate` what a run will cost (cells.py, cost.py);
+- run: `execute` a new run or `resume` one (`load_for_resume` reads it back), steered by `RunOptions` and
+  `StopSignals`, ending in a `RunOutcome` or `RunInterrupted`; `time_breakdown` says where its time went
+  (runner.py, control.py, cost.py);
+- execute one worker: `make_executor` (`LocalExecutor`, `RayExecutor`), `supervise`, `kill_group`,
+  `WorkerSpec` (executors.py); reach a Ray cluster: `join`, `RaySettings`, `RayDeadlines`, `fit_problem`
+  (raycluster.py); a worker's PYTHONPATH: `worker_pythonpath`, `user_pythonpath` (pythonpath.py).
+doctor.py and devices.py are imported by module name.
+
+Each name's module is imported when the name is first asked for (PEP 562): `python -m mtpbench.run.raykeeper`
+imports this package before the keeper runs, and the keeper, alive as long as its cluster, stays a small
+standard-library process instead of loading the whole stage (pydantic, pandas) for nothing.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, for type checkers and the layering test (tests/project/test_layout.py)
+    from mtpbench.run.cells import Cell, CellPlan, RunOutcome, engine_args_for, expand, plan
+    from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunOptions, StopSignals
+    from mtpbench.run.cost import Estimate, estimate, time_breakdown
+    from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, kill_group, make_executor, supervise
+    from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
+    from mtpbench.run.raycluster import RayDeadlines, RaySettings, fit_problem, join
+    from mtpbench.run.runner import EventCallback, execute, load_for_resume, resume
+
+# Where each public name lives (a module of this package).
+_HOMES: dict[str, tuple[str, ...]] = {
+    "cells": ("Cell", "CellPlan", "RunOutcome", "engine_args_for", "expand", "plan"),
+    "control": ("LOCK", "RERUN", "STOP_SIGNALS", "RunInterrupted", "RunOptions", "StopSignals"),
+    "cost": ("Estimate", "estimate", "time_breakdown"),
+    "executors": ("LocalExecutor", "RayExecutor", "WorkerSpec", "kill_group", "make_executor", "supervise"),
+    "pythonpath": ("user_pythonpath", "worker_pythonpath"),
+    "raycluster": ("RayDeadlines", "RaySettings", "fit_problem", "join"),
+    "runner": ("EventCallback", "execute", "load_for_resume", "resume"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = [
+    "LOCK",
+    "RERUN",
+    "STOP_SIGNALS",
+    "Cell",
+    "CellPlan",
+    "Estimate",
+    "EventCallback",
+    "LocalExecutor",
+    "RayDeadlines",
+    "RayExecutor",
+    "RaySettings",
+    "RunInterrupted",
+    "RunOptions",
+    "RunOutcome",
+    "StopSignals",
+    "WorkerSpec",
+    "engine_args_for",
+    "estimate",
+    "execute",
+    "expand",
+    "fit_problem",
+    "join",
+    "kill_group",
+    "load_for_resume",
+    "make_executor",
+    "plan",
+    "resume",
+    "supervise",
+    "time_breakdown",
+    "user_pythonpath",
+    "worker_pythonpath",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:  # also how `from mtpbench.run import runner` learns to import the submodule
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -81,36 +81,39 @@ def engine_args_for(cfg: ExperimentConfig, mode: str) -> tuple[dict[str, Any], d
 def expand(
     cfg: ExperimentConfig, only_modes: list[str] | None = None, only_builds: list[str] | None = None
 ) -> list[Cell]:
+    """The config's cell-repeats, build × mode × variant × repeat in that order (optionally only some builds
+    or modes), each repeat with its PYTHONHASHSEED."""
     seeds = cfg.seeds()
     cells: list[Cell] = []
-    for b in cfg.builds:
-        if only_builds and b not in only_builds:
+    for build in cfg.builds:
+        if only_builds and build not in only_builds:
             continue
-        for m in cfg.modes:
-            if only_modes and m not in only_modes:
+        for mode in cfg.modes:
+            if only_modes and mode not in only_modes:
                 continue
-            for v in cfg.variants:
-                for r in range(cfg.repeats):
-                    cells.append(Cell(b, m, v, r, seeds[r]))
+            for variant in cfg.variants:
+                for repeat in range(cfg.repeats):
+                    cells.append(Cell(build=build, mode=mode, variant=variant, repeat=repeat, hash_seed=seeds[repeat]))
     return cells
 
 
 def plan(
     cfg: ExperimentConfig, prompts: PromptSet, cells: list[Cell], run_id: str, records_path: str
 ) -> list[CellPlan]:
+    """Each cell-repeat's job file, interpreter and environment (nothing is started)."""
     plans: list[CellPlan] = []
     sampling = cfg.sampling.model_dump(exclude_none=True)
     soak = soak_job_fields(cfg)
-    for c in cells:
-        build = cfg.builds[c.build]
-        engine_args, requested = engine_args_for(cfg, c.mode)
+    for cell in cells:
+        build = cfg.builds[cell.build]
+        engine_args, requested = engine_args_for(cfg, cell.mode)
         if soak.get("prefix_caching") is not None:
             engine_args["enable_prefix_caching"] = soak["prefix_caching"]
-        patches = cfg.variants[c.variant]
+        patches = cfg.variants[cell.variant]
         pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
         env = {
             **build.env,
-            "PYTHONHASHSEED": str(c.hash_seed),
+            "PYTHONHASHSEED": str(cell.hash_seed),
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "PYTHONPATH": pythonpath,
             # Always set, even empty: a user's own MTPBENCH_PATCHES must not leak into a stock cell.
@@ -118,12 +121,12 @@ def plan(
         }
         job = {
             "run_id": run_id,
-            "cell": c.cell_id,
-            "build": c.build,
-            "mode": c.mode,
-            "variant": c.variant,
-            "repeat": c.repeat,
-            "hash_seed": c.hash_seed,
+            "cell": cell.cell_id,
+            "build": cell.build,
+            "mode": cell.mode,
+            "variant": cell.variant,
+            "repeat": cell.repeat,
+            "hash_seed": cell.hash_seed,
             "model": cfg.model,
             "speculative_config": cfg.speculative.to_vllm(),
             "engine_args": engine_args,
@@ -141,7 +144,7 @@ def plan(
             "workload": cfg.workload.model_dump(mode="json"),
             **({"soak_other_prompts": soak["other"]} if soak else {}),
         }
-        plans.append(CellPlan(c, build.python or sys.executable, env, job))
+        plans.append(CellPlan(cell=cell, python=build.python or sys.executable, env=env, job=job))
     return plans
 
 

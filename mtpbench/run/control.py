@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtpbench.schema import CellStatus
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 LOCK = ".lock"
-RERUN = ("pending", "running", "failed", "timeout", "interrupted")
+# What a resume runs again: every cell-repeat that did not end ok (`running`: the runner itself was killed).
+RERUN = (CellStatus.PENDING, CellStatus.RUNNING, CellStatus.FAILED, CellStatus.TIMEOUT, CellStatus.INTERRUPTED)
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -10,6 +10,7 @@ from typing import Any
 
 from mtpbench.config import ExperimentConfig
 from mtpbench.run.cells import Cell
+from mtpbench.schema import CellStatus
 from mtpbench.store.manifest import MANIFEST
 
 
@@ -53,12 +54,16 @@ def estimate(cfg: ExperimentConfig, cells: list[Cell], out_dir: Path, jobs: int,
     runs = 0
     for mpath in sorted(out_dir.glob(f"*/{MANIFEST}")) if out_dir.is_dir() else []:
         try:
-            m = json.loads(mpath.read_text(encoding="utf-8"))
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if not isinstance(m, dict) or (m.get("config") or {}).get("name") != cfg.name:
+        if not isinstance(manifest, dict) or (manifest.get("config") or {}).get("name") != cfg.name:
             continue
-        got = [c for c in m.get("cells", []) if isinstance(c, dict) and c.get("status") == "ok" and c.get("wall_s")]
+        got = [
+            c
+            for c in manifest.get("cells", [])
+            if isinstance(c, dict) and c.get("status") == CellStatus.OK and c.get("wall_s")
+        ]
         runs += bool(got)
         for c in got:
             seen.setdefault(str(c.get("cell")), []).append(float(c["wall_s"]))
@@ -73,4 +78,4 @@ def estimate(cfg: ExperimentConfig, cells: list[Cell], out_dir: Path, jobs: int,
     for c in cells:
         k = slots.index(min(slots))
         slots[k] += per.get(c.cell_id, mean_all) + extra
-    return Estimate(max(slots), runs, per, len(slots))
+    return Estimate(wall_s=max(slots), runs=runs, per_cell_s=per, slots=len(slots))

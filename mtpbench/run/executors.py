@@ -34,14 +34,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from mtpbench.engine.procs import stop_group
 from mtpbench.engine.worker import EVENT_PREFIX
 from mtpbench.errors import UserError
 from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
 from mtpbench.run.raycluster import RaySettings, fits, join, ray_request
+from mtpbench.schema import CellStatus
 
 EventSink = Callable[[dict[str, Any]], None]
 PARENT_ENV = "MTPBENCH_PARENT_PID"
@@ -77,73 +79,41 @@ def kill_group(proc: subprocess.Popen[str], grace_s: float = KILL_GRACE_S) -> No
         proc.wait()
 
 
+class Ending(Enum):
+    """Why supervise stopped a worker that had not exited by itself."""
+
+    STOPPED = "stopped"  # asked to (a stop signal, or the run ending)
+    STARTUP_TIMEOUT = "startup-timeout"  # no engine_ready event within startup_timeout_s
+    GENERATION_TIMEOUT = "generation-timeout"  # engine ready, but no exit within generation_timeout_s
+
+
+@dataclass
+class _Watched:
+    """What the worker said while it ran: its error events and when its engine was ready."""
+
+    errors: list[str] = field(default_factory=list)
+    ready_at: list[float] = field(default_factory=list)  # monotonic time of engine_ready (one at most)
+
+
 def supervise(spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
     """Run one worker to its end, a deadline or a stop request; returns its manifest entry."""
-    Path(spec.job_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(spec.job_path).write_text(json.dumps(spec.job, indent=1))
-    Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **spec.env, PARENT_ENV: str(os.getpid())}
-    entry: dict[str, Any] = {"error": None}
-    errors: list[str] = []
-    ready_at: list[float] = []
+    _write_job(spec)
     t0 = time.monotonic()
     if stop.is_set():
-        entry.update(status="interrupted", error="interrupted before the worker started", wall_s=0.0)
-        return entry
+        return {"error": "interrupted before the worker started", "status": CellStatus.INTERRUPTED, "wall_s": 0.0}
     with open(spec.log_path, "w", encoding="utf-8") as log:
         try:
-            proc = subprocess.Popen(
-                spec.command,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-            )
+            proc = _start_worker(spec)
         except OSError as exc:
-            entry.update(status="failed", error=f"cannot start {spec.command[0]}: {exc}", wall_s=0.0)
-            return entry
+            return {"error": f"cannot start {spec.command[0]}: {exc}", "status": CellStatus.FAILED, "wall_s": 0.0}
         on_event({"event": "spawned", "pid": proc.pid})
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith(EVENT_PREFIX):
-                    try:
-                        ev = json.loads(line[len(EVENT_PREFIX) :])
-                    except json.JSONDecodeError:
-                        ev = None
-                    if isinstance(ev, dict) and "event" in ev:
-                        if ev["event"] == "error":
-                            errors.append(str(ev.get("error")))
-                        elif ev["event"] == "engine_ready":
-                            ready_at.append(time.monotonic())
-                        on_event(ev)
-                log.write(line)
-                log.flush()
-
-        reader = threading.Thread(target=pump, name=f"pump-{proc.pid}", daemon=True)
+        watched = _Watched()
+        reader = threading.Thread(
+            target=_pump, args=(proc, log, watched, on_event), name=f"pump-{proc.pid}", daemon=True
+        )
         reader.start()
-        outcome: str | None = None
         try:
-            while proc.poll() is None:
-                now = time.monotonic()
-                if stop.is_set():
-                    outcome = "interrupted"
-                elif not ready_at and now - t0 > spec.startup_timeout_s:
-                    outcome = "startup-timeout"
-                elif ready_at and now - ready_at[0] > spec.generation_timeout_s:
-                    outcome = "generation-timeout"
-                if outcome:
-                    kill_group(proc, grace_s=KILL_GRACE_S if outcome == "interrupted" else 0.5)
-                    break
-                stop.wait(0.05)
-        except BaseException:
-            # Cancelled from outside (a Ray task cancel raises KeyboardInterrupt here): take the group down.
-            kill_group(proc)
-            raise
+            ending = _watch(proc, spec, stop, watched, t0)
         finally:
             # Whatever the worker left in its group (engine processes, a stray child holding the log pipe)
             # goes with it: nothing of a finished cell-repeat may hold a device for the next one.
@@ -152,31 +122,105 @@ def supervise(spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> d
             except (ProcessLookupError, PermissionError):
                 pass
             reader.join(timeout=10)
-        rc = proc.returncode
-    end = time.monotonic()
-    entry["wall_s"] = round(end - t0, 3)
-    if ready_at:
-        entry["startup_s"] = round(ready_at[0] - t0, 3)
-        entry["generation_s"] = round(end - ready_at[0], 3)
+    return _entry(spec, ending, proc.returncode, watched, t0, time.monotonic())
+
+
+def _write_job(spec: WorkerSpec) -> None:
+    Path(spec.job_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(spec.job_path).write_text(json.dumps(spec.job, indent=1))
+    Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _start_worker(spec: WorkerSpec) -> subprocess.Popen[str]:
+    """The worker, leading a process group of its own, its output (events and log) on one pipe."""
+    return subprocess.Popen(
+        spec.command,
+        env={**os.environ, **spec.env, PARENT_ENV: str(os.getpid())},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+
+
+def _pump(proc: subprocess.Popen[str], log: TextIO, watched: _Watched, on_event: EventSink) -> None:
+    """Every line of the worker into its log; its event lines also to `on_event` (errors and readiness noted)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(EVENT_PREFIX):
+            try:
+                event = json.loads(line[len(EVENT_PREFIX) :])
+            except json.JSONDecodeError:
+                event = None
+            if isinstance(event, dict) and "event" in event:
+                if event["event"] == "error":
+                    watched.errors.append(str(event.get("error")))
+                elif event["event"] == "engine_ready":
+                    watched.ready_at.append(time.monotonic())
+                on_event(event)
+        log.write(line)
+        log.flush()
+
+
+def _watch(
+    proc: subprocess.Popen[str], spec: WorkerSpec, stop: threading.Event, watched: _Watched, t0: float
+) -> Ending | None:
+    """Until the worker exits (None), or why its group was stopped: a stop request or a deadline (the start-up
+    deadline counts from `t0`, before the process was started)."""
+    try:
+        while proc.poll() is None:
+            ending = _due(spec, stop, watched, t0)
+            if ending is not None:
+                kill_group(proc, grace_s=KILL_GRACE_S if ending is Ending.STOPPED else 0.5)
+                return ending
+            stop.wait(0.05)
+    except BaseException:
+        # Cancelled from outside (a Ray task cancel raises KeyboardInterrupt here): take the group down.
+        kill_group(proc)
+        raise
+    return None
+
+
+def _due(spec: WorkerSpec, stop: threading.Event, watched: _Watched, t0: float) -> Ending | None:
+    now = time.monotonic()
+    if stop.is_set():
+        return Ending.STOPPED
+    if not watched.ready_at and now - t0 > spec.startup_timeout_s:
+        return Ending.STARTUP_TIMEOUT
+    if watched.ready_at and now - watched.ready_at[0] > spec.generation_timeout_s:
+        return Ending.GENERATION_TIMEOUT
+    return None
+
+
+def _entry(
+    spec: WorkerSpec, ending: Ending | None, returncode: int | None, watched: _Watched, t0: float, end: float
+) -> dict[str, Any]:
+    """The worker's manifest entry: its times, its status and, unless it ended ok, why."""
+    entry: dict[str, Any] = {"error": None, "wall_s": round(end - t0, 3)}
+    if watched.ready_at:
+        entry["startup_s"] = round(watched.ready_at[0] - t0, 3)
+        entry["generation_s"] = round(end - watched.ready_at[0], 3)
     else:
         entry["startup_s"] = round(end - t0, 3)
-    if outcome == "interrupted":
-        entry.update(status="interrupted", error="interrupted: the worker's process group was stopped")
-    elif outcome == "startup-timeout":
+    if ending is Ending.STOPPED:
+        entry.update(status=CellStatus.INTERRUPTED, error="interrupted: the worker's process group was stopped")
+    elif ending is Ending.STARTUP_TIMEOUT:
         entry.update(
-            status="timeout",
+            status=CellStatus.TIMEOUT,
             error=f"engine start-up exceeded {spec.startup_timeout_s:g} s (startup_timeout_s)\n{_tail(spec.log_path)}",
         )
-    elif outcome == "generation-timeout":
+    elif ending is Ending.GENERATION_TIMEOUT:
         entry.update(
-            status="timeout",
+            status=CellStatus.TIMEOUT,
             error=f"generation exceeded {spec.generation_timeout_s:g} s (generation_timeout_s)\n{_tail(spec.log_path)}",
         )
-    elif rc == 0:
-        entry["status"] = "ok"
+    elif returncode == 0:
+        entry["status"] = CellStatus.OK
     else:
-        head = errors[0] if errors else f"worker exited with code {rc}"
-        entry.update(status="failed", error=f"{head}\n{_tail(spec.log_path)}")
+        head = watched.errors[0] if watched.errors else f"worker exited with code {returncode}"
+        entry.update(status=CellStatus.FAILED, error=f"{head}\n{_tail(spec.log_path)}")
     return entry
 
 
@@ -195,7 +239,7 @@ class LocalExecutor:
         pass
 
 
-def _ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
+def ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
     """Runs on the Ray node: the worker writes into node-local files that travel back in the result."""
     own_python = spec_dict.pop("own_python", False)
     spec = WorkerSpec(**spec_dict)
@@ -241,7 +285,7 @@ class RayExecutor:
         self._nodes_lock = threading.Lock()
         self.joined = join(ray, settings)  # stops what it started if it fails
         self.address = self.joined.address
-        self.task = ray.remote(max_retries=0)(_ray_task_body)
+        self.task = ray.remote(max_retries=0)(ray_task_body)
 
     def _placeable(self, request: dict[str, float]) -> bool:
         """Whether some live node could ever run the task (not whether it is free now); cached for 2 s."""
@@ -255,97 +299,114 @@ class RayExecutor:
                 self._nodes = (time.monotonic(), nodes)
         return any(fits(n, request) for n in nodes)
 
-    def _options(self, n: int) -> dict[str, Any]:
+    def _options(self, devices: int) -> dict[str, Any]:
+        """The task's resource request in Ray's option names (ray_request's, as `.options()` takes them)."""
         if self.resource == "GPU":
-            return {"num_gpus": n, "num_cpus": 1}
+            return {"num_gpus": devices, "num_cpus": 1}
         if self.resource == "NPU":
-            return {"resources": {"NPU": n}, "num_cpus": 1}
-        return {"num_cpus": n}
+            return {"resources": {"NPU": devices}, "num_cpus": 1}
+        return {"num_cpus": devices}
 
     def run(self, spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
-        ray = self.ray
-        n = max(len(spec.devices), 1)
-        d = {**spec.__dict__, "env": dict(spec.env), "job": {**spec.job}}
+        """One cell-repeat as a Ray task, to its end, a stop request or a node that can never place it; its
+        records, log and events delivered here; returns its manifest entry."""
+        devices = max(len(spec.devices), 1)
+        task_spec = self._task_spec(spec)
+        t0 = time.monotonic()
+        request = ray_request(self.resource, devices)
+        ref = self.task.options(**self._options(devices)).remote(task_spec)
+        unplaced = self._wait(ref, stop, request, t0)
+        if unplaced is not None:
+            return unplaced
+        errors = self.ray.exceptions
+        try:
+            result = self.ray.get(ref)
+        except (errors.TaskCancelledError, errors.RayTaskError, errors.RuntimeEnvSetupError, errors.RayError) as exc:
+            return self._failure(exc, stop, t0)
+        return self._deliver(spec, result, on_event, t0)
+
+    def _task_spec(self, spec: WorkerSpec) -> dict[str, Any]:
+        """The WorkerSpec as the task on the node gets it: nothing of the driver's paths or device binding."""
+        task_spec = {**spec.__dict__, "env": dict(spec.env), "job": {**spec.job}}
         # The driver's mtpbench folder (in its per-user cache) means nothing on a node: the task makes its own.
-        d["env"]["PYTHONPATH"] = user_pythonpath(spec.env.get("PYTHONPATH", ""))
-        d["own_python"] = spec.command[0] == sys.executable
+        task_spec["env"]["PYTHONPATH"] = user_pythonpath(spec.env.get("PYTHONPATH", ""))
+        task_spec["own_python"] = spec.command[0] == sys.executable
         # Ray assigns the devices on the node and sets the visibility variable itself.
         for var in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND"):
-            d["env"].pop(var, None)
+            task_spec["env"].pop(var, None)
         if self.resource == "CPU":
             # Ray pins no cores but sets OMP_NUM_THREADS to the task's CPUs; vLLM-CPU's own "auto" binding
             # would put every worker of a node on the same cores.
-            d["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        d["devices"] = []
-        t0 = time.monotonic()
-        request = ray_request(self.resource, n)
+            task_spec["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        task_spec["devices"] = []
+        return task_spec
+
+    def _wait(self, ref: Any, stop: threading.Event, request: dict[str, float], t0: float) -> dict[str, Any] | None:
+        """Until the task is done (None), cancelling it on a stop request; the failed entry of a task that no
+        live node could place for ray_place_timeout_s (its node left the cluster)."""
         place_s = self.settings.deadlines.place_s
-        ref = self.task.options(**self._options(n)).remote(d)
         cancelled_at: float | None = None
         unplaceable_since: float | None = None
         while True:
-            done, _ = ray.wait([ref], timeout=0.1)
+            done, _ = self.ray.wait([ref], timeout=0.1)
             if done:
-                break
+                return None
             now = time.monotonic()
             if stop.is_set() and cancelled_at is None:
                 # Non-forced: the task gets KeyboardInterrupt and stops the worker's process group itself.
-                ray.cancel(ref, force=False)
+                self.ray.cancel(ref, force=False)
                 cancelled_at = now
             elif cancelled_at is not None and now - cancelled_at > 15:
-                ray.cancel(ref, force=True)  # the worker dies with it (PR_SET_PDEATHSIG)
+                self.ray.cancel(ref, force=True)  # the worker dies with it (PR_SET_PDEATHSIG)
                 cancelled_at = float("inf")
             elif cancelled_at is None:
                 # Waiting for a free device is normal; waiting for a node that could never take the task
                 # (its node left the cluster) is not: that gets a deadline, then the cell fails (resumable).
                 unplaceable_since = None if self._placeable(request) else (unplaceable_since or now)
                 if unplaceable_since is not None and now - unplaceable_since > place_s:
-                    ray.cancel(ref, force=True)
-                    want = ", ".join(f"{v:g} {k}" for k, v in request.items())
+                    self.ray.cancel(ref, force=True)
+                    want = ", ".join(f"{n:g} {resource}" for resource, n in request.items())
                     return {
-                        "status": "failed",
+                        "status": CellStatus.FAILED,
                         "wall_s": round(now - t0, 3),
                         "error": f"no live node of the Ray cluster could place this task ({want}) for "
                         f"{place_s:g} s (ray_place_timeout_s)",
                     }
-        try:
-            res = ray.get(ref)
-        except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as exc:
+
+    def _failure(self, exc: Exception, stop: threading.Event, t0: float) -> dict[str, Any]:
+        """The manifest entry of a task that raised instead of returning."""
+        errors = self.ray.exceptions
+        wall_s = round(time.monotonic() - t0, 3)
+        first_line = str(exc).splitlines()[0]
+        if isinstance(exc, (errors.TaskCancelledError, errors.RayTaskError)):
             if stop.is_set():
                 return {
-                    "status": "interrupted",
+                    "status": CellStatus.INTERRUPTED,
                     "error": "interrupted: the Ray task was cancelled",
-                    "wall_s": round(time.monotonic() - t0, 3),
+                    "wall_s": wall_s,
                 }
+            return {"status": CellStatus.FAILED, "error": f"Ray task failed: {first_line}", "wall_s": wall_s}
+        if isinstance(exc, errors.RuntimeEnvSetupError):
             return {
-                "status": "failed",
-                "error": f"Ray task failed: {str(exc).splitlines()[0]}",
-                "wall_s": round(time.monotonic() - t0, 3),
-            }
-        except ray.exceptions.RuntimeEnvSetupError as exc:
-            return {
-                "status": "failed",
-                "wall_s": round(time.monotonic() - t0, 3),
+                "status": CellStatus.FAILED,
+                "wall_s": wall_s,
                 "error": f"the node could not set up mtpbench (py_modules) within "
-                f"{self.settings.deadlines.upload_s:g} s (ray_upload_timeout_s) or failed: "
-                f"{str(exc).splitlines()[0]}",
+                f"{self.settings.deadlines.upload_s:g} s (ray_upload_timeout_s) or failed: {first_line}",
             }
-        except ray.exceptions.RayError as exc:
-            # A node or worker that died mid-task lands here: this cell fails, the others go on, and
-            # --resume runs it again.
-            return {
-                "status": "failed",
-                "error": f"Ray: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-                "wall_s": round(time.monotonic() - t0, 3),
-            }
+        # A node or worker that died mid-task lands here: this cell fails, the others go on, and --resume
+        # runs it again.
+        return {"status": CellStatus.FAILED, "error": f"Ray: {type(exc).__name__}: {first_line}", "wall_s": wall_s}
+
+    def _deliver(self, spec: WorkerSpec, result: dict[str, Any], on_event: EventSink, t0: float) -> dict[str, Any]:
+        """The task's log, records and events, here where the driver keeps them; its manifest entry."""
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(spec.log_path).write_text(res["log"], encoding="utf-8")
-        if res["records"]:
-            self.append(spec.job["records_path"], res["records"])
-        for ev in res["events"]:
-            if ev.get("event") != "spawned":  # the pid is the node's, meaningless here
-                on_event(ev)
-        entry = dict(res["entry"])
+        Path(spec.log_path).write_text(result["log"], encoding="utf-8")
+        if result["records"]:
+            self.append(spec.job["records_path"], result["records"])
+        for event in result["events"]:
+            if event.get("event") != "spawned":  # the pid is the node's, meaningless here
+                on_event(event)
+        entry = dict(result["entry"])
         # Time in Ray's queue (waiting for a device on some node) is not the worker's.
         entry["ray_wall_s"] = round(time.monotonic() - t0, 3)
         return entry
@@ -373,4 +434,13 @@ def make_executor(kind: str, ray: RaySettings | None = None) -> LocalExecutor | 
     raise UserError(f"--executor {kind!r}: expected local or ray")
 
 
-__all__ = ["LocalExecutor", "RayExecutor", "RaySettings", "WorkerSpec", "kill_group", "make_executor", "supervise"]
+__all__ = [
+    "LocalExecutor",
+    "RayExecutor",
+    "RaySettings",
+    "WorkerSpec",
+    "kill_group",
+    "make_executor",
+    "ray_task_body",
+    "supervise",
+]

@@ -9,10 +9,10 @@ node to every interface on the machine's outward address unless RAY_ENABLE_WINDO
 unauthenticated cluster beyond loopback runs anyone's code, so the switch is set for the cluster and, while
 joined to it, for the driver (which would otherwise rewrite 127.0.0.1 into the outward address).
 
-The cluster runs in a session led by a keeper (`_KEEPER`) whose stdin is a pipe from mtpbench: when it closes
-(the run ended, a signal stopped it, or mtpbench died, even by SIGKILL) the keeper SIGKILLs its session. A
-session, not a process group: Ray's raylet puts each worker in a group of its own (a group kill left idle
-workers running, found by tests/unit/run/test_ray_deadlines.py).
+The cluster runs in a session led by a keeper (run/raykeeper.py, `python -m mtpbench.run.raykeeper`) whose
+stdin is a pipe from mtpbench: when it closes (the run ended, a signal stopped it, or mtpbench died, even by
+SIGKILL) the keeper SIGKILLs its session. A session, not a process group: Ray's raylet puts each worker in a
+group of its own (a group kill left idle workers running, found by tests/unit/run/test_ray_deadlines.py).
 
 Every blocking Ray call runs in a daemon thread waited for with a deadline while the stop signals are watched:
 a deadline ends in ClusterError (one line, exit 3) naming what was waited for and its config key; a signal in
@@ -38,64 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+# By its full path: `from mtpbench.run import raykeeper` also imports the package, whose face names this module.
+import mtpbench.run.raykeeper as raykeeper
 from mtpbench.errors import ClusterError, UserError
 from mtpbench.run.control import RunInterrupted
+from mtpbench.run.raykeeper import session_members
 
 T = TypeVar("T")
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 STARTED = "Ray runtime started"  # what `ray start` prints once its GCS and raylet run
 STOP_WAIT_S = 10.0  # for the keeper to have killed the cluster, then for what is left to die of SIGKILL
-
-# The cluster's session leader: runs `ray start ... --block`, and kills every process of its session (the
-# head's GCS, raylet, agents and workers; Ray puts each worker in a process group of its own, but not in a
-# session of its own) once its stdin, a pipe from mtpbench, reaches EOF (mtpbench closed it or died) or
-# once `ray start` exits.
-_KEEPER = """
-import os, signal, subprocess, sys, threading
-def sweep():
-    for _ in range(50):  # again until a pass finds nobody: a member may fork while it is being killed
-        found = 0
-        for d in os.listdir("/proc"):
-            if d.isdigit() and int(d) != os.getpid():
-                try:
-                    with open("/proc/%s/stat" % d) as f:
-                        st = f.read().rsplit(")", 1)[1].split()
-                    if int(st[3]) == os.getpid() and st[0] != "Z":
-                        os.kill(int(d), signal.SIGKILL)
-                        found += 1
-                except (OSError, ValueError, IndexError):
-                    pass
-        if not found:
-            return
-ending = threading.Lock()  # one way out: mtpbench's EOF, or `ray start` ending by itself
-ray = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
-def watch():
-    code = ray.wait()
-    if ending.acquire(blocking=False):
-        sweep()
-        os._exit(code)
-threading.Thread(target=watch, daemon=True).start()
-sys.stdin.buffer.read()
-ending.acquire()
-sweep()
-import shutil  # and the temp folder, as mtpbench would have, had it lived (its log is kept)
-shutil.rmtree(sys.argv[1], ignore_errors=True)
-os._exit(0)
-"""
-
-
-def session_members(sid: int) -> list[int]:
-    """Live (not zombie) processes of session `sid`, its leader included."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                st = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(st[3]) == sid and st[0] != "Z":
-                found.append(int(d.name))
-    return found
 
 
 @dataclass
@@ -110,7 +62,10 @@ class RayDeadlines:
     @classmethod
     def from_config(cls, cfg: Any) -> RayDeadlines:
         return cls(
-            cfg.ray_start_timeout_s, cfg.ray_connect_timeout_s, cfg.ray_upload_timeout_s, cfg.ray_place_timeout_s
+            start_s=cfg.ray_start_timeout_s,
+            connect_s=cfg.ray_connect_timeout_s,
+            upload_s=cfg.ray_upload_timeout_s,
+            place_s=cfg.ray_place_timeout_s,
         )
 
 
@@ -126,11 +81,12 @@ class RaySettings:
 
 
 def check_stop(caught: list[int]) -> None:
+    """RunInterrupted (no run folder yet) once a stop signal has been noted."""
     if caught:
         raise RunInterrupted(caught[0], None)
 
 
-def bounded(call: Callable[[], T], seconds: float, what: str, key: str, caught: list[int]) -> T:
+def bounded(call: Callable[[], T], seconds: float, *, what: str, key: str, caught: list[int]) -> T:
     """`call()` in a daemon thread, waited for at most `seconds`: a Ray call that blocks (ray.init retries a
     GCS that does not answer for ever) cannot be interrupted in place. On a deadline or a stop signal the
     thread is abandoned; the process exits soon after, and the thread with it."""
@@ -142,14 +98,14 @@ def bounded(call: Callable[[], T], seconds: float, what: str, key: str, caught: 
         except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
 
-    th = threading.Thread(target=run, name="ray-call", daemon=True)
+    thread = threading.Thread(target=run, name="ray-call", daemon=True)
     end = time.monotonic() + seconds
-    th.start()
-    while th.is_alive():
+    thread.start()
+    while thread.is_alive():
         check_stop(caught)
         if time.monotonic() > end:
             raise ClusterError(f"{what}: no answer within {seconds:g} s ({key})")
-        th.join(0.05)
+        thread.join(0.05)
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -166,8 +122,8 @@ def host_port(address: str) -> tuple[str, int] | None:
 def wait_reachable(address: str, seconds: float, caught: list[int]) -> None:
     """Until something accepts a TCP connection at `address` (a cluster may still be starting), at most
     `seconds`. Before ray.init: its own retries never give up and print a line every few seconds."""
-    hp = host_port(address)
-    if hp is None:
+    host_and_port = host_port(address)
+    if host_and_port is None:
         return
     end = time.monotonic() + seconds
     last = ""
@@ -180,7 +136,7 @@ def wait_reachable(address: str, seconds: float, caught: list[int]) -> None:
                 f"answer within {seconds:g} s (ray_connect_timeout_s){': ' + last if last else ''}"
             )
         try:
-            with socket.create_connection(hp, timeout=min(left, 2.0)):
+            with socket.create_connection(host_and_port, timeout=min(left, 2.0)):
                 return
         except OSError as exc:
             last = exc.strerror or str(exc)
@@ -188,9 +144,9 @@ def wait_reachable(address: str, seconds: float, caught: list[int]) -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _short_tmp() -> str:
@@ -214,10 +170,25 @@ class LocalCluster:
         """Start the head and wait until it runs; its address. Stops what it started on any failure."""
         check_stop(self.caught)
         self.tmp = Path(tempfile.mkdtemp(prefix="mtpb-ray-", dir=_short_tmp()))
-        fd, log = tempfile.mkstemp(prefix="mtpbench-ray-head-", suffix=".log")
+        log_fd, log = tempfile.mkstemp(prefix="mtpbench-ray-head-", suffix=".log")
         self.log = Path(log)
         port = _free_port()
-        ray_start = [
+        try:
+            self.proc = self._launch_keeper(self._ray_start(port, self.tmp), log_fd)
+        finally:
+            os.close(log_fd)
+        try:
+            self._wait_started(self.proc, self.log)
+        except BaseException as exc:
+            self.stop(keep_log=isinstance(exc, ClusterError))
+            raise
+        self.address = f"127.0.0.1:{port}"
+        return self.address
+
+    @staticmethod
+    def _ray_start(port: int, temp_dir: Path) -> list[str]:
+        """`ray start` for a head on loopback that runs until it is killed (--block), in its own temp folder."""
+        return [
             sys.executable,
             "-m",
             "ray.scripts.scripts",
@@ -225,65 +196,76 @@ class LocalCluster:
             "--head",
             "--node-ip-address=127.0.0.1",
             f"--port={port}",
-            f"--temp-dir={self.tmp}",
+            f"--temp-dir={temp_dir}",
             "--include-dashboard=false",
             "--disable-usage-stats",
             "--block",
         ]
+
+    def _launch_keeper(self, ray_start: list[str], log_fd: int) -> subprocess.Popen[bytes]:
+        """The keeper, leading a session of its own, runs `ray start`; its stdin is the pipe whose EOF stops it."""
         env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, LOOPBACK_ENV: "0"}
-        cmd = [sys.executable, "-c", _KEEPER, str(self.tmp), *ray_start]
-        try:
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=fd, stderr=subprocess.STDOUT, start_new_session=True, env=env
-            )
-        finally:
-            os.close(fd)
+        keeper = [sys.executable, "-m", raykeeper.__name__, str(self.tmp), *ray_start]
+        return subprocess.Popen(
+            keeper,
+            stdin=subprocess.PIPE,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+
+    def _wait_started(self, keeper: subprocess.Popen[bytes], log: Path) -> None:
+        """Until `ray start` says the runtime started; a ClusterError if it exits first or the deadline passes."""
         t0 = time.monotonic()
-        try:
-            while STARTED not in self.log.read_text(errors="replace"):
-                check_stop(self.caught)
-                if self.proc.poll() is not None:
-                    tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                    raise ClusterError(
-                        f"the local Ray cluster did not start (`ray start` exited with code "
-                        f"{self.proc.returncode}: {tail[0]}); its log: {self.log}"
-                    )
-                if time.monotonic() - t0 > self.deadline_s:
-                    raise ClusterError(
-                        f"the local Ray cluster did not start within {self.deadline_s:g} s "
-                        f"(ray_start_timeout_s); its log: {self.log}"
-                    )
-                time.sleep(0.1)
-        except BaseException as exc:
-            self.stop(keep_log=isinstance(exc, ClusterError))
-            raise
-        self.address = f"127.0.0.1:{port}"
-        return self.address
+        while STARTED not in log.read_text(errors="replace"):
+            check_stop(self.caught)
+            if keeper.poll() is not None:
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+                raise ClusterError(
+                    f"the local Ray cluster did not start (`ray start` exited with code "
+                    f"{keeper.returncode}: {tail[0]}); its log: {log}"
+                )
+            if time.monotonic() - t0 > self.deadline_s:
+                raise ClusterError(
+                    f"the local Ray cluster did not start within {self.deadline_s:g} s "
+                    f"(ray_start_timeout_s); its log: {log}"
+                )
+            time.sleep(0.1)
 
     def stop(self, keep_log: bool = False) -> None:
         """Take the whole cluster down (idempotent); its temp folder goes, its log stays only if asked."""
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()  # the keeper kills its session and exits
-            try:
-                proc.wait(timeout=STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            # What the keeper could not reach (it was killed, or a member forked past its sweeps).
-            end = time.monotonic() + STOP_WAIT_S
-            while (left := session_members(proc.pid)) and time.monotonic() < end:
-                for pid in left:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.05)
+        keeper, self.proc = self.proc, None
+        if keeper is not None:
+            _stop_keeper(keeper)
+            _kill_session(keeper.pid)
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
         if self.log is not None and not keep_log:
             self.log.unlink(missing_ok=True)
             self.log = None
+
+
+def _stop_keeper(keeper: subprocess.Popen[bytes]) -> None:
+    """Close the keeper's stdin (it kills its session and exits); killed itself if it does not in time."""
+    if keeper.stdin is not None:
+        keeper.stdin.close()
+    try:
+        keeper.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        keeper.kill()
+        keeper.wait()
+
+
+def _kill_session(session: int) -> None:
+    """What the keeper could not reach (it was killed, or a member forked past its sweeps), for a while."""
+    end = time.monotonic() + STOP_WAIT_S
+    while (left := session_members(session)) and time.monotonic() < end:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def driver_on_loopback() -> Callable[[], None]:
@@ -317,58 +299,85 @@ class Joined:
                 self.cluster.stop()
 
 
-def join(ray: Any, s: RaySettings) -> Joined:
+def join(ray: Any, settings: RaySettings) -> Joined:
     """Start (no address) or reach the cluster, check that every cell-repeat fits one of its nodes, and join
     it with mtpbench as the job's py_modules; each wait bounded. On any failure what was started is stopped."""
-    import mtpbench
-
-    d = s.deadlines
-    joined = Joined(s.address or "")
+    joined = Joined(settings.address or "")
     try:
-        if s.address is None:
-            joined.cluster = LocalCluster(d.start_s, s.caught)
-            joined.address = joined.cluster.start()
-            joined.restore = driver_on_loopback()
-        else:
-            wait_reachable(s.address, d.connect_s, s.caught)
-        address = joined.address
+        _start_or_reach(joined, settings)
         # Not the driver's logging: a Ray call in a thread warns that it cannot set a SIGTERM handler (good:
         # the run's own handlers stay), and the retries of a lost GCS are Ray's lines, not mtpbench's.
         logging.getLogger("ray").setLevel(logging.ERROR)
-
-        def init(**kw: Any) -> Any:
-            return ray.init(address=address, log_to_driver=False, configure_logging=False, **kw)
-
-        try:
-            bounded(init, d.connect_s, f"joining the Ray cluster at {address}", "ray_connect_timeout_s", s.caught)
-            nodes = bounded(
-                ray.nodes,
-                d.connect_s,
-                f"listing the nodes of the Ray cluster at {address}",
-                "ray_connect_timeout_s",
-                s.caught,
-            )
-        except ValueError as exc:
-            raise UserError(f"Ray cluster address {address!r}: {exc}") from None
-        except (ConnectionError, RuntimeError) as exc:
-            raise ClusterError(f"cannot join the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
-        problem = fit_problem(nodes, s.resource.upper(), s.needs, address)
+        nodes = _connect(ray, joined.address, settings)
+        problem = fit_problem(nodes, settings.resource.upper(), settings.needs, joined.address)
         if problem:
             raise UserError(problem)  # before mtpbench is shipped or a run folder exists
-        # Joined again with mtpbench as the job's py_modules: apart, the upload has a deadline of its own.
-        bounded(ray.shutdown, d.connect_s, "leaving the Ray cluster", "ray_connect_timeout_s", s.caught)
-        pkg = str(Path(mtpbench.__file__).resolve().parent)
-        bounded(
-            lambda: init(runtime_env=upload_env(pkg, d.upload_s)),
-            d.upload_s,
-            f"shipping mtpbench ({package_mb(pkg):.1f} MB, py_modules) to the Ray cluster at {address}",
-            "ray_upload_timeout_s",
-            s.caught,
-        )
+        _ship_mtpbench(ray, joined.address, settings)
     except BaseException:
         joined.leave(ray)
         raise
     return joined
+
+
+def _start_or_reach(joined: Joined, settings: RaySettings) -> None:
+    """mtpbench's own cluster started (no address named), or the named one answering on its port."""
+    if settings.address is None:
+        joined.cluster = LocalCluster(settings.deadlines.start_s, settings.caught)
+        joined.address = joined.cluster.start()
+        joined.restore = driver_on_loopback()
+    else:
+        wait_reachable(settings.address, settings.deadlines.connect_s, settings.caught)
+
+
+def _init(ray: Any, address: str, **options: Any) -> Any:
+    return ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
+
+
+def _connect(ray: Any, address: str, settings: RaySettings) -> list[dict[str, Any]]:
+    """Join the cluster (without mtpbench yet) and list its nodes; a bad address is bad input."""
+    connect_s, caught = settings.deadlines.connect_s, settings.caught
+    try:
+        bounded(
+            lambda: _init(ray, address),
+            connect_s,
+            what=f"joining the Ray cluster at {address}",
+            key="ray_connect_timeout_s",
+            caught=caught,
+        )
+        nodes: list[dict[str, Any]] = bounded(
+            ray.nodes,
+            connect_s,
+            what=f"listing the nodes of the Ray cluster at {address}",
+            key="ray_connect_timeout_s",
+            caught=caught,
+        )
+    except ValueError as exc:
+        raise UserError(f"Ray cluster address {address!r}: {exc}") from None
+    except (ConnectionError, RuntimeError) as exc:
+        raise ClusterError(f"cannot join the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+    return nodes
+
+
+def _ship_mtpbench(ray: Any, address: str, settings: RaySettings) -> None:
+    """Join again with mtpbench as the job's py_modules: apart, the upload has a deadline of its own."""
+    import mtpbench
+
+    deadlines, caught = settings.deadlines, settings.caught
+    bounded(
+        ray.shutdown,
+        deadlines.connect_s,
+        what="leaving the Ray cluster",
+        key="ray_connect_timeout_s",
+        caught=caught,
+    )
+    package = str(Path(mtpbench.__file__).resolve().parent)
+    bounded(
+        lambda: _init(ray, address, runtime_env=upload_env(package, deadlines.upload_s)),
+        deadlines.upload_s,
+        what=f"shipping mtpbench ({package_mb(package):.1f} MB, py_modules) to the Ray cluster at {address}",
+        key="ray_upload_timeout_s",
+        caught=caught,
+    )
 
 
 # --- what a cell-repeat asks of a node --------------------------------------------------------------------
@@ -381,41 +390,45 @@ def ray_request(resource: str, n: int) -> dict[str, float]:
     return {resource: float(n), "CPU": 1.0}
 
 
+def _has(node: Mapping[str, Any], resource: str) -> float:
+    """How much of `resource` a node of `ray.nodes()` has (0 when it has none)."""
+    return float((node.get("Resources") or {}).get(resource, 0.0))
+
+
 def fits(node: Mapping[str, Any], request: Mapping[str, float]) -> bool:
-    have = node.get("Resources") or {}
-    return bool(node.get("Alive")) and all(float(have.get(k, 0.0)) >= v for k, v in request.items())
+    return bool(node.get("Alive")) and all(_has(node, resource) >= n for resource, n in request.items())
+
+
+def _node_summary(node: Mapping[str, Any]) -> str:
+    """`ADDRESS: CPU 8, GPU 2`: a node's devices, as a refusal names them."""
+    devices = sorted((node.get("Resources") or {}).items())
+    have = ", ".join(f"{resource} {float(n):g}" for resource, n in devices if resource in ("CPU", "GPU", "NPU"))
+    return f"{node.get('NodeManagerAddress', '?')}: {have}"
 
 
 def fit_problem(
     nodes: Sequence[Mapping[str, Any]], resource: str, needs: Sequence[tuple[str, int]], address: str
 ) -> str | None:
     """Why some cell-repeat can never run on these nodes (each task runs on one node), or None."""
-    alive = [n for n in nodes if n.get("Alive")]
+    alive = [node for node in nodes if node.get("Alive")]
     if not alive:
         return f"the Ray cluster at {address} has no live node"
-    seen: set[int] = set()
-    for cell, n in needs:
-        n = max(n, 1)
-        req = ray_request(resource, n)
-        if n in seen or any(fits(node, req) for node in alive):
-            seen.add(n)
+    placeable: set[int] = set()  # device counts some node can take: each is checked once
+    for cell, devices in needs:
+        devices = max(devices, 1)
+        request = ray_request(resource, devices)
+        if devices in placeable or any(fits(node, request) for node in alive):
+            placeable.add(devices)
             continue
-        short = next(k for k in req if max(float((x.get("Resources") or {}).get(k, 0.0)) for x in alive) < req[k])
-        most = max(float((x.get("Resources") or {}).get(short, 0.0)) for x in alive)
-        have = "; ".join(
-            f"{x.get('NodeManagerAddress', '?')}: "
-            + ", ".join(
-                f"{k} {float(v):g}" for k, v in sorted((x.get("Resources") or {}).items()) if k in ("CPU", "GPU", "NPU")
-            )
-            for x in alive
-        )
-        where = (
-            f"no node of the Ray cluster at {address} has {short}"
-            if most == 0
-            else (f"the most any node of the Ray cluster at {address} has is {most:g}")
-        )
+        short = next(key for key in request if max(_has(node, key) for node in alive) < request[key])
+        most = max(_has(node, short) for node in alive)
+        if most == 0:
+            where = f"no node of the Ray cluster at {address} has {short}"
+        else:
+            where = f"the most any node of the Ray cluster at {address} has is {most:g}"
         return (
-            f"{cell}: needs {req[short]:g} {short} on one node, but {where} (nodes: {have}); "
+            f"{cell}: needs {request[short]:g} {short} on one node, but {where} "
+            f"(nodes: {'; '.join(_node_summary(node) for node in alive)}); "
             f"start nodes that have it, or choose --ray-resource"
         )
     return None
@@ -432,10 +445,9 @@ def upload_env(package_dir: str, upload_s: float) -> dict[str, Any]:
 
 
 def package_mb(package_dir: str) -> float:
-    return (
-        sum(p.stat().st_size for p in Path(package_dir).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        / 1e6
-    )
+    """What shipping the package costs, in MB (what a py_modules upload carries: no __pycache__)."""
+    files = [p for p in Path(package_dir).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return sum(p.stat().st_size for p in files) / 1e6
 
 
 __all__ = [
@@ -452,6 +464,7 @@ __all__ = [
     "join",
     "package_mb",
     "ray_request",
+    "session_members",
     "upload_env",
     "wait_reachable",
 ]

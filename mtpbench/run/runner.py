@@ -6,7 +6,8 @@ A cell is build × mode × variant; each of its repeats is one process with its 
 knob that exposes set/dict-iteration-order bugs) and the engine in-process. The runner writes the job
 file, starts `python -m mtpbench.engine.worker`, streams the worker's events to a callback (the CLI draws the
 progress bar from them; nothing here prints), keeps the engine's log per cell, enforces the timeout and
-records every cell's outcome in the manifest as it happens. A failed cell does not stop the others.
+records every cell's outcome in the manifest as it happens (the store's RunWriter). A failed cell does not
+stop the others.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from mtpbench.run.cost import Estimate, estimate, time_breakdown
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
 from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
 from mtpbench.run.raycluster import RayDeadlines, RaySettings
+from mtpbench.schema import CellStatus, RunStatus
 from mtpbench.store.baseline import model_identity
-from mtpbench.store.manifest import MANIFEST, new_manifest, new_run_dir, now_iso, write_json_atomic
-from mtpbench.store.records import RECORDS
+from mtpbench.store.manifest import MANIFEST, now_iso
 from mtpbench.store.results import refresh_copy
+from mtpbench.store.writer import CELL_KEYS, RunWriter
 
 EventCallback = Callable[[str, dict[str, Any]], None]
 
@@ -46,7 +48,7 @@ class _Setup:
     executor: str
     pool: DevicePool | None
     bind_env: dict[str, str | None]  # build -> visibility variable
-    need: list[int]
+    need: list[int]  # devices per cell-repeat
     devices_from: str
     ray_resource: str | None = None
 
@@ -68,26 +70,38 @@ def _setup(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions) -> _Setup
     need = [devices_needed(engine_args_for(cfg, c.mode)[0]) for c in cells]
     explicit = opts.devices or cfg.devices
     first = next(iter(cfg.builds.values()))
+    unbound: dict[str, str | None] = dict.fromkeys(cfg.builds)
     if executor == "ray":
         resource = opts.ray_resource or cfg.ray_resource
         if resource is None:
             kind = probe_platform(first.python)["platform"]
             resource = {"cuda": "GPU", "ascend": "NPU"}.get(kind, "CPU")
-        return _Setup(jobs, executor, None, {b: None for b in cfg.builds}, need, "assigned by Ray", resource.upper())
+        return _Setup(
+            jobs=jobs,
+            executor=executor,
+            pool=None,
+            bind_env=unbound,
+            need=need,
+            devices_from="assigned by Ray",
+            ray_resource=resource.upper(),
+        )
     if jobs == 1 and not explicit:
         # One worker at a time on whatever the environment shows it: the behaviour before device pools.
-        return _Setup(1, executor, None, {b: None for b in cfg.builds}, need, "not bound (one job)")
-    kinds = {b: probe_platform(spec.python)["platform"] for b, spec in cfg.builds.items()}
-    bind = {b: spec.device_env or VISIBILITY_ENV[kinds[b]] for b, spec in cfg.builds.items()}
+        return _Setup(
+            jobs=1, executor=executor, pool=None, bind_env=unbound, need=need, devices_from="not bound (one job)"
+        )
+    platforms = {name: probe_platform(build.python)["platform"] for name, build in cfg.builds.items()}
+    bind = {name: build.device_env or VISIBILITY_ENV[platforms[name]] for name, build in cfg.builds.items()}
     if explicit:
-        devices, source = [str(d) for d in explicit], "--devices" if opts.devices else "the config's devices"
+        devices = [str(d) for d in explicit]
+        source = "--devices" if opts.devices else "the config's devices"
     else:
-        devices, source = detect(kinds[next(iter(cfg.builds))], first.python, jobs)
+        devices, source = detect(platforms[next(iter(cfg.builds))], first.python, jobs)
     too_big = [(c, n) for c, n in zip(cells, need, strict=True) if n > len(devices)]
     if too_big:
-        c, n = too_big[0]
-        raise UserError(f"{c.cell_id}: needs {n} devices (tensor × pipeline parallel), pool: {len(devices)}")
-    return _Setup(jobs, executor, DevicePool(devices), bind, need, source)
+        cell, n = too_big[0]
+        raise UserError(f"{cell.cell_id}: needs {n} devices (tensor × pipeline parallel), pool: {len(devices)}")
+    return _Setup(jobs=jobs, executor=executor, pool=DevicePool(devices), bind_env=bind, need=need, devices_from=source)
 
 
 def _executor(
@@ -100,15 +114,13 @@ def _executor(
 ) -> LocalExecutor | RayExecutor:
     """The executor, before anything runs: for Ray, the cluster started or reached, every cell-repeat checked
     to fit one of its nodes and mtpbench shipped, each within its deadline (a stop signal ends the waits)."""
+    indices = range(len(cells)) if todo is None else todo
     ray = RaySettings(
-        opts.address or cfg.ray_address,
-        setup.ray_resource or "GPU",
-        RayDeadlines.from_config(cfg),
-        [
-            (f"{cells[i].cell_id} r{cells[i].repeat}", setup.need[i])
-            for i in (range(len(cells)) if todo is None else todo)
-        ],
-        stops.caught,
+        address=opts.address or cfg.ray_address,
+        resource=setup.ray_resource or "GPU",
+        deadlines=RayDeadlines.from_config(cfg),
+        needs=[(f"{cells[i].cell_id} r{cells[i].repeat}", setup.need[i]) for i in indices],
+        caught=stops.caught,
     )
     executor = make_executor(setup.executor, ray)
     stops.rearm()
@@ -129,14 +141,18 @@ def _lock(run_dir: Path) -> int:
     return fd
 
 
-def _spec(p: CellPlan, run_dir: Path, cfg: ExperimentConfig, devices: list[str], var: str | None) -> WorkerSpec:
-    attempt = int(p.job.get("attempt", 1))
-    name = p.cell.slug if attempt == 1 else f"{p.cell.slug}-a{attempt}"
+def _spec(
+    cell_plan: CellPlan, run_dir: Path, cfg: ExperimentConfig, devices: list[str], visibility_env: str | None
+) -> WorkerSpec:
+    """How to start and watch one cell-repeat's worker: its job and log files (per attempt), its command, its
+    environment with its devices bound, its deadlines."""
+    attempt = int(cell_plan.job.get("attempt", 1))
+    name = cell_plan.cell.slug if attempt == 1 else f"{cell_plan.cell.slug}-a{attempt}"
     job_path = run_dir / "jobs" / f"{name}.json"
     return WorkerSpec(
-        command=p.command(str(job_path)),
-        env={**p.env, **binding_env(var, devices)},
-        job=p.job,
+        command=cell_plan.command(str(job_path)),
+        env={**cell_plan.env, **binding_env(visibility_env, devices)},
+        job=cell_plan.job,
         job_path=str(job_path),
         log_path=str(run_dir / "logs" / f"{name}.log"),
         startup_timeout_s=cfg.startup_timeout_s or cfg.timeout_s,
@@ -145,130 +161,166 @@ def _spec(p: CellPlan, run_dir: Path, cfg: ExperimentConfig, devices: list[str],
     )
 
 
-def _schedule(
-    cfg: ExperimentConfig,
-    plans: list[CellPlan],
-    todo: list[int],
-    manifest: dict[str, Any],
-    run_dir: Path,
-    setup: _Setup,
-    executor: LocalExecutor | RayExecutor,
-    on_event: EventCallback,
-    caught: list[int],
-) -> list[str]:
-    """Run the cell-repeats `todo` (indices into plans and manifest cells) on the executor; returns the
-    failed ones. Runs in the main thread: signal handlers only note the signal, this loop stops the
-    workers, so no handler ever runs between starting a worker and knowing about it."""
-    mpath = run_dir / MANIFEST
-    session: dict[str, Any] = {"started": now_iso(), "cells": len(todo), **setup.describe()}
-    manifest.setdefault("sessions", []).append(session)
-    write_json_atomic(mpath, manifest)
-    stop = threading.Event()
-    events: queue.Queue[tuple[str, int, dict[str, Any]]] = queue.Queue()
-    pending = list(todo)
-    active: dict[int, tuple[threading.Thread, list[str]]] = {}
-    failed: list[str] = []
-    t_start = time.monotonic()
-    busy = 0.0
+# What a worker's thread puts on the scheduler's queue: an event of the worker, or its manifest entry.
+_EVENT = "event"
+_DONE = "done"
 
-    ui_failed: list[str] = []
 
-    def emit(kind: str, payload: dict[str, Any]) -> None:
-        # The progress view writes to a terminal or pipe that may be gone (a CI runner killed our parent):
-        # that must neither stop the run nor keep the manifest from saying how it ended.
-        if not ui_failed:
-            try:
-                on_event(kind, payload)
-            except Exception as exc:
-                ui_failed.append(f"{type(exc).__name__}: {exc}")
-                session["ui_error"] = ui_failed[0]
+class _Scheduler:
+    """Runs cell-repeats (indices into the plans and the manifest's cells) on the executor, as many at once
+    as jobs and devices allow, and records each one's state in the manifest as it changes. Runs in the main
+    thread: signal handlers only note the signal, this loop stops the workers, so no handler ever runs
+    between starting a worker and knowing about it."""
 
-    def work(i: int, spec: WorkerSpec) -> None:
-        entry: dict[str, Any]
+    def __init__(
+        self,
+        *,
+        cfg: ExperimentConfig,
+        plans: list[CellPlan],
+        run: RunWriter,
+        setup: _Setup,
+        executor: LocalExecutor | RayExecutor,
+        on_event: EventCallback,
+        caught: list[int],
+    ) -> None:
+        self.cfg = cfg
+        self.plans = plans
+        self.run = run
+        self.setup = setup
+        self.executor = executor
+        self.on_event = on_event
+        self.caught = caught
+        self.stop = threading.Event()
+        self.queue: queue.Queue[tuple[str, int, dict[str, Any]]] = queue.Queue()
+        self.pending: list[int] = []
+        self.active: dict[int, tuple[threading.Thread, list[str]]] = {}  # index -> its thread and devices
+        self.failed: list[str] = []
+        self.session: dict[str, Any] = {}
+        self.t_start = time.monotonic()
+        self.busy_s = 0.0
+        self.ui_failed = False
+
+    def run_all(self, todo: list[int]) -> list[str]:
+        """Run `todo`; the ones that failed. RunInterrupted when a stop signal ended it."""
+        self.session = {"started": now_iso(), "cells": len(todo), **self.setup.describe()}
+        self.run.manifest.setdefault("sessions", []).append(self.session)
+        self.run.save()
+        self.pending = list(todo)
+        self.t_start = time.monotonic()
         try:
-            entry = executor.run(spec, stop, lambda ev: events.put(("event", i, ev)))
-        except BaseException as exc:  # a bug or an executor failure ends this cell, not the run
-            entry = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "wall_s": 0.0}
-        events.put(("done", i, entry))
+            self._loop()
+        except BaseException:
+            self._abort()
+            raise
+        finally:
+            self.session.update(
+                finished=now_iso(), wall_s=round(time.monotonic() - self.t_start, 3), busy_s=round(self.busy_s, 3)
+            )
+        if self.caught:
+            self.session["interrupted_by"] = signal.Signals(self.caught[0]).name
+            self.run.finish(RunStatus.INTERRUPTED)
+            raise RunInterrupted(self.caught[0], self.run.path)
+        return self.failed
 
-    try:
-        while pending or active:
-            if caught and not stop.is_set():
-                stop.set()
-            if not stop.is_set():
-                for i in list(pending):
-                    if len(active) >= setup.jobs:
-                        break
-                    devs: list[str] | None = []
-                    if setup.pool is not None:
-                        devs = setup.pool.take(setup.need[i])
-                        if devs is None:
-                            continue
-                    devs = devs or []
-                    pending.remove(i)
-                    pl = plans[i]
-                    spec = _spec(pl, run_dir, cfg, devs, setup.bind_env.get(pl.cell.build))
-                    if setup.executor == "ray":
-                        spec.devices = [f"ray{j}" for j in range(setup.need[i])]
-                    c = manifest["cells"][i]
-                    c.update(
-                        status="running",
-                        attempt=int(pl.job.get("attempt", 1)),
-                        devices=devs or None,
-                        started=now_iso(),
-                        queued_s=round(time.monotonic() - t_start, 3),
-                        log=str(Path(spec.log_path).relative_to(run_dir)),
-                    )
-                    write_json_atomic(mpath, manifest)
-                    th = threading.Thread(target=work, args=(i, spec), name=f"cell-{i}", daemon=True)
-                    active[i] = (th, devs)
-                    emit("cell_start", {"cell": pl.cell, "index": i, "seq": i, "devices": devs})
-                    th.start()
-            elif not active:
+    def _loop(self) -> None:
+        while self.pending or self.active:
+            if self.caught and not self.stop.is_set():
+                self.stop.set()
+            if not self.stop.is_set():
+                self._start_what_fits()
+            elif not self.active:
                 break
             try:
-                kind, i, data = events.get(timeout=0.1)
+                kind, index, data = self.queue.get(timeout=0.1)
             except queue.Empty:
                 continue
-            c = manifest["cells"][i]
-            if kind == "event":
-                ev = dict(data)
-                name = str(ev.pop("event"))
-                if name == "spawned":
-                    c["pid"] = ev.get("pid")
-                    write_json_atomic(mpath, manifest)
-                    continue
-                if name == "engine_ready":
-                    c["engine_start_s"] = round(float(ev.get("engine_start_s", 0.0)), 3)
-                emit(name, {**ev, "cell": plans[i].cell, "seq": i})
-                continue
-            th, devs = active.pop(i)
-            th.join()
-            if setup.pool is not None:
-                setup.pool.give_back(devs)
-            c.update(data)
-            c.pop("pid", None)
-            busy += float(data.get("wall_s") or 0.0)
-            if data["status"] != "ok":
-                failed.append(f"{plans[i].cell.cell_id} r{plans[i].cell.repeat}")
-            write_json_atomic(mpath, manifest)
-            emit("cell_end", {**data, "cell": plans[i].cell, "index": i, "seq": i})
-    except BaseException:
-        # A bug here must not orphan a worker nor leave the run looking alive: stop all, say so, re-raise.
-        stop.set()
-        for th, _ in active.values():
-            th.join()
-        manifest.update(status="interrupted", finished=now_iso())
-        write_json_atomic(mpath, manifest)
-        raise
-    finally:
-        session.update(finished=now_iso(), wall_s=round(time.monotonic() - t_start, 3), busy_s=round(busy, 3))
-    if caught:
-        session["interrupted_by"] = signal.Signals(caught[0]).name
-        manifest.update(status="interrupted", finished=now_iso())
-        write_json_atomic(mpath, manifest)
-        raise RunInterrupted(caught[0], run_dir)
-    return failed
+            if kind == _EVENT:
+                self._on_worker_event(index, data)
+            else:
+                self._on_done(index, data)
+
+    def _abort(self) -> None:
+        """A bug here must not orphan a worker nor leave the run looking alive: stop all, say so."""
+        self.stop.set()
+        for thread, _ in self.active.values():
+            thread.join()
+        self.run.finish(RunStatus.INTERRUPTED)
+
+    def _start_what_fits(self) -> None:
+        for index in list(self.pending):
+            if len(self.active) >= self.setup.jobs:
+                break
+            devices: list[str] | None = []
+            if self.setup.pool is not None:
+                devices = self.setup.pool.take(self.setup.need[index])
+                if devices is None:
+                    continue  # not enough free devices for this one: a smaller one may fit
+            self.pending.remove(index)
+            self._start(index, devices or [])
+
+    def _start(self, index: int, devices: list[str]) -> None:
+        plan = self.plans[index]
+        spec = _spec(plan, self.run.path, self.cfg, devices, self.setup.bind_env.get(plan.cell.build))
+        if self.setup.executor == "ray":
+            spec.devices = [f"ray{j}" for j in range(self.setup.need[index])]
+        self.run.update_cell(
+            index,
+            status=CellStatus.RUNNING,
+            attempt=int(plan.job.get("attempt", 1)),
+            devices=devices or None,
+            started=now_iso(),
+            queued_s=round(time.monotonic() - self.t_start, 3),
+            log=str(Path(spec.log_path).relative_to(self.run.path)),
+        )
+        thread = threading.Thread(target=self._work, args=(index, spec), name=f"cell-{index}", daemon=True)
+        self.active[index] = (thread, devices)
+        self._emit("cell_start", {"cell": plan.cell, "index": index, "seq": index, "devices": devices})
+        thread.start()
+
+    def _work(self, index: int, spec: WorkerSpec) -> None:
+        """A worker's thread: the executor runs it; its events and then its manifest entry go on the queue."""
+        entry: dict[str, Any]
+        try:
+            entry = self.executor.run(spec, self.stop, lambda event: self.queue.put((_EVENT, index, event)))
+        except BaseException as exc:  # a bug or an executor failure ends this cell, not the run
+            entry = {"status": CellStatus.FAILED, "error": f"{type(exc).__name__}: {exc}", "wall_s": 0.0}
+        self.queue.put((_DONE, index, entry))
+
+    def _on_worker_event(self, index: int, data: dict[str, Any]) -> None:
+        event = dict(data)
+        name = str(event.pop("event"))
+        if name == "spawned":
+            self.run.update_cell(index, pid=event.get("pid"))
+            return
+        if name == "engine_ready":
+            self.run.cells[index]["engine_start_s"] = round(float(event.get("engine_start_s", 0.0)), 3)
+        self._emit(name, {**event, "cell": self.plans[index].cell, "seq": index})
+
+    def _on_done(self, index: int, entry: dict[str, Any]) -> None:
+        thread, devices = self.active.pop(index)
+        thread.join()
+        if self.setup.pool is not None:
+            self.setup.pool.give_back(devices)
+        cell = self.run.cells[index]
+        cell.update(entry)
+        cell.pop("pid", None)
+        self.busy_s += float(entry.get("wall_s") or 0.0)
+        if entry["status"] != CellStatus.OK:
+            plan = self.plans[index]
+            self.failed.append(f"{plan.cell.cell_id} r{plan.cell.repeat}")
+        self.run.save()
+        self._emit("cell_end", {**entry, "cell": self.plans[index].cell, "index": index, "seq": index})
+
+    def _emit(self, kind: str, payload: dict[str, Any]) -> None:
+        # The progress view writes to a terminal or pipe that may be gone (a CI runner killed our parent):
+        # that must neither stop the run nor keep the manifest from saying how it ended.
+        if self.ui_failed:
+            return
+        try:
+            self.on_event(kind, payload)
+        except Exception as exc:
+            self.ui_failed = True
+            self.session["ui_error"] = f"{type(exc).__name__}: {exc}"
 
 
 def execute(
@@ -298,50 +350,58 @@ def _execute(
     setup = _setup(cfg, cells, opts)
     executor = _executor(cfg, cells, opts, setup, stops)
     try:
-        run_dir = new_run_dir(out_dir, cfg.name)
-        lock = _lock(run_dir)
+        run = RunWriter.in_new_folder(
+            out_dir,
+            config=cfg.model_dump(mode="json"),
+            config_path=config_path,
+            prompts={"name": prompts.name, "sha256": prompts.sha256(), "ids": [p.id for p in prompts.prompts]},
+        )
+        lock = _lock(run.path)
     except BaseException:
         executor.close()
         raise
     try:
-        manifest = new_manifest(
-            run_dir.name,
-            cfg.model_dump(mode="json"),
-            config_path,
-            {"name": prompts.name, "sha256": prompts.sha256(), "ids": [p.id for p in prompts.prompts]},
+        _describe_run(run, cfg)
+        plans = plan(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
+        for cell_plan in plans:
+            cell_plan.job["attempt"] = 1
+            cell = cell_plan.cell
+            run.add_cell(
+                build=cell.build,
+                mode=cell.mode,
+                variant=cell.variant,
+                repeat=cell.repeat,
+                hash_seed=cell.hash_seed,
+                status=CellStatus.PENDING,
+                attempt=1,
+            )
+        run.save()
+        on_event("run_start", {"path": run.path, "cells": len(plans), "prompts": len(prompts.prompts)})
+        scheduler = _Scheduler(
+            cfg=cfg, plans=plans, run=run, setup=setup, executor=executor, on_event=on_event, caught=stops.caught
         )
-        # How the run was asked for, so a baseline saved from it says how to reproduce it.
-        manifest["command"] = " ".join(["mtpbench", *sys.argv[1:]]) if sys.argv[0].endswith("mtpbench") else None
-        # Identity of the weights, not their path: a baseline saved on one machine matches a run on another.
-        manifest["model"] = model_identity(cfg.model)
-        manifest["drafter"] = model_identity(cfg.speculative.model)
-        plans = plan(cfg, prompts, cells, run_dir.name, str((run_dir / RECORDS).resolve()))
-        for pl in plans:
-            pl.job["attempt"] = 1
-        manifest["cells"] = [
-            {
-                "cell": pl.cell.cell_id,
-                "build": pl.cell.build,
-                "mode": pl.cell.mode,
-                "variant": pl.cell.variant,
-                "repeat": pl.cell.repeat,
-                "hash_seed": pl.cell.hash_seed,
-                "status": "pending",
-                "attempt": 1,
-            }
-            for pl in plans
-        ]
-        write_json_atomic(run_dir / MANIFEST, manifest)
-        on_event("run_start", {"path": run_dir, "cells": len(plans), "prompts": len(prompts.prompts)})
-        todo = list(range(len(plans)))
-        failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
-        manifest.update(status="failed" if failed else "complete", finished=now_iso())
-        write_json_atomic(run_dir / MANIFEST, manifest)
-        refresh_copy(run_dir)  # the Parquet copy compare/report/history read (JSONL stays the truth)
-        return RunOutcome(run_dir, manifest, failed)
+        failed = scheduler.run_all(list(range(len(plans))))
+        _finish(run, failed)
+        return RunOutcome(path=run.path, manifest=run.manifest, failed=failed)
     finally:
         executor.close()
         os.close(lock)
+
+
+def _describe_run(run: RunWriter, cfg: ExperimentConfig) -> None:
+    """What the manifest says beyond the config: how the run was asked for and what it ran on."""
+    # How the run was asked for, so a baseline saved from it says how to reproduce it.
+    asked = " ".join(["mtpbench", *sys.argv[1:]]) if sys.argv[0].endswith("mtpbench") else None
+    run.manifest["command"] = asked
+    # Identity of the weights, not their path: a baseline saved on one machine matches a run on another.
+    run.manifest["model"] = model_identity(cfg.model)
+    run.manifest["drafter"] = model_identity(cfg.speculative.model)
+
+
+def _finish(run: RunWriter, failed: list[str]) -> None:
+    """The run's end in its manifest, and the Parquet copy compare/report/history read (JSONL stays the truth)."""
+    run.finish(RunStatus.FAILED if failed else RunStatus.COMPLETE)
+    refresh_copy(run.path)
 
 
 def load_for_resume(run_dir: Path) -> tuple[dict[str, Any], ExperimentConfig, PromptSet]:
@@ -386,45 +446,60 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
     lock = _lock(run_dir)
     try:
         manifest, cfg, prompts = load_for_resume(run_dir)
+        run = RunWriter(run_dir, manifest)
         cells = [
-            Cell(c["build"], c["mode"], c["variant"], int(c["repeat"]), int(c["hash_seed"])) for c in manifest["cells"]
+            Cell(
+                build=c["build"],
+                mode=c["mode"],
+                variant=c["variant"],
+                repeat=int(c["repeat"]),
+                hash_seed=int(c["hash_seed"]),
+            )
+            for c in run.cells
         ]
         setup = _setup(cfg, cells, opts)
-        plans = plan(cfg, prompts, cells, str(manifest["run_id"]), str((run_dir / RECORDS).resolve()))
-        todo = [i for i, c in enumerate(manifest["cells"]) if c.get("status", "pending") in RERUN]
+        plans = plan(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
+        todo = [i for i, c in enumerate(run.cells) if c.get("status", CellStatus.PENDING) in RERUN]
         if not todo:  # nothing left to run: the manifest (its status, finished time, resumes) stays as it was
-            return RunOutcome(run_dir, manifest)
+            return RunOutcome(path=run_dir, manifest=run.manifest)
         # Ray refused or unreachable: the manifest stays as it was (nothing of this resume ran).
         executor = _executor(cfg, cells, opts, setup, stops, todo)
         try:
-            for i in todo:
-                c = manifest["cells"][i]
-                # A repeat that never started has no records to supersede: it keeps its attempt number.
-                attempt = int(c.get("attempt", 1)) + (c.get("status", "pending") != "pending")
-                keep = {k: c[k] for k in ("cell", "build", "mode", "variant", "repeat", "hash_seed")}
-                manifest["cells"][i] = {
-                    **keep,
-                    "status": "pending",
-                    "attempt": attempt,
-                    "previous": {"status": c.get("status"), "error": c.get("error")},
-                }
-            for i, pl in enumerate(plans):
-                pl.job["attempt"] = int(manifest["cells"][i].get("attempt", 1))
-            manifest.update(status="running", finished=None)
-            manifest.setdefault("resumed", []).append({"at": now_iso(), "cells": len(todo)})
-            write_json_atomic(run_dir / MANIFEST, manifest)
+            _new_attempts(run, plans, todo)
+            run.manifest.update(status=RunStatus.RUNNING, finished=None)
+            run.manifest.setdefault("resumed", []).append({"at": now_iso(), "cells": len(todo)})
+            run.save()
             on_event("run_start", {"path": run_dir, "cells": len(todo), "prompts": len(prompts.prompts)})
-            failed = _schedule(cfg, plans, todo, manifest, run_dir, setup, executor, on_event, stops.caught)
+            scheduler = _Scheduler(
+                cfg=cfg, plans=plans, run=run, setup=setup, executor=executor, on_event=on_event, caught=stops.caught
+            )
+            failed = scheduler.run_all(todo)
         finally:
             executor.close()
         # The verdict covers the whole run: repeats that were fine before this resume count too.
-        failed_all = [f"{c['cell']} r{c['repeat']}" for c in manifest["cells"] if c.get("status") != "ok"]
-        manifest.update(status="failed" if failed_all else "complete", finished=now_iso())
-        write_json_atomic(run_dir / MANIFEST, manifest)
-        refresh_copy(run_dir)
-        return RunOutcome(run_dir, manifest, failed_all or failed)
+        failed_all = [f"{c['cell']} r{c['repeat']}" for c in run.cells if c.get("status") != CellStatus.OK]
+        _finish(run, failed_all)
+        return RunOutcome(path=run_dir, manifest=run.manifest, failed=failed_all or failed)
     finally:
         os.close(lock)
+
+
+def _new_attempts(run: RunWriter, plans: list[CellPlan], todo: list[int]) -> None:
+    """Each cell-repeat to run again becomes pending as a new attempt (what it was before is kept as
+    `previous`); every plan's job says its repeat's attempt, so the records say which attempt wrote them."""
+    for i in todo:
+        cell = run.cells[i]
+        started = cell.get("status", CellStatus.PENDING) != CellStatus.PENDING
+        # A repeat that never started has no records to supersede: it keeps its attempt number.
+        attempt = int(cell.get("attempt", 1)) + started
+        run.cells[i] = {
+            **{key: cell[key] for key in CELL_KEYS},
+            "status": CellStatus.PENDING,
+            "attempt": attempt,
+            "previous": {"status": cell.get("status"), "error": cell.get("error")},
+        }
+    for i, cell_plan in enumerate(plans):
+        cell_plan.job["attempt"] = int(run.cells[i].get("attempt", 1))
 
 
 __all__ = [

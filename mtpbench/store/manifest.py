@@ -18,10 +18,10 @@ from pydantic import Field, StrictInt, ValidationError, field_validator
 
 from mtpbench import __version__
 from mtpbench.errors import StorageError, UserError
-from mtpbench.schema import SCHEMA_VERSION, CellStatus, schema_problem
+from mtpbench.schema import SCHEMA_VERSION, CellStatus, RunStatus, schema_problem
 from mtpbench.specs import GateSpec
 from mtpbench.store.files import share_mode
-from mtpbench.store.records import RECORDS, Attempt, HashSeed, RepeatIndex, Seconds, _first_error, _OnDisk
+from mtpbench.store.records import RECORDS, Attempt, HashSeed, OnDisk, RepeatIndex, Seconds, first_error
 
 MANIFEST = "manifest.json"
 # A run id names a folder: no separators, no "..", nothing hidden.
@@ -100,7 +100,7 @@ def new_manifest(run_id: str, config: dict[str, Any], config_path: str, prompts:
         "run_id": run_id,
         "created": now_iso(),
         "finished": None,
-        "status": "running",
+        "status": RunStatus.RUNNING,
         "config_path": config_path,
         "config": config,
         "prompts": prompts,
@@ -108,7 +108,7 @@ def new_manifest(run_id: str, config: dict[str, Any], config_path: str, prompts:
     }
 
 
-class ManifestCell(_OnDisk):
+class ManifestCell(OnDisk):
     cell: str = Field(min_length=1)
     build: str = Field(min_length=1)
     mode: str = Field(min_length=1)
@@ -123,17 +123,17 @@ class ManifestCell(_OnDisk):
     engine_start_s: Seconds | None = None
 
 
-class ManifestSpeculative(_OnDisk):
+class ManifestSpeculative(OnDisk):
     method: str = Field(min_length=1)
     num_speculative_tokens: Annotated[StrictInt, Field(gt=0, le=64)]
 
 
-class ManifestSampling(_OnDisk):
+class ManifestSampling(OnDisk):
     temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     max_tokens: StrictInt | None = None
 
 
-class ManifestConfig(_OnDisk):
+class ManifestConfig(OnDisk):
     """The resolved config the run was made with (config.py's ExperimentConfig, as the runner wrote it)."""
 
     name: str | None = None
@@ -151,18 +151,18 @@ class ManifestConfig(_OnDisk):
         return str((self.workload or {}).get("kind") or "offline")
 
 
-class ManifestPrompts(_OnDisk):
+class ManifestPrompts(OnDisk):
     name: str | None = None
     sha256: str = Field(min_length=1)
     ids: list[str] = Field(default_factory=list)
 
 
-class Manifest(_OnDisk):
+class Manifest(OnDisk):
     """manifest.json, typed. `Run.manifest` keeps the raw dict for code that reads extra keys."""
 
     schema_version: StrictInt = Field(alias="schema")
     run_id: str
-    status: str = "running"
+    status: RunStatus = RunStatus.RUNNING
     created: str | None = None
     finished: str | None = None
     tool_version: str | None = None
@@ -202,4 +202,4 @@ def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:
     try:
         return manifest, Manifest.model_validate(manifest)
     except ValidationError as exc:
-        raise UserError(f"{mpath}: manifest key {_first_error(exc)}") from None
+        raise UserError(f"{mpath}: manifest key {first_error(exc)}") from None

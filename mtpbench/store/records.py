@@ -1,15 +1,17 @@
-"""records.jsonl, read: the typed model of every record (`PromptRecord`, `CellStart`, `CellEnd`, `TornMark`)
-and the bounds they share with the manifest, the counts no speculative decoder can produce
-(`count_problem`), and the one reader (`scan_records`). The file is append-only, written by the workers as
-prompts finish (`worker.append_record`: one locked, complete write per line). A crash mid-write leaves a
-truncated last line: it is reported and skipped, and the next append marks it with a `torn` record so it
-stays readable once lines follow it. Anything else unreadable is a `UserError` naming the file, line and
-key; records of another schema are refused (results.py keeps the format history).
+"""records.jsonl: the typed model of every record (`PromptRecord`, `CellStart`, `CellEnd`, `TornMark`) and
+the bounds they share with the manifest, the counts no speculative decoder can produce (`count_problem`),
+the one reader (`scan_records`) and the line format of a record (`dump_record`, the worker's compact JSON,
+used by the store's RunWriter). The file is append-only, written by the workers as prompts finish
+(`worker.append_record`: one locked, complete write per line). A crash mid-write leaves a truncated last
+line: it is reported and skipped, and the next append marks it with a `torn` record so it stays readable
+once lines follow it. Anything else unreadable is a `UserError` naming the file, line and key; records of
+another schema are refused (results.py keeps the format history).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -55,11 +57,13 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 # here is checked for type and range.
 
 
-class _OnDisk(BaseModel):
+class OnDisk(BaseModel):
+    """A model of something read from a run folder (the manifest's parts and every record)."""
+
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
-class Counts(_OnDisk):
+class Counts(OnDisk):
     num_drafts: Count
     num_draft_tokens: Count
     num_accepted_tokens: Count
@@ -93,7 +97,7 @@ def count_problem(c: Counts, k: int | None) -> str | None:
     return None
 
 
-class RecordBase(_OnDisk):
+class RecordBase(OnDisk):
     schema_version: StrictInt = Field(alias="schema")
     type: str = Field(min_length=1)
     cell: str = Field(min_length=1)
@@ -150,7 +154,7 @@ class CellEnd(RecordBase):
 TORN = "torn"
 
 
-class TornMark(_OnDisk):
+class TornMark(OnDisk):
     """Written by worker.append_record right after a line that a crash cut off (of any cell), so that the
     cut-off line, now in the middle of the file, is still told apart from garbage."""
 
@@ -160,7 +164,7 @@ class TornMark(_OnDisk):
 
 
 # Records of other types (added by newer writers of the same schema) are checked against RecordBase.
-RECORD_MODELS: dict[str, type[_OnDisk]] = {
+RECORD_MODELS: dict[str, type[OnDisk]] = {
     "prompt": PromptRecord,
     "cell_start": CellStart,
     "cell_end": CellEnd,
@@ -169,13 +173,19 @@ RECORD_MODELS: dict[str, type[_OnDisk]] = {
 }
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as `key.path: message` (what the readers' UserErrors name)."""
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "missing":
         msg = "missing"
     return f"{loc}: {msg}"
+
+
+def dump_record(record: Mapping[str, Any]) -> str:
+    """One record as records.jsonl holds it: compact JSON on one line (the worker's format, engine/worker.py)."""
+    return json.dumps(record, separators=(",", ":")) + "\n"
 
 
 @dataclass
@@ -204,7 +214,7 @@ def _check_record(where: str, rec: Any, k: int | None) -> dict[str, Any]:
     try:
         parsed = model.model_validate(rec)
     except ValidationError as exc:
-        raise UserError(f"{where}: {rec['type']} record: {_first_error(exc)}") from None
+        raise UserError(f"{where}: {rec['type']} record: {first_error(exc)}") from None
     if isinstance(parsed, PromptRecord):
         for key, counts in (("", parsed), ("per_request.", parsed.per_request)):
             why = count_problem(counts, k) if counts is not None else None

@@ -102,7 +102,7 @@ def load_run(path: str | Path) -> Run:
     if kind != "dir":
         raise UserError(f"{p}: not a run folder (a file)")
     manifest, meta = read_manifest(p / MANIFEST)
-    from mtpbench.store import columnar
+    import mtpbench.store.columnar as columnar
 
     cached = columnar.read_copy(p)
     if cached is not None:
@@ -158,7 +158,7 @@ def timing(manifest: dict[str, Any]) -> dict[str, float]:
 def refresh_copy(run_dir: Path) -> Path | None:
     """Make the columnar copy fresh (called when a run ends); a records file the reader refuses gets no copy
     and is reported by whoever loads the run next, with the reader's own message."""
-    from mtpbench.store import columnar
+    import mtpbench.store.columnar as columnar
 
     if columnar.read_copy(run_dir) is not None:
         return run_dir / columnar.COPY

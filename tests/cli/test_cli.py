@@ -10,25 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clihelp import invoke, one_error_line
 from conftest import PUBLISHED
-from typer.testing import CliRunner
-
-from mtpbench.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
-runner = CliRunner()
 GOOD = [98.2, 96.3, 89.9]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200", "COLUMNS": "200"})
-
-
-def one_error_line(result) -> str:
-    lines = [x for x in result.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def test_compare_regression_exit_1_with_table_and_junit(make_run: Callable[..., Path], tmp_path: Path) -> None:
@@ -292,7 +278,7 @@ def test_unexpected_exception_is_exit_3_with_a_log_not_a_traceback(
     def boom(*a: object, **k: object) -> None:
         raise KeyError("output_sha256")
 
-    monkeypatch.setattr(cmp, "analyze", boom)
+    monkeypatch.setattr(cmp, "diagnose", boom)
     monkeypatch.setenv("MTPBENCH_LOG_DIR", str(tmp_path / "logs"))
     res = invoke("show", make_run({"cpu/eager/stock": [GOOD]}))
     assert res.exit_code == 3

@@ -13,24 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from clihelp import invoke, one_error_line
 from conftest import PUBLISHED
-from typer.testing import CliRunner
-
-from mtpbench.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]
-
-
-def invoke(*args: object):
-    return CliRunner().invoke(app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200", "COLUMNS": "200"})
-
-
-def one_error_line(result) -> str:
-    lines = [x for x in result.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def _recipe(makefile: str, target: str) -> list[str]:

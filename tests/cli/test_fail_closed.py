@@ -8,18 +8,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from clihelp import invoke
 from conftest import PUBLISHED
-from typer.testing import CliRunner
 
-from mtpbench.cli import app
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS
 
 GOOD = [98.2, 96.3, 89.9]
-
-
-def invoke(*args: object):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200", "COLUMNS": "200"})
 
 
 def _fresh(run: Path) -> None:

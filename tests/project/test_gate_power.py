@@ -79,6 +79,19 @@ def test_a_run_identical_to_its_baseline_passes_through_compare(gp: ModuleType, 
     assert (out.exit_code, out.kinds) == (0, [])
 
 
+def test_its_runs_are_written_by_the_store_with_the_runners_statuses(gp: ModuleType, tmp_path: Path) -> None:
+    # Issue 27: this writer was one of three hand-made ones and said "finished", a status the runner never writes.
+    from mtpbench.schema import CellStatus, RunStatus
+    from mtpbench.store.manifest import read_manifest
+
+    t = gp.truth_for("tiny", 5)
+    drafts, acc = gp.simulate(t, np.ones(gp.K), gp.BURSTS["bursty"], 1, np.random.default_rng(5))
+    run = gp.write_run(tmp_path / "r", t, {c: (drafts[0], acc[0]) for c in gp.CELLS}, "")
+    raw, typed = read_manifest(run / "manifest.json")
+    assert raw["status"] == "complete" and typed.status is RunStatus.COMPLETE and raw["finished"]
+    assert [c.status for c in typed.cells] == [CellStatus.OK] * len(gp.CELLS)
+
+
 def test_quick_mode_runs_end_to_end_and_catches_a_20_point_drop(gp: ModuleType, tmp_path: Path) -> None:
     md, js = tmp_path / "report.md", tmp_path / "report.json"
     assert gp.main(["--quick", "--md", str(md), "--json", str(js)]) == 0

@@ -26,6 +26,7 @@ from probefake import ALL_FULL, ALL_SLIDING, FULL, GROUPS, OWN, SLIDING, add_pro
 
 from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.compare import analyze
+from mtpbench.judge.evidence import cell_meta
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_probes import MetadataBinding
 from mtpbench.patches import binding, flatten
@@ -200,7 +201,7 @@ def test_the_fault_is_named_per_seed_layer_and_group() -> None:
         {0: snapshot(ALL_FULL), 1: snapshot(ALL_SLIDING)},
         ["flatten-draft-metadata", "metadata-binding"],
     )
-    (finding,) = binding_findings(bindings_from(starts, ends))
+    (finding,) = binding_findings(bindings_from(cell_meta(starts, ends)))
     assert finding.kind == Kind.METADATA_BINDING and finding.severity == Severity.FAIL
     assert int(finding.exit_code) == 1
     assert isinstance(finding.payload, MetadataBinding) and finding.payload.correct == []
@@ -213,7 +214,7 @@ def test_the_fault_is_named_per_seed_layer_and_group() -> None:
 
 def test_stock_correctly_bound_has_no_finding_and_reads_verified() -> None:
     starts, ends = _records("b/eager/stock", {0: snapshot(OWN), 1: snapshot(OWN)}, ["metadata-binding"])
-    found = bindings_from(starts, ends)
+    found = bindings_from(cell_meta(starts, ends))
     assert binding_findings(found) == []
     doc = found["b/eager/stock"].document()
     assert doc["verified"] and [g["id"] for g in doc["groups"]] == ["3", "4"]
@@ -232,7 +233,7 @@ def test_a_probe_that_saw_nothing_verifies_nothing(snap: dict[str, Any] | None, 
     starts, ends = _records(
         "b/eager/fixed", {0: snapshot(OWN), 5: snap}, ["ascend-gemma4-layer-params", "metadata-binding"]
     )
-    found = binding_findings(bindings_from(starts, ends))
+    found = binding_findings(bindings_from(cell_meta(starts, ends)))
     unobserved = [f for f in found if f.kind == Kind.BINDING_UNOBSERVED]
     assert unobserved and unobserved[0].severity == Severity.WARN and unobserved[0].payload.why == why  # type: ignore[union-attr]
     assert "PYTHONHASHSEED 5" in finding_message(unobserved[0])
@@ -242,15 +243,19 @@ def test_a_probe_that_saw_nothing_verifies_nothing(snap: dict[str, Any] | None, 
 
 def test_a_fixed_cell_says_verified_only_when_every_layer_read_its_own_group() -> None:
     fix = ["ascend-gemma4-layer-params"]
-    ok = binding_findings(bindings_from(*_records("b/g/fixed", {0: snapshot(OWN)}, [*fix, "metadata-binding"])))
+    ok = binding_findings(
+        bindings_from(cell_meta(*_records("b/g/fixed", {0: snapshot(OWN)}, [*fix, "metadata-binding"])))
+    )
     assert [finding_message(f) for f in ok] == [
         "ascend-gemma4-layer-params: fix applied and verified: every draft layer (4) read its own KV-cache group "
         "in all 36 layer-steps over 1 repeat(s) (metadata-binding probe)"
     ]
-    bad = binding_findings(bindings_from(*_records("b/g/fixed", {0: snapshot(ALL_FULL)}, [*fix, "metadata-binding"])))
+    bad = binding_findings(
+        bindings_from(cell_meta(*_records("b/g/fixed", {0: snapshot(ALL_FULL)}, [*fix, "metadata-binding"])))
+    )
     assert {f.kind for f in bad} == {Kind.METADATA_BINDING, Kind.FIX_VERIFICATION}
     assert all("and verified" not in finding_message(f) for f in bad)
-    unprobed = binding_findings(bindings_from(*_records("b/g/fixed", {0: None}, fix)))
+    unprobed = binding_findings(bindings_from(cell_meta(*_records("b/g/fixed", {0: None}, fix))))
     assert ["no metadata-binding probe" in finding_message(f) for f in unprobed] == [True]
 
 
@@ -299,7 +304,7 @@ def test_every_format_shows_the_binding(probed_run: Path) -> None:
 )
 def test_a_malformed_probe_record_is_no_evidence_and_no_crash(junk: dict[str, Any]) -> None:
     starts, ends = _records("b/eager/fixed", {0: junk}, ["ascend-gemma4-layer-params", "metadata-binding"])
-    found = binding_findings(bindings_from(starts, ends))
+    found = binding_findings(bindings_from(cell_meta(starts, ends)))
     assert [f.kind for f in found] == [Kind.BINDING_UNOBSERVED, Kind.FIX_VERIFICATION]
     assert found[0].payload.why == "malformed record"  # type: ignore[union-attr]
     assert "and verified" not in finding_message(found[1])
@@ -311,7 +316,7 @@ def test_a_graph_cell_is_never_called_verified() -> None:
     starts, ends = _records("b/g/fixed", {0: snapshot(OWN)}, ["ascend-gemma4-layer-params", "metadata-binding"])
     for s in starts:
         s["effective"] = {"cudagraph_mode": "FULL_DECODE_ONLY"}
-    found = bindings_from(starts, ends)
+    found = bindings_from(cell_meta(starts, ends))
     assert found["b/g/fixed"].document()["verified"] is False
     (fix,) = binding_findings(found)
     assert fix.severity == Severity.WARN and "not verified in graph mode" in finding_message(fix)

@@ -32,11 +32,17 @@ def kinds(comp, severity: str = "fail") -> set[str]:
 
 
 def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
-    from mtpbench.judge.save import _counts, _per_prompt
+    from mtpbench.judge.save import counts_record, per_prompt_records
 
     run = load_run(run_path)
     per_cell = [
-        (c.build, c.mode, _counts(c.summary.counts), len(c.repeats), _per_prompt(c) if with_prompts else None)
+        (
+            c.build,
+            c.mode,
+            counts_record(c.summary.counts),
+            len(c.repeats),
+            per_prompt_records(c) if with_prompts else None,
+        )
         for c in collect(run)
     ]
     write_baseline(baseline_from_cells(run, "b", per_cell), out, force=True)

@@ -178,7 +178,7 @@ def test_align_keeps_the_common_prompts_row_for_row_in_the_first_sides_order() -
 )
 def test_wilson_and_t_quantiles_equal_scipy_stats(x: int, n: int, conf: float) -> None:
     """stats.py avoids importing scipy.stats (a second of every compare): its closed forms must agree."""
-    from mtpbench.judge.stats import _t
+    from mtpbench.judge.stats import t_quantile
 
     ci = sps.binomtest(x, n).proportion_ci(confidence_level=conf, method="wilson")
     w = wilson(x, n, conf)
@@ -186,7 +186,7 @@ def test_wilson_and_t_quantiles_equal_scipy_stats(x: int, n: int, conf: float) -
     assert w.low == pytest.approx(ci.low, abs=1e-12) and w.high == pytest.approx(ci.high, abs=1e-12)
     for df in (1, 2, 7, 39, 299, None):
         want = sps.norm.ppf(0.975) if df is None else sps.t.ppf(0.975, df)
-        assert _t(0.975, df) == pytest.approx(want, rel=1e-12)
+        assert t_quantile(0.975, df) == pytest.approx(want, rel=1e-12)
 
 
 def test_summary_gives_both_acceptance_length_definitions_side_by_side() -> None:

@@ -1,5 +1,5 @@
 """The report's figures drawn in a second process (mtpbench/render/painter.py) while the run is analysed, and
-compare's `measured` hook that hands them their data before the diagnoses.
+`report`'s painter step (cli/judge_cmds.judge_run) that hands them their data before the diagnoses.
 
 The painter is an optimisation: whatever it does not deliver (it could not start, exited, hung, answered
 garbage, met an error) must be drawn in the report's own process, with the same result or the same error.
@@ -18,10 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
+from mtpbench.cli.judge_cmds import judge_run
 from mtpbench.errors import UserError
 from mtpbench.judge import views
-from mtpbench.judge.compare import analyze, compare
+from mtpbench.judge.compare import compare
 from mtpbench.judge.evidence import collect
+from mtpbench.judge.findings import Kind
 from mtpbench.render import painter
 from mtpbench.render.htmlreport import Figures
 from mtpbench.store.baseline import load_baseline
@@ -40,7 +42,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> list[painter.Job]:
     run = load_run(tmp / "run")
     collector = painter.Painter(None)
     figures = Figures(collector, svg=True, png_dir=tmp / "png")
-    analyze(run, measured=lambda comp: figures.measured(run, comp))
+    judge_run(run, None, figures=figures)
     return collector.jobs
 
 
@@ -140,28 +142,30 @@ def test_report_png_into_a_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "cannot write PNG" in res.output and "Traceback" not in res.output
 
 
-# --- compare's `measured` hook ------------------------------------------------------------------------------
+# --- the painter step of `report` (cli/judge_cmds.judge_run) ------------------------------------------------
 
 
-def test_measured_sees_the_cells_and_checks_before_any_diagnosis(tmp_path: Path) -> None:
+def test_the_painter_step_sees_the_cells_and_checks_before_any_diagnosis(tmp_path: Path) -> None:
     shutil.copytree(STORED, tmp_path / "run")
     run = load_run(tmp_path / "run")
-    base = load_baseline(BASELINE)
-    seen: list[tuple[int, int, int, str | None]] = []
+    seen: list[tuple[int, int, set[Kind], str | None]] = []
 
-    def hook(comp) -> None:  # type: ignore[no-untyped-def]
-        seen.append((len(comp.cells), len(comp.checks), len(comp.diagnoses), comp.baseline))
+    class Seen:
+        def measured(self, run, comp) -> None:  # type: ignore[no-untyped-def]
+            seen.append((len(comp.cells), len(comp.checks), {d.kind for d in comp.diagnoses}, comp.baseline))
 
-    with_hook = compare(run, base, baseline_name="b", measured=hook)
-    assert seen == [(2, 6, 0, "b")]  # once; cells and the 2 × 3 checks made; no diagnosis yet
-    plain = compare(run, base, baseline_name="b")
-    assert [(d.kind, d.cell, d.severity) for d in with_hook.diagnoses] == [
+    painted = judge_run(run, BASELINE, figures=Seen())  # type: ignore[arg-type]
+    # Once; the cells, the 2 × 3 checks and their findings made; no diagnosis yet (the fault's instability).
+    assert seen == [(2, 6, {Kind.UNCHECKED, Kind.INCONCLUSIVE}, str(BASELINE))]
+    assert Kind.INSTABILITY in {d.kind for d in painted.diagnoses}
+    plain = compare(run, load_baseline(BASELINE), baseline_name=str(BASELINE), baseline_path=BASELINE)
+    assert [(d.kind, d.cell, d.severity) for d in painted.diagnoses] == [
         (d.kind, d.cell, d.severity) for d in plain.diagnoses
-    ]  # the same diagnoses in the same order as without the hook
-    assert with_hook.exit_code == plain.exit_code == 1
+    ]  # the same findings in the same order as without the painter
+    assert painted.exit_code == plain.exit_code == 1
     seen.clear()
-    analyze(run, measured=hook)
-    assert seen == [(2, 0, 0, None)]
+    judge_run(run, None, figures=Seen())  # type: ignore[arg-type]
+    assert seen == [(2, 0, set(), None)]
 
 
 # --- the heat map's grid (what crosses to the painter) ------------------------------------------------------
@@ -223,7 +227,7 @@ def test_an_empty_run_draws_a_plain_note_not_an_empty_image(tmp_path: Path) -> N
     run = load_run(tmp_path / "run")
     collector = painter.Painter(None)
     figures = Figures(collector, svg=True, png_dir=None)
-    analyze(run, measured=lambda comp: figures.measured(run, comp))
+    judge_run(run, None, figures=figures)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib warned of singular limits on a 0 × 0 image
         drawn = collector.results()

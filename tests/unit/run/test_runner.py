@@ -356,7 +356,7 @@ def test_a_ray_task_gives_its_worker_the_nodes_mtpbench_not_a_driver_path(tmp_pa
     # longer held once it became a link folder in the driver's cache, so a node without the driver's home
     # could not import mtpbench. The driver now sends the user's entries only; the node puts its own first.
     import mtpbench
-    from mtpbench.run.executors import _ray_task_body
+    from mtpbench.run.executors import ray_task_body
     from mtpbench.run.pythonpath import package_path_dir, user_pythonpath, worker_pythonpath
 
     driver = worker_pythonpath("/opt/build/extra", "/opt/cann/python")
@@ -365,7 +365,7 @@ def test_a_ray_task_gives_its_worker_the_nodes_mtpbench_not_a_driver_path(tmp_pa
     assert shipped == os.pathsep.join(["/opt/build/extra", "/opt/cann/python"])
     monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(tmp_path / "node-cache"))  # the node's cache, not the driver's
     job = tmp_path / "driver" / "JOB.json"
-    res = _ray_task_body(
+    res = ray_task_body(
         {
             "command": [
                 "/driver/home/venv/bin/python",

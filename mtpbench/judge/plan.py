@@ -1,0 +1,150 @@
+"""What one judging of a run rests on, settled before any check or diagnosis is made: the evidence (collected
+once, evidence.py), the gate, the baseline admitted for it (`admit`: comparable or refused, exit 4), the
+serving summary, the graph cells paired with their eager reference, and the run's family of statistical
+checks, counted here and only here (its false-alarm rate is split evenly among them, Bonferroni).
+
+checks (via compare.check) and diagnoses.diagnose both read a `Plan`; compare.combine puts their results
+together into the Comparison. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mtpbench.errors import NotComparableError
+from mtpbench.judge import serving_summary
+from mtpbench.judge.checks import check_comparable, config_names_baseline
+from mtpbench.judge.evidence import CellResult, Evidence
+from mtpbench.judge.serving_summary import ServingCell
+from mtpbench.specs import GateSpec
+from mtpbench.store.baseline import Baseline
+from mtpbench.store.manifest import ManifestConfig
+from mtpbench.store.results import Run
+
+Pair = tuple[CellResult, CellResult]  # a graph/compiled cell and its eager reference
+
+
+@dataclass(frozen=True)
+class Against:
+    """A baseline admitted to judge a run: restricted to the run's workload, and what it could not vouch for."""
+
+    baseline: Baseline
+    name: str
+    unchecked: list[str]  # identity / sampling fields it could not check (accepted by the config or the flag)
+    named: bool  # the run's own config names it as its baseline
+    serving_unchecked: list[str] = field(default_factory=list)
+    entry_map: dict[str, str] = field(default_factory=dict)  # cell or build/mode -> build/mode of an entry
+    allow_unmatched: bool = False
+
+
+def admit(
+    run: Run,
+    baseline: Baseline,
+    baseline_name: str | None = None,
+    *,
+    baseline_path: str | Path | None = None,
+    entry_map: dict[str, str] | None = None,
+    allow_unmatched: bool = False,
+    accept_unchecked: bool = False,
+) -> Against:
+    """The baseline as a judging uses it, or NotComparableError (exit 4): a recorded mismatch of method, k,
+    identity, sampling or workload; or identity fields it cannot vouch for that neither the run's config
+    (it names this baseline) nor `accept_unchecked` accepts. Decided before the evidence is collected."""
+    name = baseline_name or baseline.name
+    # Only entries of the run's workload (serving vs offline, same concurrency/max_tokens), else exit 4.
+    baseline, serving_unchecked = serving_summary.select_baseline(run, baseline)
+    unchecked = check_comparable(run, baseline, name)
+    named = config_names_baseline(run, baseline, baseline_path if baseline_path is not None else baseline_name)
+    if unchecked and not (accept_unchecked or named):
+        raise NotComparableError(
+            f"baseline {name} cannot check {', '.join(unchecked)} of run {run.run_id}: it may describe another "
+            "model, drafter or prompt set. Use it only if the run's config names it as its baseline, or pass "
+            "--accept-unchecked",
+            run.run_id,
+            name,
+            [f"unchecked: {u}" for u in unchecked],
+            unchecked,
+        )
+    entries = dict(run.typed.config.baseline_entry)
+    entries.update(entry_map or {})
+    return Against(baseline, name, unchecked, named, serving_unchecked, entries, allow_unmatched)
+
+
+@dataclass(frozen=True)
+class Plan:
+    evidence: Evidence
+    gate: GateSpec
+    greedy: bool
+    pairs: list[Pair]  # graph cells and their eager reference (greedy runs only)
+    # The run's statistical checks (positions and AL × cells against the baseline, graph divergence): the
+    # false-alarm rate is split evenly among them, so a harmless run fails at most that often.
+    family: int
+    # The checks a pass certifies (gate.primary: a cell's AL, or its k positions, per cell): the certificate's
+    # confidence (gate.confidence) is simultaneous over them.
+    primary: int
+    served: list[ServingCell] | None  # the serving summary (serving runs only), made once
+    against: Against | None = None
+
+    @property
+    def run(self) -> Run:
+        return self.evidence.run
+
+    @property
+    def cells(self) -> list[CellResult]:
+        return self.evidence.cells
+
+    @property
+    def alpha(self) -> float:
+        """One check's share of the run's false-alarm rate (one-sided)."""
+        return self.gate.false_alarm / max(self.family, 1)
+
+    @property
+    def cert_alpha(self) -> float:
+        """One primary check's share of 1 − confidence: the one-sided level of the lower bound a pass needs."""
+        return (1.0 - self.gate.confidence) / max(self.primary, 1)
+
+
+def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against | None = None) -> Plan:
+    run = evidence.run
+    cfg = run.typed.config
+    gate = gate or cfg.gate
+    greedy = cfg.sampling.temperature == 0.0
+    pairs = divergence_pairs(cfg, evidence.cells, greedy)
+    k = run.typed.k
+    divergence_checks = sum(c.evidence.k or k for c, _ in pairs)
+    if against is None:
+        baseline_checks, primary = 0, 1
+    else:
+        # Every cell's AL and each of its positions is one check against the baseline (a cell without an
+        # entry too: it fails anyway); the primary ones are what a pass certifies.
+        n_cells = len({c.cell for c in run.typed.cells})
+        baseline_checks = n_cells * (k + 1)
+        primary = n_cells * (k if gate.primary == "positions" else 1)
+    served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None
+    return Plan(evidence, gate, greedy, pairs, baseline_checks + divergence_checks, primary, served, against)
+
+
+def reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:
+    if cfg.reference_mode:
+        return cfg.reference_mode
+    for c in cells:
+        if c.requested.get("enforce_eager") or c.requested.get("cudagraph_mode") == "NONE":
+            return c.mode
+    for name, spec in cfg.modes.items():
+        if spec.get("enforce_eager") or spec.get("cudagraph_mode") == "NONE":
+            return str(name)
+    return None
+
+
+def divergence_pairs(cfg: ManifestConfig, cells: list[CellResult], greedy: bool) -> list[Pair]:
+    """(cell, its eager reference) for every graph/compiled cell of a greedy run."""
+    ref_mode = reference_mode(cfg, cells) if greedy else None
+    if not ref_mode:
+        return []
+    refs = {(c.build, c.variant): c for c in cells if c.mode == ref_mode}
+    return [
+        (c, refs[(c.build, c.variant)])
+        for c in cells
+        if (c.build, c.variant) in refs and c is not refs[(c.build, c.variant)]
+    ]
