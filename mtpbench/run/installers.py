@@ -95,7 +95,9 @@ def parse_pip_config(text: str) -> PipSettings:
         constraint_files=many("constraint"),
         no_index=no_index,
         cert=get("cert"),
-        timeout=get("default-timeout") or get("timeout"),
+        # pip's option and PIP_DEFAULT_TIMEOUT's name (a file may also spell it without "default-", which is
+        # not read: uv then keeps its own timeout).
+        timeout=get("default-timeout"),
     )
 
 
