@@ -107,7 +107,7 @@ class _Session:
 
     def measure(self, build: str) -> tuple[Path | None, str]:
         """The build's run folder (reused or made now), or None with why it cannot be tested."""
-        from mtpbench.errors import ProvisionError
+        from mtpbench.errors import PinError, ProvisionError
         from mtpbench.run import runner
         from mtpbench.run.builds import resolve_builds
         from mtpbench.store.manifest import ensure_out_dir
@@ -119,7 +119,7 @@ class _Session:
             one, _ = resolve_builds(one, on_step=say)
         except ProvisionError as exc:
             return None, f"install failed: {exc}"
-        except UserError as exc:  # a pin no index can satisfy: this build cannot be tested, others may
+        except PinError as exc:  # a pin no index can satisfy: this build cannot be tested, others may
             return None, f"cannot install: {exc}"
         found = self._stored(one, build)
         if found is not None:

@@ -62,6 +62,10 @@ def max_builds(n: int) -> int:
     return math.ceil(math.log2(n)) + 2 if n > 1 else n
 
 
+# `git bisect run`'s "this commit cannot be tested" (anything from 1 to 127 but 125 means bad).
+GIT_BISECT_SKIP = 125
+
+
 def git_bisect_code(code: ExitCode) -> int:
     """`git bisect run`'s reading of a gate's exit code: 0 good, 1 bad, 125 skip, 128 abort."""
     if code == ExitCode.OK:
@@ -70,7 +74,7 @@ def git_bisect_code(code: ExitCode) -> int:
         return 1
     if code == ExitCode.USAGE:
         return 128  # a bad config is bad on every commit: stop instead of marking them all bad
-    return 125  # run failed, not comparable, inconclusive: this commit cannot say
+    return GIT_BISECT_SKIP  # run failed, not comparable, inconclusive: this commit cannot say
 
 
 def search(
@@ -121,4 +125,4 @@ def search(
     return result
 
 
-__all__ = ["BisectResult", "Judged", "Outcome", "git_bisect_code", "max_builds", "search"]
+__all__ = ["GIT_BISECT_SKIP", "BisectResult", "Judged", "Outcome", "git_bisect_code", "max_builds", "search"]

