@@ -104,8 +104,9 @@ def python_facts(python: str | None = None) -> PythonFacts:
 
 
 def _local_digest(requirement: str) -> str:
-    # A local wheel rebuilt at the same path is another build: its bytes count. A source folder counts by
-    # path only (hashing a tree is not worth it): `mtpbench build remove` redoes it.
+    """What a local requirement's environment depends on: a wheel's bytes (rebuilt at the same path, it is
+    another build), a source folder's commit and uncommitted changes (a `git bisect` checkout moves under
+    one path), or, outside git, its newest file time."""
     path = Path(requirement)
     if path.is_file():
         h = hashlib.sha256()
@@ -114,8 +115,24 @@ def _local_digest(requirement: str) -> str:
                 h.update(block)
         return h.hexdigest()
     if path.is_dir():
-        return f"dir:{path.resolve()}"
+        return f"dir:{path.resolve()}:{_folder_state(path)}"
     raise UserError(f"{requirement}: local requirement not found")
+
+
+def _folder_state(path: Path) -> str:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if head is not None:
+        diff = git("diff", "HEAD") or ""
+        return f"git:{head.strip()}:{hashlib.sha256(diff.encode()).hexdigest()[:16]}"
+    newest = max((e.stat().st_mtime_ns for e in path.rglob("*") if e.is_file()), default=0)
+    return f"mtime:{newest}"
 
 
 def key_payload(spec: BuildSpec, facts: PythonFacts) -> dict[str, Any]:

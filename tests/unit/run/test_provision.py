@@ -406,3 +406,20 @@ def test_the_release_sweep_config_pins_six_releases() -> None:
     }
     assert all(b.post_install == cfg.builds["v0.27.1"].post_install for b in cfg.builds.values())
     assert set(cfg.modes) == {"eager", "compiled"} and cfg.baseline is not None
+
+
+def test_a_source_folder_counts_by_its_commit_and_changes(tmp_path: Path) -> None:
+    src = tmp_path / "vllm"
+    src.mkdir()
+    (src / "setup.py").write_text("one\n")
+    git = ["git", "-C", str(src), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    facts = prov.python_facts()
+    first = prov.cache_key(spec(requirements=[str(src)]), facts)
+    assert prov.cache_key(spec(requirements=[str(src)]), facts) == first
+    (src / "setup.py").write_text("two\n")  # uncommitted: another build
+    dirty = prov.cache_key(spec(requirements=[str(src)]), facts)
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)  # the next commit git bisect checks out
+    assert len({first, dirty, prov.cache_key(spec(requirements=[str(src)]), facts)}) == 3
