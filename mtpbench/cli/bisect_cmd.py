@@ -220,9 +220,9 @@ def _evidence(comp: Any) -> str:
             words.append(f"{c.cell} AL {c.base_al:.2f} → {c.run_al:.2f} ({c.delta:+.2f} tok, {c.prompts} prompts)")
     for c in comp.checks:
         if c.verdict == Verdict.REGRESSION and c.delta is not None:
-            words.append(
-                f"{c.cell} pos{c.pos} {c.base_rate:.1f} → {c.run_rate:.1f} % ({c.delta:+.1f} pts, {c.prompts} prompts)"
-            )
+            # The checks hold fractions; people read points.
+            base, run, delta = 100 * (c.base_rate or 0.0), 100 * (c.run_rate or 0.0), 100 * c.delta
+            words.append(f"{c.cell} pos{c.pos} {base:.1f} → {run:.1f} % ({delta:+.1f} pts, {c.prompts} prompts)")
     if words:
         return "; ".join(words)
     fails = [f for f in comp.diagnoses if f.severity == Severity.FAIL]
