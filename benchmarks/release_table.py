@@ -2,7 +2,7 @@
 configs/tiny-gemma4-mtp-releases.yaml: per build and mode, the vllm version the cells imported, the
 per-position acceptance and AL pooled over the prompts (vLLM's own counters), the engine start-up and
 generation seconds, the seconds the build's environment took to provision (its stamp), and whether the
-prompts' counts equal the first build's, prompt by prompt.
+prompts' counts equal the first cell's (the oldest release, eager), prompt by prompt.
 
     python benchmarks/release_table.py RUN [RUN...]
 """
@@ -71,13 +71,11 @@ def rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
 
 
 def markdown(table: list[dict[str, Any]]) -> str:
-    first: dict[str, dict[str, Any]] = {}
-    for r in table:
-        if r["counts"]:
-            first.setdefault(r["mode"], r["counts"])
+    # Every cell's per-prompt counts against the first measured cell's (the oldest release, eager).
+    first = next((r["counts"] for r in table if r["counts"]), {})
     lines = [
         "| build | mode | vllm | prompts | drafts | pos0 / pos1 / pos2 % | AL | start-up s | generation s | "
-        "provisioned in s | counts = first build's |",
+        "provisioned in s | counts = first cell's |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
@@ -89,7 +87,7 @@ def markdown(table: list[dict[str, Any]]) -> str:
             )
             continue
         pos = " / ".join(f"{p:.1f}" for p in r["pos_pct"])
-        same = "yes" if r["counts"] == first[r["mode"]] else "**no**"
+        same = "yes" if r["counts"] == first else "**no**"
         prompts = f"{r['prompts']} ({r['prompt_mode']})"
         lines.append(
             f"| {r['build']} | {r['mode']} | {r['vllm']} | {prompts} | {r['drafts']} | {pos} | {r['al']:.2f} | "
