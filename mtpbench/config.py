@@ -39,6 +39,7 @@ from mtpbench.specs import (
     SpeculativeSpec,
     Strict,
     Workload,
+    is_local_requirement,
 )
 
 # Limits on untrusted input. A prompt of a million characters is ~250k tokens, beyond any context an
@@ -106,10 +107,12 @@ class ExperimentConfig(Strict):
             for n in names:
                 if not n or "/" in n or n != n.strip():
                     raise ValueError(f"{axis}: name {n!r} must be non-empty and contain no '/'")
-        for vname, patches in self.variants.items():
+        named = [(f"variants.{v}", ps) for v, ps in self.variants.items()]
+        named += [(f"builds.{b}.patches", spec.patches) for b, spec in self.builds.items()]
+        for where, patches in named:
             bad = [p for p in patches if p not in REGISTRY]
             if bad:
-                raise ValueError(f"variants.{vname}: unknown patch {bad[0]!r}; known: {', '.join(sorted(REGISTRY))}")
+                raise ValueError(f"{where}: unknown patch {bad[0]!r}; known: {', '.join(sorted(REGISTRY))}")
         if self.hash_seeds is not None:
             if len(self.hash_seeds) != self.repeats:
                 raise ValueError(f"hash_seeds: {len(self.hash_seeds)} seeds for {self.repeats} repeats")
@@ -354,6 +357,13 @@ def load_config(path: str | Path) -> ExperimentConfig:
     for b in cfg.builds.values():
         if b.python and ("/" in b.python):
             b.python = _resolve(base, b.python, must_exist=False)
+        if b.base_python and ("/" in b.base_python):
+            b.base_python = _resolve(base, b.base_python, must_exist=False)
+        # A local wheel or source folder is named relative to the config, like every other path in it.
+        if b.requirements is not None:
+            b.requirements = [
+                _resolve(base, r, must_exist=True) if is_local_requirement(r) else r for r in b.requirements
+            ]
     return cfg
 
 

@@ -78,5 +78,17 @@ class ClusterError(UserError):
     exit_code = ExitCode.RUN_FAILED
 
 
+class PinError(UserError):
+    """A build's pins cannot be installed as written: no index has a version that satisfies them (bad input,
+    exit 2; `run --git-bisect` reads it as "this commit cannot be tested")."""
+
+
+class ProvisionError(UserError):
+    """A build's environment could not be installed (registry unreachable, disk full, the installer failed):
+    the build cannot run. A pin that can never be satisfied is a `PinError` instead (exit 2)."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
 class DataWarning(UserWarning):
     """Something in stored results was skipped on purpose (a line cut off by a crash); shown as one line."""

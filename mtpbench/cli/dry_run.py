@@ -16,10 +16,27 @@ from mtpbench.cli.common import console
 if TYPE_CHECKING:  # config brings pydantic, run/ and fixes/ bring more: `mtpbench --help` must not pay
     from mtpbench.config import ExperimentConfig, PromptSet
     from mtpbench.fixes.status import Preflight
+    from mtpbench.run.builds import BuildState
     from mtpbench.run.cells import Cell, CellPlan
     from mtpbench.run.cost import Estimate
 
-__all__ = ["model_statuses", "path_status", "render_config_sizing", "render_dry_run", "render_estimate"]
+__all__ = [
+    "model_statuses",
+    "path_status",
+    "render_build_states",
+    "render_config_sizing",
+    "render_dry_run",
+    "render_estimate",
+]
+
+
+def render_build_states(cfg: ExperimentConfig, states: list[BuildState]) -> None:
+    """Where each build from pins stands: its cache entry ready (and its vllm), or installed when the run
+    starts."""
+    for st in states:
+        pins = " ".join(cfg.builds[st.name].requirements or [])
+        where = f"ready, vllm {st.vllm or '?'}" if st.ready else "not cached: installed when the run starts"
+        console.print(f"build {st.name}: {pins} -> {st.path} ({where})", markup=False, highlight=False)
 
 
 def render_estimate(est: Estimate | None, name: str, out: Path, jobs: int, executor: str) -> None:

@@ -19,11 +19,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from mtpbench.cli.common import console, err_console, guarded, publish_github, wide
-from mtpbench.cli.dry_run import model_statuses, render_config_sizing, render_dry_run, render_estimate
+from mtpbench.cli.common import console, err_console, guarded, publish_github, say, wide
+from mtpbench.cli.dry_run import (
+    model_statuses,
+    render_build_states,
+    render_config_sizing,
+    render_dry_run,
+    render_estimate,
+)
 from mtpbench.cli.judge_cmds import judge_run
 from mtpbench.cli.progress import ProgressView, progress_bars
-from mtpbench.errors import UserError
+from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
+from mtpbench.run.bisect import GIT_BISECT_SKIP, git_bisect_code
 
 if TYPE_CHECKING:
     from mtpbench.config import ExperimentConfig, PromptSet
@@ -43,6 +50,7 @@ _H_JOBS = "Cell-repeats at once, each on its own device(s) (default: the config'
 _H_DEVICES = "Device pool, e.g. 0,1,2,3 (CPU core sets: '0-3;4-7'); default: the config's, else detected."
 _H_ADDRESS = "Ray cluster HOST:PORT (default: the config's, else RAY_ADDRESS; none: a cluster of its own on 127.0.0.1)."
 _H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the build's platform)."
+_H_GIT_BISECT = "Exit as `git bisect run` reads it: 0 good, 1 bad, 125 cannot test (install or engine failed)."
 
 
 @guarded
@@ -63,6 +71,7 @@ def run(
     address: Annotated[str | None, typer.Option(help=_H_ADDRESS)] = None,
     ray_resource: Annotated[str | None, typer.Option(help=_H_RAYRES)] = None,
     run_dir_file: Annotated[Path | None, typer.Option(help=_H_RUNDIR)] = None,
+    git_bisect: Annotated[bool, typer.Option("--git-bisect", help=_H_GIT_BISECT)] = False,
 ) -> None:
     """Run every build × mode × variant × repeat in fresh processes, then print the verdict."""
     from mtpbench.run.runner import StopSignals
@@ -72,26 +81,36 @@ def run(
         if run_dir_file is not None:
             # A CI step reads this file to gate the run it made: a stale one from an earlier job must not stay.
             run_dir_file.unlink(missing_ok=True)
-        code = _run_command(
-            config,
-            out,
-            repeats,
-            mode,
-            build,
-            variant,
-            baseline,
-            no_compare,
-            dry_run,
-            resume,
-            jobs,
-            devices,
-            executor,
-            address,
-            ray_resource,
-            run_dir_file,
-        )
+        try:
+            code = _run_command(
+                config,
+                out,
+                repeats,
+                mode,
+                build,
+                variant,
+                baseline,
+                no_compare,
+                dry_run,
+                resume,
+                jobs,
+                devices,
+                executor,
+                address,
+                ray_resource,
+                run_dir_file,
+            )
+        except UserError as exc:
+            if not git_bisect:
+                raise
+            say(f"mtpbench: error: {exc}")
+            # A build this commit cannot install is untested, not bad input: git bisect skips the commit.
+            untestable = isinstance(exc, PinError | ProvisionError)
+            raise typer.Exit(GIT_BISECT_SKIP if untestable else git_bisect_code(exc.exit_code)) from None
     if stops.caught and code == 0:
         code = 128 + stops.caught[0]  # a signal while only the verdict was left to print
+    if git_bisect and code in set(ExitCode):
+        code = git_bisect_code(ExitCode(code))
     raise typer.Exit(code)
 
 
@@ -189,6 +208,7 @@ def _run(
 ) -> int:
     from mtpbench.config import config_prompts, load_config
     from mtpbench.run import runner
+    from mtpbench.run.builds import preview_builds, resolve_builds
     from mtpbench.store.manifest import ensure_out_dir
 
     cfg = load_config(config)
@@ -198,8 +218,11 @@ def _run(
     cells = runner.expand(cfg)
     opts = opts or runner.RunOptions()
     if dry_run:
+        # Builds from pins as they will run, from the cache or installed when the run starts: nothing here.
+        cfg, states = preview_builds(cfg)
         plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         render_dry_run(cfg, prompts, plans)
+        render_build_states(cfg, states)
         base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
         render_config_sizing(cfg, cells, base, len(prompts.prompts))
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
@@ -216,6 +239,8 @@ def _run(
         # A pair the reference does not model is refused now, not after minutes of engines.
         check_pair(cfg.model, cfg.speculative.model)
     ensure_out_dir(out)
+    # The one place builds from pins get their environments (cached, or installed now: one line per step).
+    cfg, _ = resolve_builds(cfg, on_step=say)
     return _execute(
         len(cells),
         cfg,

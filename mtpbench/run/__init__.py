@@ -9,7 +9,14 @@ The stage's face, by what a caller wants:
   (runner.py, control.py, cost.py);
 - execute one worker: `make_executor` (`LocalExecutor`, `RayExecutor`), `supervise`, `kill_group`,
   `WorkerSpec` (executors.py); reach a Ray cluster: `join`, `RaySettings`, `RayDeadlines`, `fit_problem`
-  (raycluster.py); a worker's PYTHONPATH: `worker_pythonpath`, `user_pythonpath` (pythonpath.py).
+  (raycluster.py); a worker's PYTHONPATH: `worker_pythonpath`, `user_pythonpath` (pythonpath.py);
+- builds: `resolve_builds` (a config's builds from pins given their environments, before planning),
+  `preview_builds` and `build_state` (where they stand, installing nothing), `unresolved` (builds.py);
+  one build's environment (`Provisioned`, from provision.py's `provision`, named by module), the cache's
+  entries (`list_cached`, `remove_cached`, `CacheEntry`, `builds_root`; provision.py), the installer
+  (`default_installer`, `Installer`; installers.py);
+- bisect: `search` an ordered list of builds for the first bad one (`Judged`, `Outcome`, `BisectResult`,
+  `max_builds`), `git_bisect_code` (bisect.py).
 doctor.py and devices.py are imported by module name.
 
 Each name's module is imported when the name is first asked for (PEP 562): `python -m mtpbench.run.raykeeper`
@@ -23,19 +30,27 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and the layering test (tests/project/test_layout.py)
+    from mtpbench.run.bisect import BisectResult, Judged, Outcome, git_bisect_code, max_builds, search
+    from mtpbench.run.builds import BuildState, build_state, preview_builds, resolve_builds, unresolved
     from mtpbench.run.cells import Cell, CellPlan, RunOutcome, engine_args_for, expand, plan
     from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunOptions, StopSignals
     from mtpbench.run.cost import Estimate, estimate, time_breakdown
     from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, kill_group, make_executor, supervise
+    from mtpbench.run.installers import Installer, default_installer
+    from mtpbench.run.provision import CacheEntry, Provisioned, builds_root, list_cached, remove_cached
     from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
     from mtpbench.run.raycluster import RayDeadlines, RaySettings, fit_problem, join
     from mtpbench.run.runner import EventCallback, execute, load_for_resume, resume
 
 # Where each public name lives (a module of this package).
 _HOMES: dict[str, tuple[str, ...]] = {
+    "bisect": ("BisectResult", "Judged", "Outcome", "git_bisect_code", "max_builds", "search"),
+    "builds": ("BuildState", "build_state", "preview_builds", "resolve_builds", "unresolved"),
     "cells": ("Cell", "CellPlan", "RunOutcome", "engine_args_for", "expand", "plan"),
     "control": ("LOCK", "RERUN", "STOP_SIGNALS", "RunInterrupted", "RunOptions", "StopSignals"),
     "cost": ("Estimate", "estimate", "time_breakdown"),
+    "installers": ("Installer", "default_installer"),
+    "provision": ("CacheEntry", "Provisioned", "builds_root", "list_cached", "remove_cached"),
     "executors": ("LocalExecutor", "RayExecutor", "WorkerSpec", "kill_group", "make_executor", "supervise"),
     "pythonpath": ("user_pythonpath", "worker_pythonpath"),
     "raycluster": ("RayDeadlines", "RaySettings", "fit_problem", "join"),
@@ -47,11 +62,18 @@ __all__ = [
     "LOCK",
     "RERUN",
     "STOP_SIGNALS",
+    "BisectResult",
+    "BuildState",
+    "CacheEntry",
     "Cell",
     "CellPlan",
     "Estimate",
     "EventCallback",
+    "Installer",
+    "Judged",
     "LocalExecutor",
+    "Outcome",
+    "Provisioned",
     "RayDeadlines",
     "RayExecutor",
     "RaySettings",
@@ -60,19 +82,30 @@ __all__ = [
     "RunOutcome",
     "StopSignals",
     "WorkerSpec",
+    "build_state",
+    "builds_root",
+    "default_installer",
     "engine_args_for",
     "estimate",
     "execute",
     "expand",
     "fit_problem",
+    "git_bisect_code",
     "join",
     "kill_group",
+    "list_cached",
     "load_for_resume",
     "make_executor",
+    "max_builds",
     "plan",
+    "preview_builds",
+    "remove_cached",
+    "resolve_builds",
     "resume",
+    "search",
     "supervise",
     "time_breakdown",
+    "unresolved",
     "user_pythonpath",
     "worker_pythonpath",
 ]

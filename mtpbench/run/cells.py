@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpbench.config import ExperimentConfig, PromptSet, load_prompts
-from mtpbench.errors import ExitCode
+from mtpbench.errors import ExitCode, UserError
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.run.pythonpath import worker_pythonpath
 from mtpbench.schema import FEATURES_READ_BACK
@@ -112,7 +112,12 @@ def plan(
         engine_args, requested = engine_args_for(cfg, cell.mode)
         if soak.get("prefix_caching") is not None:
             engine_args["enable_prefix_caching"] = soak["prefix_caching"]
-        patches = cfg.variants[cell.variant]
+        interpreter = build.interpreter()
+        if build.from_pins and interpreter is None:
+            # Planning never installs: run/builds.py gives every build from pins its environment first.
+            raise UserError(f"build {cell.build}: its environment is not provisioned (resolve the builds first)")
+        # The build's own patches (a regression emulated on a release), then the variant's.
+        patches = [*build.patches, *(name for name in cfg.variants[cell.variant] if name not in build.patches)]
         pythonpath = worker_pythonpath(build.env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", ""))
         env = {
             **build.env,
@@ -142,12 +147,12 @@ def plan(
             "prompt_mode": cfg.prompt_mode,
             "records_path": records_path,
             # A build with its own interpreter must not import vLLM from this environment (the worker checks).
-            "foreign_prefix": sys.prefix if build.python else None,
+            "foreign_prefix": sys.prefix if interpreter else None,
             # offline | serving (engine/serving.py) | soak (engine/soak.py); the worker dispatches on its kind.
             "workload": cfg.workload.model_dump(mode="json"),
             **({"soak_other_prompts": soak["other"]} if soak else {}),
         }
-        plans.append(CellPlan(cell=cell, python=build.python or sys.executable, env=env, job=job))
+        plans.append(CellPlan(cell=cell, python=interpreter or sys.executable, env=env, job=job))
     return plans
 
 

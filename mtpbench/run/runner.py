@@ -27,6 +27,7 @@ from typing import Any
 
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.errors import UserError
+from mtpbench.run.builds import resolve_builds, unresolved
 from mtpbench.run.cells import Cell, CellPlan, RunOutcome, engine_args_for, expand, plan
 from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunOptions, StopSignals
 from mtpbench.run.cost import Estimate, estimate, time_breakdown
@@ -74,7 +75,7 @@ def _setup(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions) -> _Setup
     if executor == "ray":
         resource = opts.ray_resource or cfg.ray_resource
         if resource is None:
-            kind = probe_platform(first.python)["platform"]
+            kind = probe_platform(first.interpreter())["platform"]
             resource = {"cuda": "GPU", "ascend": "NPU"}.get(kind, "CPU")
         return _Setup(
             jobs=jobs,
@@ -90,13 +91,13 @@ def _setup(cfg: ExperimentConfig, cells: list[Cell], opts: RunOptions) -> _Setup
         return _Setup(
             jobs=1, executor=executor, pool=None, bind_env=unbound, need=need, devices_from="not bound (one job)"
         )
-    platforms = {name: probe_platform(build.python)["platform"] for name, build in cfg.builds.items()}
+    platforms = {name: probe_platform(build.interpreter())["platform"] for name, build in cfg.builds.items()}
     bind = {name: build.device_env or VISIBILITY_ENV[platforms[name]] for name, build in cfg.builds.items()}
     if explicit:
         devices = [str(d) for d in explicit]
         source = "--devices" if opts.devices else "the config's devices"
     else:
-        devices, source = detect(platforms[next(iter(cfg.builds))], first.python, jobs)
+        devices, source = detect(platforms[next(iter(cfg.builds))], first.interpreter(), jobs)
     too_big = [(c, n) for c, n in zip(cells, need, strict=True) if n > len(devices)]
     if too_big:
         cell, n = too_big[0]
@@ -347,6 +348,9 @@ def _execute(
     opts: RunOptions,
     stops: StopSignals,
 ) -> RunOutcome:
+    missing = unresolved(cfg, {c.build for c in cells})
+    if missing:  # the caller resolves builds from pins first (run/builds.py): the runner never installs
+        raise UserError(f"build {missing[0]}: its environment is not provisioned (resolve_builds first)")
     setup = _setup(cfg, cells, opts)
     executor = _executor(cfg, cells, opts, setup, stops)
     try:
@@ -447,6 +451,10 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
     try:
         manifest, cfg, prompts = load_for_resume(run_dir)
         run = RunWriter(run_dir, manifest)
+        # The environments of builds from pins, as the run had them: from the cache (the same key), or
+        # installed again when `mtpbench build remove` took them away since.
+        rerun = {c["build"] for c in run.cells if c.get("status", CellStatus.PENDING) in RERUN}
+        cfg, _ = resolve_builds(cfg, rerun)
         cells = [
             Cell(
                 build=c["build"],

@@ -1,0 +1,108 @@
+"""The release sweep's table (README, docs/builds.md) from one or more runs of
+configs/tiny-gemma4-mtp-releases.yaml: per build and mode, the vllm version the cells imported, the
+per-position acceptance and AL pooled over the prompts (vLLM's own counters), the engine start-up and
+generation seconds, the seconds the build's environment took to provision (its stamp), and whether the
+prompts' counts equal the first cell's (the oldest release, eager), prompt by prompt.
+
+    python benchmarks/release_table.py RUN [RUN...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from mtpbench.run.provision import STAMP
+from mtpbench.store.results import load_run
+
+
+def _stamp(spec: dict[str, Any]) -> dict[str, Any]:
+    """The provisioning stamp of a build: beside its provisioned interpreter, or its named one."""
+    python = (spec.get("provisioned") or {}).get("python") or spec.get("python")
+    if not python:
+        return {}
+    try:
+        return json.loads((Path(python).parent.parent / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
+    out = []
+    for run_dir in run_dirs:
+        run = load_run(run_dir)
+        builds = run.manifest["config"]["builds"]
+        counts: dict[tuple[str, str], dict[str, tuple[int, tuple[int, ...]]]] = defaultdict(dict)
+        for r in run.records:
+            if r.get("type") == "prompt":
+                counts[(r["build"], r["mode"])][r["prompt_id"]] = (r["num_drafts"], tuple(r["accepted_per_pos"]))
+        starts = {(s["build"], s["mode"]): s for s in run.cell_starts()}
+        for cell in run.manifest["cells"]:
+            key = (cell["build"], cell["mode"])
+            per_prompt = counts.get(key, {})
+            drafts = sum(d for d, _ in per_prompt.values())
+            k = len(next(iter(per_prompt.values()))[1]) if per_prompt else 0
+            per_pos = [sum(a[i] for _, a in per_prompt.values()) for i in range(k)]
+            start = starts.get(key, {})
+            engine = cell.get("engine_start_s")
+            wall = cell.get("wall_s")
+            out.append(
+                {
+                    "build": cell["build"],
+                    "mode": cell["mode"],
+                    "status": cell.get("status"),
+                    "error": (cell.get("error") or "").splitlines()[0] if cell.get("error") else "",
+                    "vllm": ((start.get("env") or {}).get("versions") or {}).get("vllm"),
+                    "prompt_mode": (start.get("prompt_mode") or {}).get("effective"),
+                    "prompts": len(per_prompt),
+                    "drafts": drafts,
+                    "pos_pct": [100 * a / drafts for a in per_pos] if drafts else [],
+                    "al": 1 + sum(per_pos) / drafts if drafts else None,
+                    "startup_s": engine,
+                    "generation_s": wall - engine if wall is not None and engine is not None else None,
+                    "provision_s": _stamp(builds[cell["build"]]).get("seconds"),
+                    "counts": per_prompt,
+                }
+            )
+    return out
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    # Every cell's per-prompt counts against the first measured cell's (the oldest release, eager).
+    first = next((r["counts"] for r in table if r["counts"]), {})
+    lines = [
+        "| build | mode | vllm | prompts | drafts | pos0 / pos1 / pos2 % | AL | start-up s | generation s | "
+        "provisioned in s | counts = first cell's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table:
+        prov = f"{r['provision_s']:.1f}" if r["provision_s"] is not None else "-"
+        if r["status"] != "ok" or not r["counts"]:
+            why = f"failed: {r['error']}" if r["error"] else str(r["status"])
+            lines.append(
+                f"| {r['build']} | {r['mode']} | {r['vllm'] or '-'} | – | – | {why} | – | – | – | {prov} | – |"
+            )
+            continue
+        pos = " / ".join(f"{p:.1f}" for p in r["pos_pct"])
+        same = "yes" if r["counts"] == first else "**no**"
+        prompts = f"{r['prompts']} ({r['prompt_mode']})"
+        lines.append(
+            f"| {r['build']} | {r['mode']} | {r['vllm']} | {prompts} | {r['drafts']} | {pos} | {r['al']:.2f} | "
+            f"{r['startup_s']:.1f} | {r['generation_s']:.1f} | {prov} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write(__doc__ or "")
+        return 2
+    sys.stdout.write(markdown(rows([Path(a) for a in argv])) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

