@@ -30,6 +30,7 @@ from mtpbench.fixes.registry import REGISTRY
 from mtpbench.specs import (
     BuildSpec,
     ChatTemplate,
+    ConfigRole,
     GateSpec,
     ModeSpec,
     OfflineWorkload,
@@ -53,6 +54,7 @@ class ExperimentConfig(Strict):
     # The name becomes part of the run folder's name: no separators, nothing hidden, no "..".
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     description: str = ""
+    role: ConfigRole = Field("gate", description="gate: sized to certify δ; reproduction: a published setup as is")
     model: PathStr = Field(min_length=1)
     tokenizer: PathStr | None = None
     speculative: SpeculativeSpec

@@ -367,6 +367,12 @@ Workload = Annotated[OfflineWorkload | ServingWorkload | SoakWorkload, Field(dis
 # The worker applies it (mtpbench/engine/chat.py); it is part of the prompt set's identity (sha256).
 ChatTemplate = Literal["raw", "chat"]
 
+# What a config is for (issue 30). A gate's prompt set is sized (`mtpbench size`) to certify the gate's δ on
+# a healthy build; a reproduction replays a published setup as it was published (the seed's 5 prompts against
+# its published rates): too few prompts to certify δ, so a healthy build is expected to be inconclusive
+# (exit 5) there, while the collapse it reproduces, far beyond δ, still fails. Dry-run and the verdict say so.
+ConfigRole = Literal["gate", "reproduction"]
+
 
 class PromptFilter(Strict):
     """Which prompts of a set a config runs: those of some categories (MT-Bench's `coding`, …), no longer

@@ -21,12 +21,15 @@ if TYPE_CHECKING:  # config brings pydantic, run/ and fixes/ bring more: `mtpben
     from mtpbench.run.cost import Estimate
 
 __all__ = [
+    "blocking_models",
     "model_statuses",
     "path_status",
+    "render_blocked",
     "render_build_states",
     "render_config_sizing",
     "render_dry_run",
     "render_estimate",
+    "render_role",
 ]
 
 
@@ -115,6 +118,37 @@ def model_statuses(cfg: ExperimentConfig) -> list[tuple[str, str | None, str]]:
         for what, v in (("model", cfg.model), ("drafter", cfg.speculative.model))
         if what == "model" or v is not None
     ]
+
+
+def blocking_models(cfg: ExperimentConfig, executor: str) -> list[tuple[str, str | None, str]]:
+    """The model or drafter values no cell could start with: a placeholder anywhere; with the local executor,
+    a value that names nothing on this machine and has no hub id's shape. A hub id passes (vLLM fetches it
+    when the run starts; a machine without the hub fails then, which a dry run cannot know), and so does a
+    missing path under Ray (it may exist on the cluster's nodes only)."""
+    return [
+        (what, v, st)
+        for what, v, st in model_statuses(cfg)
+        if st == "placeholder" or (st == "missing" and executor == "local")
+    ]
+
+
+def render_blocked(blocked: list[tuple[str, str | None, str]]) -> None:
+    """The dry run's last line when it exits 2: a CI preflight of a config that cannot start must fail."""
+    names = ", ".join(f"{what} {v!r} ({st})" for what, v, st in blocked)
+    console.print(
+        f"[bold red]dry run: this config cannot start[/]: {names}; set them to a local path or a hub id (exit 2)",
+        markup=True,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def render_role(cfg: ExperimentConfig, prompts: int) -> None:
+    """A reproduction config says what its verdict means before anything is run (specs.ConfigRole)."""
+    from mtpbench.render.words.verdict import reproduction_note
+
+    if cfg.role == "reproduction":
+        console.print(Text(reproduction_note(prompts), style="bold yellow"), soft_wrap=True)
 
 
 def _render_missing(cfg: ExperimentConfig) -> None:

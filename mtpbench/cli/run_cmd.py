@@ -21,11 +21,14 @@ from rich.text import Text
 
 from mtpbench.cli.common import console, err_console, guarded, publish_github, say, wide
 from mtpbench.cli.dry_run import (
+    blocking_models,
     model_statuses,
+    render_blocked,
     render_build_states,
     render_config_sizing,
     render_dry_run,
     render_estimate,
+    render_role,
 )
 from mtpbench.cli.judge_cmds import judge_run
 from mtpbench.cli.progress import ProgressView, progress_bars
@@ -225,8 +228,13 @@ def _run(
         render_build_states(cfg, states)
         base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
         render_config_sizing(cfg, cells, base, len(prompts.prompts))
+        render_role(cfg, len(prompts.prompts))
         jobs, ex = opts.jobs or cfg.jobs, opts.executor or cfg.executor
         render_estimate(runner.estimate(cfg, cells, out, jobs, ex), cfg.name, out, jobs, ex)
+        blocked = blocking_models(cfg, ex)
+        if blocked:  # a CI preflight (`run --dry-run`) of a config that cannot start must fail, not pass
+            render_blocked(blocked)
+            return int(ExitCode.USAGE)
         return 0
     placeholder = next((v for what, v, st in model_statuses(cfg) if st == "placeholder"), None)
     if placeholder is not None:  # a shipped config's /path/to/...: bad input, not a failed engine (exit 3)
@@ -238,6 +246,7 @@ def _run(
 
         # A pair the reference does not model is refused now, not after minutes of engines.
         check_pair(cfg.model, cfg.speculative.model)
+    _need_ray(opts.executor or cfg.executor)
     ensure_out_dir(out)
     # The one place builds from pins get their environments (cached, or installed now: one line per step).
     cfg, _ = resolve_builds(cfg, on_step=say)
@@ -258,12 +267,23 @@ def _resume(
     from mtpbench.run import runner
 
     manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    _need_ray(opts.executor or cfg.executor)
     base_path, base_obj = _baseline_of(cfg, baseline, no_compare)
     todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
     console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
     return _execute(
         todo, cfg, prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
     )
+
+
+def _need_ray(executor: str) -> None:
+    """Ray missing is bad input said in one line before anything starts: the executor's own import of it
+    comes after the run folder and the progress bars (issue 30)."""
+    import importlib.util
+
+    # find_spec, not an import: Ray takes seconds to import and the executor imports it anyway.
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UserError("--executor ray needs Ray, which this environment lacks: pip install 'mtpbench[ray]'")
 
 
 def _baseline_of(cfg: ExperimentConfig, baseline: Path | None, no_compare: bool) -> tuple[Path | None, Baseline | None]:
@@ -324,18 +344,10 @@ def _replay_reference(run: Run) -> None:
 
 
 def _render_time(outcome: RunOutcome) -> None:
+    from mtpbench.render.words.runtime import time_text
     from mtpbench.run.runner import time_breakdown
 
-    t = time_breakdown(outcome.manifest)
-    other = max(t["worker_s"] - t["startup_s"] - t["generation_s"], 0.0)
-    console.print(
-        f"results: {outcome.path}\n"
-        f"time: {t['run_wall_s']:.1f} s wall for {int(t['cells'])} cell-repeats; in workers {t['worker_s']:.1f} s = "
-        f"start-up {t['startup_s']:.1f} s (engine {t['engine_start_s']:.1f} s) + generation {t['generation_s']:.1f} s"
-        f" + exit {other:.1f} s; waiting for a device {t['queued_s']:.1f} s (summed over cell-repeats); "
-        f"device slots busy {100 * t['utilisation']:.0f} %",
-        highlight=False,
-    )
+    console.print(time_text(str(outcome.path), time_breakdown(outcome.manifest)), highlight=False)
 
 
 def verdict(

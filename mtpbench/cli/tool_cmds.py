@@ -89,7 +89,9 @@ def selftest(
 
     with progress_bars() as progress:
         result = run_selftest(out, lambda total, prompts: ProgressView(progress, total, prompts))
-    console.print(report.comparison_renderable(result.comparison, ci=wide()))
+    # The fault cells must fail: their FAIL lines are labelled as expected, not left to read as a failure.
+    fault_cells = frozenset(c.cell for c in result.comparison.cells if c.variant == "fault")
+    console.print(report.comparison_renderable(result.comparison, ci=wide(), expected=fault_cells))
     for line in result.lines:
         console.print(line, markup=False, highlight=False)
     console.print(

@@ -45,6 +45,7 @@ from mtpbench.judge.findings import (
     Finding,
     Kind,
     NoBaseline,
+    SameRunBaseline,
     Severity,
     Unchecked,
     Verdict,
@@ -105,6 +106,11 @@ class Comparison:
     serving: list[ServingCell] | None = field(default=None, repr=False)
     # One line when a requested fix did not apply (mtpbench.fixes.status.headline), for `run`'s summary.
     fix_headline: str | None = None
+    # The run's config's role (specs.ConfigRole): a reproduction's verdict says what its inconclusive means.
+    role: str = "gate"
+    # The baseline the run's config names, when the comparison was made without one (`show`, `--no-compare`):
+    # said instead of "no baseline given".
+    config_baseline: str | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -152,6 +158,7 @@ def check(plan: Plan) -> Checked:
     if against is None:
         return out
     out.findings.extend(_unchecked(plan, against, out))
+    out.findings.extend(_same_run(plan, against))
     resolved: dict[str, BaselineEntry] = {}  # cell -> the entry that judged it (acceptance and throughput alike)
     for c in plan.cells:
         entry, _rule = resolve_entry(against.baseline, c, against.entry_map, against.name)
@@ -180,6 +187,15 @@ def _unchecked(plan: Plan, against: Against, out: Checked) -> list[Finding]:
     by = None if not identity else "config" if against.named else "flag"
     payload = Unchecked(fields=out.unchecked, identity=identity, accepted_by=by)
     return [Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY, payload)]
+
+
+def _same_run(plan: Plan, against: Against) -> list[Finding]:
+    # A baseline saved from this very run agrees with it by construction: every check passes and rules out
+    # nothing about the build, so the pass must not read as a certificate (issue 30).
+    if against.baseline.provenance.run_id != plan.run.run_id:
+        return []
+    payload = SameRunBaseline(run_id=plan.run.run_id, baseline=against.name)
+    return [Finding(Kind.SAME_RUN_BASELINE, Severity.WARN, "*", Cause.SAME_RUN, payload)]
 
 
 def _no_baseline(c: CellResult, against: Against) -> Finding:
@@ -235,6 +251,8 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         binding=diagnosed.binding,
         serving=plan.served,
         fix_headline=plan.evidence.fix_headline,
+        role=plan.run.typed.config.role,
+        config_baseline=plan.run.typed.config.baseline if against is None else None,
     )
 
 

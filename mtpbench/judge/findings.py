@@ -78,6 +78,9 @@ class Kind(ExitCodedKind):
     FEATURE_IGNORED = "feature-ignored", ExitCode.NOT_COMPARABLE
     # Never FAIL today (an INFO): a failing one would say the baseline cannot vouch for the run.
     UNCHECKED = "unchecked-baseline", ExitCode.NOT_COMPARABLE
+    # Never FAIL today (a WARN, issue 30): the baseline was saved from the run it judges (its provenance names
+    # this run), so the comparison certifies nothing; a failing one would refuse it as not comparable.
+    SAME_RUN_BASELINE = "baseline-from-this-run", ExitCode.NOT_COMPARABLE
     # The serving workload's (mtpbench/judge/serving_summary.py).
     FAILED_REQUESTS = "failed-requests", ExitCode.REGRESSION  # any failed request under load fails the gate
     # Never FAIL today (a WARN): two counts of one load that disagree, a bug signature of the build's counters.
@@ -135,6 +138,7 @@ class Cause(str, Enum):
     ENGINE_FEATURE = "engine-feature"  # the draft path under an engine feature the reference mode runs without
     FEATURE_OVERRIDDEN = "feature-overridden"  # the platform or vLLM set an engine feature otherwise than asked
     UNVERIFIED_IDENTITY = "unverified-identity"
+    SAME_RUN = "same-run"  # a baseline saved from the run it judges
     NO_PER_REQUEST_COUNTS = "no-per-request-counts"  # a counters-only serving cell: one pooled count
     REQUESTS_FAILED = "requests-failed"
     COUNTERS_DISAGREE = "counters-disagree"
@@ -312,6 +316,14 @@ class Unchecked(Payload):
     fields: list[str]
     identity: list[str]
     accepted_by: str | None  # "config" | "flag" | None (nothing of the identity was unchecked)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SameRunBaseline(Payload):
+    """The baseline's provenance names the run it judges (`baseline save` of this very run)."""
+
+    run_id: str
+    baseline: str
 
 
 @dataclass(frozen=True, kw_only=True)

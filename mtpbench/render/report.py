@@ -28,6 +28,7 @@ from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
 from mtpbench.render.words import cause_text, finding_message, verdict_text
 from mtpbench.render.words.units import ci_text, pct, pts
+from mtpbench.render.words.verdict import EXPECTED_FAIL
 from mtpbench.schema import COUNTERS_ONLY
 
 # Version of the JSON document `--json` writes. History: 1: cells/checks/diagnoses with free-text messages;
@@ -236,9 +237,12 @@ def checks_table(checks: list[PositionCheck], baseline: str | None, ci: bool = T
     return rich_table(cols, rows, f"against baseline {baseline}" if baseline else "")
 
 
-def diagnosis_text(d: Finding) -> Text:
+def diagnosis_text(d: Finding, expected: bool = False) -> Text:
+    """One finding; `expected`: a FAIL the caller injected on purpose (the selftest's fault), labelled so."""
     t = Text()
     t.append(f"{d.severity.value.upper():4} ", style=STYLE.get(d.severity, ""))
+    if expected and d.severity == Severity.FAIL:
+        t.append(f"{EXPECTED_FAIL} ", style="bold")
     t.append(f"{d.name} ", style="bold")
     t.append(f"{d.cell}: {finding_message(d)}")
     if cause_text(d):
@@ -246,12 +250,19 @@ def diagnosis_text(d: Finding) -> Text:
     return t
 
 
-def verdict_line(comp: Comparison) -> Text:
+def verdict_line(comp: Comparison, expected: frozenset[str] = frozenset()) -> Text:
     style = {ExitCode.OK: "bold green", ExitCode.REGRESSION: "bold red"}.get(comp.exit_code, "bold yellow")
+    fails = {d.cell for d in comp.diagnoses if d.severity == Severity.FAIL}
+    if fails and fails <= expected:  # every failing cell is one the caller injected a fault into
+        return Text(f"{EXPECTED_FAIL} {verdict_text(comp)}", style="bold")
     return Text(verdict_text(comp), style=style)
 
 
-def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool = True) -> Group:
+def comparison_renderable(
+    comp: Comparison, show_checks: bool = True, ci: bool = True, expected: frozenset[str] = frozenset()
+) -> Group:
+    """The console's comparison. `expected`: cells whose FAIL findings are expected (the selftest's injected
+    fault), labelled as such so that a reader does not take the selftest's proof for a failure."""
     parts: list[Any] = [summary_table(comp.cells, title=f"run {comp.run_id}", ci=ci)]
     if comp.baseline and show_checks:
         if comp.lengths:
@@ -262,8 +273,8 @@ def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool =
         if prov:
             src, date = prov.get("source"), prov.get("date", "undated")
             parts.append(Text(f"baseline provenance: {src} ({date})", style="dim"))
-    parts.extend(diagnosis_text(d) for d in comp.diagnoses)
-    parts.append(verdict_line(comp))
+    parts.extend(diagnosis_text(d, d.cell in expected) for d in comp.diagnoses)
+    parts.append(verdict_line(comp, expected))
     return Group(*parts)
 
 

@@ -19,7 +19,7 @@ from pydantic import Field, StrictInt, ValidationError, field_validator
 from mtpbench import __version__
 from mtpbench.errors import StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION, CellStatus, RunStatus, schema_problem
-from mtpbench.specs import GateSpec
+from mtpbench.specs import ConfigRole, GateSpec
 from mtpbench.store.files import share_mode
 from mtpbench.store.records import RECORDS, Attempt, HashSeed, OnDisk, RepeatIndex, Seconds, first_error
 
@@ -137,6 +137,7 @@ class ManifestConfig(OnDisk):
     """The resolved config the run was made with (config.py's ExperimentConfig, as the runner wrote it)."""
 
     name: str | None = None
+    role: ConfigRole = "gate"  # runs from before issue 30 had no role: their configs were gates or unlabelled
     speculative: ManifestSpeculative
     sampling: ManifestSampling = Field(default_factory=ManifestSampling)
     gate: GateSpec = Field(default_factory=GateSpec)

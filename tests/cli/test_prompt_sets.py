@@ -183,10 +183,22 @@ def test_chat_prompts_are_token_ids_without_a_second_bos() -> None:
     assert got == {"prompt_token_ids": tok.encode("<user>hi<assistant>", add_special_tokens=False)}
 
 
+def _placeholder_config(tmp_path: Path) -> Path:
+    """configs/gemma4-mtp-cuda.yaml with the placeholders it shipped with before it named hub ids (issue 30)."""
+    data = yaml.safe_load((REPO / "configs" / "gemma4-mtp-cuda.yaml").read_text())
+    data.update(model="/path/to/gemma-4-target", prompts=str(PROMPTS / "coding.yaml"), baseline=None)
+    data["speculative"]["model"] = "/path/to/gemma-4-assistant"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = tmp_path / "placeholder.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    return cfg
+
+
 def test_dry_run_names_models_and_says_loudly_which_are_missing(tmp_path: Path) -> None:
     env = {"MTPBENCH_WIDTH": "200", "COLUMNS": "200"}
-    res = CliRunner().invoke(app, ["run", str(REPO / "configs" / "gemma4-mtp-cuda.yaml"), "--dry-run"], env=env)
-    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["run", str(_placeholder_config(tmp_path)), "--dry-run"], env=env)
+    # Issue 30: a CI preflight of a config that cannot start fails (exit 2), after the whole listing.
+    assert res.exit_code == 2, res.output
     assert res.output.count("MISSING model: '/path/to/gemma-4-target' is a placeholder") == 2  # first and last
     assert "MISSING drafter: '/path/to/gemma-4-assistant' is a placeholder" in res.output
     assert (
@@ -195,14 +207,28 @@ def test_dry_run_names_models_and_says_loudly_which_are_missing(tmp_path: Path) 
         )
         == 6
     )  # every cell-repeat
+    assert res.output.rstrip().splitlines()[-1].startswith("dry run: this config cannot start: model ")
     data = yaml.safe_load((REPO / "configs" / "vllm-gemma4-e4b-mtp-mt-bench.yaml").read_text())
     data.update(model=str(tmp_path / "no-such-model"), prompts=str(PROMPTS / "mt-bench.yaml"), baseline=None)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(data))
     res = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env=env)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 2, res.output  # a local-looking path that names nothing here
     assert f"MISSING model: '{tmp_path / 'no-such-model'}' is not a local path or a hub id" in res.output
     assert "drafter: google/gemma-4-E4B-it-assistant (hub id)" in res.output
+    # Under Ray the path may exist on the cluster's nodes only: said, not refused.
+    res = CliRunner().invoke(app, ["run", str(cfg), "--dry-run", "--executor", "ray"], env=env)
+    assert res.exit_code == 0, res.output
+    assert f"MISSING model: '{tmp_path / 'no-such-model'}'" in res.output
+
+
+def test_dry_run_of_hub_ids_that_could_run_exits_0() -> None:
+    # The shipped Gemma4 configs name hub ids: no hub on this machine, but a dry run cannot know that and a
+    # run that fetches them could start, so the preflight passes (issue 30).
+    for name in ("gemma4-mtp-cuda", "gemma4-mtp-ascend-gate", "vllm-gemma4-e4b-mtp-humaneval"):
+        res = CliRunner().invoke(app, ["run", str(REPO / "configs" / f"{name}.yaml"), "--dry-run"])
+        assert res.exit_code == 0, res.output
+        assert "(hub id)" in res.output and "MISSING" not in res.output and "cannot start" not in res.output
 
 
 @pytest.mark.parametrize(
@@ -223,11 +249,11 @@ def test_running_a_config_with_placeholder_paths_is_bad_input_not_a_failed_engin
     # Before: the worker tried to load /path/to/gemma-4-target and the run failed (exit 3) after an engine start.
     res = CliRunner().invoke(
         app,
-        ["run", str(REPO / "configs" / "gemma4-mtp-cuda.yaml"), "--out", str(tmp_path)],
+        ["run", str(_placeholder_config(tmp_path / "cfg")), "--out", str(tmp_path / "runs")],
         env={"MTPBENCH_WIDTH": "200", "COLUMNS": "200"},
     )
     assert res.exit_code == 2, res.output
-    assert "'/path/to/gemma-4-target' is a placeholder" in res.output and list(tmp_path.iterdir()) == []
+    assert "'/path/to/gemma-4-target' is a placeholder" in res.output and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("prompts", ["mt-bench.yaml", "mt-bench-2turn.yaml"])

@@ -6,7 +6,8 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
 - checks.py: regression, inconclusive, underpowered, improvement (the gate's acceptance-length and
   per-position checks), and one check in words for JUnit and the CI annotations;
 - cells.py: speculation-off, no-baseline, run-failed, graph-mode-downgraded, unchecked-baseline,
-  fix-not-applied, patch-not-applied, sampled-acceptance-not-meaningful (what a cell can be trusted for);
+  baseline-from-this-run, fix-not-applied, patch-not-applied, sampled-acceptance-not-meaningful (what a cell
+  can be trusted for);
 - signatures.py: cross-process-instability, graph-divergence, text-changed;
 - features.py: mode-divergence, feature-ignored (a mode against the reference mode where they differ in an
   engine feature; a feature the engine read back otherwise);
@@ -18,8 +19,8 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
 - reference.py: engine-below-reference, reference-disagreement, reference-text-differs (the engine held
   against the acceptance its weights give).
 Beside them: causes.py (the likely cause each finding points at), verdict.py (the verdict line and what a pass
-certifies) and units.py (numbers as the sentences and tables write them). No arithmetic beyond turning
-fractions into the percentages people read.
+certifies), runtime.py (where a run's time went) and units.py (numbers as the sentences and tables write
+them). No arithmetic beyond turning fractions into the percentages people read.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from mtpbench.render.words.cells import (
     msg_no_baseline,
     msg_not_applied,
     msg_run_failed,
+    msg_same_run,
     msg_sampler_broken,
     msg_speculation_off,
     msg_unchecked,
@@ -95,6 +97,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.GRAPH_DOWNGRADED: msg_downgraded,
     Kind.FEATURE_IGNORED: msg_feature_ignored,
     Kind.UNCHECKED: msg_unchecked,
+    Kind.SAME_RUN_BASELINE: msg_same_run,
     Kind.FAILED_REQUESTS: msg_failed_requests,
     Kind.COUNT_MISMATCH: msg_count_mismatch,
     Kind.THROUGHPUT_DROP: msg_throughput_drop,

@@ -35,6 +35,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     "scheduling off), or the build does not report it: its divergence from the reference does not test it",
     Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "
     "this model, drafter and prompt set",
+    Cause.SAME_RUN: "`baseline save` of the run being judged: record the baseline on a known-good build's run and "
+    "gate later runs against it",
     Cause.REQUESTS_FAILED: "the server failed requests under load: any failed request fails the gate",
     Cause.COUNTERS_DISAGREE: "something else used the server during the load, or a build whose per-request "
     "metrics count differently from its Prometheus counters",

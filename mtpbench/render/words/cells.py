@@ -1,6 +1,6 @@
 """The words of a cell's health, the findings that say what a cell's numbers can be trusted for: speculation-off
 (no drafts in a repeat; within one engine's rounds it is soak.py's), no-baseline, run-failed,
-graph-mode-downgraded, unchecked-baseline, fix-not-applied / patch-not-applied and
+graph-mode-downgraded, unchecked-baseline, baseline-from-this-run, fix-not-applied / patch-not-applied and
 sampled-acceptance-not-meaningful. Sentences only.
 """
 
@@ -12,6 +12,7 @@ from mtpbench.judge.findings import (
     NoBaseline,
     PatchNotApplied,
     RunFailed,
+    SameRunBaseline,
     SamplerBroken,
     SpeculationOff,
     Unchecked,
@@ -24,6 +25,7 @@ __all__ = [
     "msg_no_baseline",
     "msg_not_applied",
     "msg_run_failed",
+    "msg_same_run",
     "msg_sampler_broken",
     "msg_speculation_off",
     "msg_unchecked",
@@ -67,6 +69,13 @@ def msg_unchecked(n: Unchecked) -> str:
         return f"the baseline does not record {', '.join(n.fields)}: not checked"
     why = "the run's config names it as its baseline" if n.accepted_by == "config" else "--accept-unchecked"
     return f"the baseline cannot check {', '.join(n.fields)}; used because {why}"
+
+
+def msg_same_run(n: SameRunBaseline) -> str:
+    return (
+        f"the baseline {n.baseline} was saved from this same run ({n.run_id}): it agrees with the run by "
+        "construction, so the comparison certifies nothing"
+    )
 
 
 def msg_not_applied(n: PatchNotApplied) -> str:

@@ -8,13 +8,31 @@ from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import Comparison, Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
 
-__all__ = ["certified_text", "verdict_text"]
+__all__ = ["EXPECTED_FAIL", "certified_text", "reproduction_note", "verdict_text"]
+
+# The label of a FAIL the selftest injected on purpose: its fault cells must fail for the selftest to pass.
+EXPECTED_FAIL = "(expected: the injected fault must fail)"
+
+
+def reproduction_note(prompts: int) -> str:
+    """What a reproduction config's verdict means (specs.ConfigRole): said by its dry-run and its verdict."""
+    return (
+        f"this config is a reproduction (role: reproduction): it replays a published setup as published, and "
+        f"its {prompts} prompts are too few to certify the gate's δ, so a healthy build is expected to be "
+        "inconclusive (exit 5) here, not green; a collapse far beyond δ (the bug it reproduces) still fails "
+        "(exit 1). Gate builds with a config whose prompt set `mtpbench size` sized (role: gate)"
+    )
 
 
 def certified_text(comp: Comparison) -> str:
     """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
     if not comp.checks and not comp.lengths and comp.baseline:
         return "the baseline has no per-position rates: its upstream golden judged the run (upstream-rule)"
+    if not comp.checks and not comp.lengths and comp.config_baseline:
+        return (
+            f"not compared with the baseline the run's config names ({comp.config_baseline}), so no drop is "
+            f"ruled out here: `mtpbench compare RUN {comp.config_baseline}` judges the run against it"
+        )
     if not comp.checks and not comp.lengths:
         return "no baseline given, so no drop is ruled out"
     conf = f"{100 * comp.gate.confidence:g} % confidence over the run's {comp.primary} primary check(s)"
@@ -64,5 +82,9 @@ def verdict_text(comp: Comparison) -> str:
     if code == ExitCode.NOT_COMPARABLE:
         return f"NOT COMPARABLE: {ncells} cell(s) have no baseline entry to judge them by (exit 4)"
     if code == ExitCode.INCONCLUSIVE:
-        return f"INCONCLUSIVE: {kinds} in {ncells} cell(s); the data can neither confirm nor rule out a drop (exit 5)"
+        line = f"INCONCLUSIVE: {kinds} in {ncells} cell(s); the data can neither confirm nor rule out a drop (exit 5)"
+        if comp.role == "reproduction":
+            prompts = max((c.prompts_expected for c in comp.cells), default=0)
+            line += f"; {reproduction_note(prompts)}"
+        return line
     return "INCOMPLETE: some repeats did not finish and were left out of the verdicts (exit 3)"
