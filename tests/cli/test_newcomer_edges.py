@@ -6,6 +6,7 @@ device past the wall time. (A dry run of a config that cannot start exits 2: tes
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -100,3 +101,36 @@ def test_the_wait_for_a_device_never_sums_past_the_wall_time() -> None:
     assert "waiting for a device from the run's start: at most 30.0 s, 15.0 s on average per cell-repeat" in line
     assert t["queued_max_s"] <= t["run_wall_s"]
     assert "+ exit 4.0 s" in line and "device slots busy 100 %" in line
+
+
+def _with_role(run: Path, role: str) -> Path:
+    # The role as the runner stores it in the manifest's config (write_run's configs predate issue 30).
+    manifest = run / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["config"]["role"] = role
+    manifest.write_text(json.dumps(data))
+    return run
+
+
+def test_a_reproductions_inconclusive_verdict_says_it_is_expected(make_run: Callable[..., Path]) -> None:
+    # Five prompts of few drafts near the published rates: too little evidence to certify δ (exit 5).
+    cells = {"cpu/NONE/stock": [[97.0, 95.0, 88.0]] * 3}
+    res = invoke("compare", _with_role(make_run(cells, drafts=20), "reproduction"), "--baseline", PUBLISHED)
+    assert res.exit_code == 5, res.output
+    assert "this config is a reproduction (role: reproduction)" in res.stdout
+    assert "a healthy build is expected to be inconclusive (exit 5) here, not green" in res.stdout
+    gate = invoke("compare", _with_role(make_run(cells, drafts=20), "gate"), "--baseline", PUBLISHED)
+    assert gate.exit_code == 5 and "role: reproduction" not in gate.stdout  # a gate's inconclusive is a finding
+
+
+def test_dry_runs_of_the_gemma4_configs_say_what_their_verdict_means() -> None:
+    for plat in ("ascend", "cuda"):
+        repro = invoke("run", REPO / "configs" / f"gemma4-mtp-{plat}.yaml", "--dry-run")
+        assert repro.exit_code == 0, repro.output
+        assert "the config's 5 prompts are too few" in repro.stdout
+        assert "this config is a reproduction (role: reproduction)" in repro.stdout
+        gate = invoke("run", REPO / "configs" / f"gemma4-mtp-{plat}-gate.yaml", "--dry-run")
+        assert gate.exit_code == 0, gate.output
+        assert "sizing: no baseline yet" in gate.stdout
+        assert "the config's 150 prompts certify δ on a healthy build" in gate.stdout
+        assert "role: reproduction" not in gate.stdout
