@@ -73,8 +73,8 @@ def msg_unchecked(n: Unchecked) -> str:
 
 def msg_same_run(n: SameRunBaseline) -> str:
     return (
-        f"the baseline {n.baseline} was saved from this same run ({n.run_id}): it agrees with the run by "
-        "construction, so the comparison certifies nothing"
+        f"the baseline {n.baseline} was saved from this same run ({n.run_id}): the cells it was saved from "
+        "agree with it by construction, so their comparison certifies nothing"
     )
 
 
