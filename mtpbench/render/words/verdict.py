@@ -19,7 +19,8 @@ def reproduction_note(prompts: int) -> str:
     return (
         f"this config is a reproduction (role: reproduction): it replays a published setup as published, and "
         f"its {prompts} prompts are too few to certify the gate's δ, so a healthy build is expected to be "
-        "inconclusive (exit 5) here, not green; a collapse far beyond δ (the bug it reproduces) still fails "
+        "inconclusive (exit 5) here, not green (`run --dry-run` and `mtpbench size` say how many prompts "
+        "certify δ); a collapse far beyond δ (the bug it reproduces) still fails "
         "(exit 1). Gate builds with a config whose prompt set `mtpbench size` sized (role: gate)"
     )
 
