@@ -15,9 +15,6 @@ import pytest
 from clihelp import invoke, one_error_line
 from conftest import PUBLISHED
 
-from mtpbench.render.words.runtime import time_text
-from mtpbench.run.cost import time_breakdown
-
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]
 
@@ -92,6 +89,9 @@ def test_executor_ray_without_ray_is_one_line_before_any_run_folder(
 
 
 def test_the_wait_for_a_device_never_sums_past_the_wall_time() -> None:
+    from mtpbench.render.words.runtime import time_text
+    from mtpbench.run.cost import time_breakdown
+
     # Four cell-repeats on one device slot, each 10 s: they started 0, 10, 20 and 30 s into a 40-s run.
     cells = [
         {"wall_s": 10.0, "startup_s": 4.0, "generation_s": 5.0, "engine_start_s": 3.0, "queued_s": q}
