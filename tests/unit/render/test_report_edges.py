@@ -8,6 +8,7 @@ labels and the titles are checked on constructed data.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -93,6 +94,12 @@ def test_primary_endpoint_comes_first_and_is_headed(judged: tuple[Run, Compariso
     assert lengths < page.index('<table id="checks">')
     assert "(diagnoses)" in page[page.index('<section id="diagnosis-checks">') :][:200]
     assert "Not checked (the baseline lacks them): model_weights_sha256" in page  # kept beside it
+    # Under gate.primary positions the per-position table is the one first and headed so; AL is a diagnosis.
+    positions = dataclasses.replace(comp, gate=comp.gate.model_copy(update={"primary": "positions"}))
+    page = render_html(run, positions, NO_FIGURES, set())
+    assert "<h2>Primary endpoint: per-position acceptance" in page
+    assert page.index('<section id="primary">') < page.index('<table id="checks">') < page.index('id="diagnoses"')
+    assert page.index('<section id="diagnosis-checks">') < page.index('<table id="lengths">')
     # Without a baseline nothing is the primary endpoint: no such section, and the page says why.
     alone = render_html(run, judge_run(run, None), NO_FIGURES, set())
     assert 'id="primary"' not in alone and "No baseline given" in alone
