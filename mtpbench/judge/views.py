@@ -8,6 +8,7 @@ prints; plots.py and htmlreport.py render.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,13 +123,32 @@ def _rows_for(run: Run, prompts: np.ndarray, max_rows: int) -> tuple[np.ndarray,
     bands = min(10, max_rows)
     tokens = _prompt_tokens(run, prompts)
     if tokens is not None and len(np.unique(tokens)) > 1:
-        cut = pd.qcut(tokens, q=bands, duplicates="drop")
-        labels = [f"{int(np.ceil(iv.left))}–{int(iv.right)} tokens" for iv in cut.categories]
-        return np.asarray(cut.codes, dtype=np.int64), labels, "prompt tokens"
-    # Bands of the configured prompt order.
+        codes, labels = token_bands(tokens, bands)
+        return codes, labels, "prompt tokens"
+    # Bands of the configured prompt order; the last ends at the last prompt, not at a multiple of the width.
     width = max(1, -(-max(distinct, 1) // bands))
-    labels = [f"{b * width + 1}–{(b + 1) * width}" for b in range(bands)] + ["not in the prompt set"]
-    return np.where(pos >= 0, pos // width, bands), labels, "prompt order"
+    labels = [_span(b * width + 1, min((b + 1) * width, max(distinct, 1))) for b in range(bands)]
+    return np.where(pos >= 0, pos // width, bands), [*labels, "not in the prompt set"], "prompt order"
+
+
+def _span(low: int, high: int) -> str:
+    return str(low) if low == high else f"{low}–{high}"
+
+
+def token_bands(tokens: np.ndarray, bands: int) -> tuple[np.ndarray, list[str]]:
+    """Each prompt's band of prompt length (an index into the labels) and the labels, at most `bands` bands
+    of about equal prompt counts. Prompt lengths are whole tokens, so a band is the whole numbers
+    (edge_i, edge_i+1], labelled edge_i + 1 to edge_i+1: adjacent bands' labels are disjoint and contiguous
+    (issue 30: labels made from qcut's fractional edges, rounded up on the left and down on the right, read
+    "116–214" then "214–244" at a whole edge, and started below the shortest prompt)."""
+    whole = np.floor(tokens).astype(np.int64)
+    quantiles = np.quantile(whole, np.linspace(0.0, 1.0, bands + 1))
+    # The first band opens just below the shortest prompt (its lower quantile, the minimum itself, would
+    # give the shortest prompts a band of their own); the last edge is the longest prompt.
+    edges = np.unique(np.concatenate([[whole.min() - 1], np.floor(quantiles[1:]).astype(np.int64)]))
+    codes = np.searchsorted(edges, whole, side="left") - 1
+    labels = [_span(int(low) + 1, int(high)) + " tokens" for low, high in itertools.pairwise(edges)]
+    return codes.astype(np.int64), labels
 
 
 def heatmap(

@@ -1,11 +1,13 @@
 """`mtpbench report --html`: one self-contained HTML file (inline CSS and SVG, no script, no network) that
 opens from a CI artifact offline, and `--png DIR` with the same figures as PNG files.
 
-Order on the page: the verdict and the diagnoses first, then the figures (per-position acceptance per cell
-with intervals, baseline and one dot per repeat; the prompt × position heat map with changed-text marks),
-the cells' graph modes requested vs effective, the per-position checks, and the fingerprint and
-provenance folded below. Figures come from plots.py, their data from views.py; every number is rendered
-from the Comparison, nothing is computed here.
+Order on the page: the verdict, the gate's primary endpoint (the acceptance-length table by default, headed
+as such) and the diagnoses first, then the figures (per-position acceptance per cell with intervals,
+baseline and one dot per repeat; the prompt × position heat map with changed-text marks), the cells' graph
+modes requested vs effective, the other checks (per position by default), and the fingerprint and
+provenance folded below. Wide tables sit in a `.wide` box that wraps long cell, patch and prompt names and
+scrolls what still does not fit, so no column is cut at a 1200-px window. Figures come from plots.py, their
+data from views.py; every number is rendered from the Comparison, nothing is computed here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from mtpbench.judge.evidence import changed_text
 from mtpbench.render.bindinggrid import CSS as BINDING_CSS
 from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
+from mtpbench.render.words import htmlpage as page_words
 from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
@@ -46,6 +49,7 @@ figure{margin:.5rem 0} figure svg{max-width:100%;height:auto} figcaption{color:#
 details{margin:.6rem 0} summary{cursor:pointer;font-weight:600} pre{background:#fafafa;border:1px solid #eee;
   padding:.6rem;overflow:auto;font-size:.82em;max-height:40rem}
 .meta{color:#555}
+.wide{max-width:100%;overflow-x:auto} .wide td{overflow-wrap:break-word}
 """
 
 
@@ -82,6 +86,7 @@ class Figures:
     def __init__(self, painter: Painter, svg: bool, png_dir: Path | None) -> None:
         self.painter, self.svg, self.png_dir = painter, svg, png_dir
         self.changed: set[tuple[str, str]] = set()
+        self.rows = "prompt"  # what a row of the heat map is (views.Heatmap.rows), for its caption
 
     def _submit(self, name: str, args: tuple[Any, ...]) -> None:
         png = None if self.png_dir is None else self.png_dir / f"{name}.png"
@@ -93,8 +98,8 @@ class Figures:
         self.changed = changed_text(comp.cells)
         k = run.typed.k
         hm = views.heatmap(run, comp.cells, k, changed=self.changed)
-        what = "prompt" if hm.rows == "prompt" else f"band of {hm.rows}"
-        self._submit("heatmap", (hm.grid(k), f"acceptance per {what} and position (pooled over repeats)"))
+        self.rows = hm.rows
+        self._submit("heatmap", (hm.grid(k), page_words.heatmap_title(hm.rows)))
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
@@ -149,7 +154,8 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
         if len(prompts) > 12:  # a serving run can change thousands: the count and the first few
             prompts = [f"{len(prompts)} prompts: {', '.join(prompts[:10])}, …"]
         cells = [
-            f'<td class="l"><code>{_e(c.cell)}</code></td>',
+            # A break opportunity after each "/" of build/mode/variant: a long build name wraps, not cut.
+            f'<td class="l"><code>{_e(c.cell).replace("/", "/<wbr>")}</code></td>',
             f'<td class="l">{_e(req)}</td>',
             f"<td{eff_cls}>{_e(eff)}</td>",
             f'<td class="l">{_e(comp_mode)}</td>',
@@ -167,10 +173,8 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
     return f'<table id="cells"><tr>{th}</tr>{"".join(rows)}</table>'
 
 
-def _checks_table(comp: Comparison) -> str:
+def _positions_table(comp: Comparison) -> str:
     """The console's and Markdown's rows (report.check_rows: MDE, prompts, the underpowered tag), as HTML."""
-    if not comp.checks:
-        return "<p>No baseline given: only the signatures that need none were checked.</p>"
     from mtpbench.render.report import check_rows
 
     cols, rows = check_rows(comp.checks)
@@ -187,18 +191,47 @@ def _checks_table(comp: Comparison) -> str:
                 cls.append(enum_text(x.verdict))
             tds.append(f"<td{_cls(cls)}>{_e(text)}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
-    extra = ""
-    if comp.lengths:
-        # The primary endpoint of the default gate (report.length_rows: the console's and Markdown's rows).
-        from mtpbench.render.report import length_rows
+    return f'<table id="checks"><tr>{head}</tr>{"".join(body)}</table>'
 
-        lcols, lrows = length_rows(comp.lengths, comp.gate.primary == "acceptance_length")
-        lhead = "".join(f"<th>{_e(title)}{' ' + _e(sub) if sub else ''}</th>" for title, sub, _ in lcols)
-        lbody = "".join("<tr>" + "".join(f"<td>{_e(text)}</td>" for text, _d, _s in row) + "</tr>" for row in lrows)
-        extra += f'<table id="lengths"><tr>{lhead}</tr>{lbody}</table>'
+
+def _lengths_table(comp: Comparison) -> str:
+    """Each cell's acceptance length against its baseline entry (report.length_rows: the console's and
+    Markdown's rows)."""
+    from mtpbench.render.report import length_rows
+
+    lcols, lrows = length_rows(comp.lengths, comp.gate.primary == "acceptance_length")
+    lhead = "".join(f"<th>{_e(title)}{' ' + _e(sub) if sub else ''}</th>" for title, sub, _ in lcols)
+    lbody = "".join("<tr>" + "".join(f"<td>{_e(text)}</td>" for text, _d, _s in row) + "</tr>" for row in lrows)
+    return f'<table id="lengths"><tr>{lhead}</tr>{lbody}</table>'
+
+
+def _check_sections(comp: Comparison) -> tuple[str, str]:
+    """The gate's primary endpoint (first on the page, headed so: issue 30) and the other table of checks
+    (a diagnosis, below the figures). Without a baseline there is no primary section, and the second says
+    why nothing was checked."""
+    if not comp.checks and not comp.lengths:
+        return "", f"<section><h2>Checks against the baseline</h2><p>{_e(page_words.NO_BASELINE)}</p></section>"
+    primary = comp.gate.primary
+    tables = {
+        "acceptance_length": _lengths_table(comp) if comp.lengths else "",
+        "positions": _positions_table(comp) if comp.checks else "",
+    }
+    other = "positions" if primary == "acceptance_length" else "acceptance_length"
+    unchecked = ""
     if comp.unchecked:
-        extra = f"<p class='meta'>Not checked (the baseline lacks them): {_e(', '.join(comp.unchecked))}</p>"
-    return f'<table id="checks"><tr>{head}</tr>{"".join(body)}</table>{extra}'
+        unchecked = f"<p class='meta'>{_e(page_words.unchecked_text(comp.unchecked))}</p>"
+    first = tables[primary] or f"<p>{_e(page_words.NO_PRIMARY)}</p>"
+    head = (
+        f'<section id="primary"><h2>{_e(page_words.PRIMARY_HEADING[primary])}</h2>'
+        f'<div class="wide">{first}</div>{unchecked}</section>'
+    )
+    second = ""
+    if tables[other]:
+        second = (
+            f'<section id="diagnosis-checks"><h2>{_e(page_words.DIAGNOSIS_HEADING[other])}</h2>'
+            f'<div class="wide">{tables[other]}</div></section>'
+        )
+    return head, second
 
 
 def _prompts_summary(prompts: Any) -> Any:
@@ -214,7 +247,10 @@ def _pre(obj: Any) -> str:
     return f"<pre>{_e(json.dumps(obj, indent=2, sort_keys=True, default=str))}</pre>"
 
 
-def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: set[tuple[str, str]]) -> str:
+def render_html(
+    run: Run, comp: Comparison, figures: dict[str, str], changed: set[tuple[str, str]], rows: str = "prompt"
+) -> str:
+    """The page; `rows`: what a row of the heat map is (views.Heatmap.rows), which its caption names."""
     code = int(comp.exit_code)
     m = run.manifest
     cfg = m.get("config", {})
@@ -232,6 +268,7 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
         "baseline": {"file": comp.baseline, "provenance": comp.baseline_provenance},
         "report": {"tool": "mtpbench", "version": __version__},
     }
+    primary, diagnosis_checks = _check_sections(comp)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -241,6 +278,7 @@ def render_html(run: Run, comp: Comparison, figures: dict[str, str], changed: se
 <h1>mtpbench report: run <code>{_e(comp.run_id)}</code></h1>
 <div id="verdict" class="verdict exit-{code}">{_e(_verdict_text(comp))}</div>
 <p class="meta">{meta}</p>
+{primary}
 <section id="diagnoses"><h2>Diagnoses</h2>{_diagnoses(comp)}</section>
 {binding_section(comp.binding)}
 <section><h2>Per-position acceptance</h2>
@@ -250,12 +288,11 @@ its 95 % interval; black bar: the baseline; dots: each repeat (a fresh process w
 dots apart mean cross-process instability.</figcaption></figure></section>
 <section><h2>Prompt × position</h2>
 <figure id="fig-heatmap">{figures["heatmap"]}
-<figcaption>Acceptance % per prompt and position, pooled over repeats. ≠ marks a prompt whose greedy text
-differs from the rest of its build (the target's numerics changed); without ≠ the text is identical and a
-drop is the drafter's.</figcaption></figure></section>
+<figcaption>{_e(page_words.heatmap_caption(rows))}</figcaption></figure></section>
 {_rounds_section(figures.get("rounds"))}
-<section><h2>Cells: graph mode requested vs effective</h2>{_cells_table(comp, changed)}</section>
-<section><h2>Checks against the baseline</h2>{_checks_table(comp)}</section>
+<section><h2>Cells: graph mode requested vs effective</h2>
+<div class="wide">{_cells_table(comp, changed)}</div></section>
+{diagnosis_checks}
 <h2>Fingerprint and provenance</h2>
 <details id="fingerprint"><summary>Fingerprint (per cell-repeat: versions, device, modes, patches)</summary>
 {_pre(views.fingerprint(run, comp.cells))}</details>
@@ -279,7 +316,7 @@ def write_report(
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
     if html_path is not None:
         svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n != "rounds"}  # rounds: soak runs only
-        page = render_html(run, comp, svgs, figures.changed)
+        page = render_html(run, comp, svgs, figures.changed, figures.rows)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
             html_path.write_text(page, encoding="utf-8")

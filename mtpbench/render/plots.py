@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mtpbench.errors import UserError
+from mtpbench.render.words.htmlpage import heatmap_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
     from mtpbench.judge.figdata import CellView, HeatmapGrid, RoundsView
     from mtpbench.judge.history import HistoryGroup
@@ -23,6 +26,12 @@ if TYPE_CHECKING:
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
 VERDICT_COLOR = {"regression": "#c62828", "improvement": "#1565c0", "pass": "#2e7d32"}
 BAR_COLOR = "#90a4ae"
+# A title is wrapped to this share of its room (a little air at the figure's edge), never below this many
+# characters a line.
+TITLE_MARGIN = 0.96
+MIN_TITLE_CHARS = 12
+# Layouts redone after a title wrapped: the second settles every figure drawn here; the third is a margin.
+LAYOUT_ROUNDS = 3
 
 
 def check_installed() -> None:
@@ -48,6 +57,66 @@ def require() -> Any:
 
 def _pct(x: float | None) -> float:
     return math.nan if x is None else 100 * x
+
+
+def fit_titles(fig: Figure, suptitle: Text | None = None) -> bool:
+    """Wrap the figure's title (`suptitle`, centred on the figure) and each panel's title (centred on its
+    panel) onto more lines until it lies within the figure and clear of the neighbouring columns' panels: a
+    title wider than that was cut at the PNG's edge (issue 30: "run <id> vs <baseline path>" over a one-cell
+    figure, the heat map's band title over one cell). Measuring a text needs no full draw. True when a title
+    was wrapped."""
+    renderer = fig.canvas.get_renderer()
+    full = fig.bbox.width
+    titles: list[tuple[Text, float]] = [] if suptitle is None else [(suptitle, full)]
+    for ax in fig.axes:
+        if not ax.title.get_text():
+            continue
+        left, right = _column_bounds(ax, full)
+        box = ax.get_window_extent(renderer)
+        centre = (box.x0 + box.x1) / 2
+        titles.append((ax.title, 2 * min(centre - left, right - centre)))
+    wrapped = False
+    for text, room in titles:
+        wrapped = _wrap_to(text, TITLE_MARGIN * room, renderer) or wrapped
+    return wrapped
+
+
+def _column_bounds(ax: Any, full: float) -> tuple[float, float]:
+    """The pixels a panel's title may span: from the right edge of the column to its left (or the figure's
+    edge) to the left edge of the column to its right (a colorbar's, a neighbouring panel's)."""
+    spec = ax.get_subplotspec()
+    if spec is None:
+        return 0.0, full
+    grid = spec.get_gridspec()
+    _bottoms, _tops, lefts, rights = grid.get_grid_positions(ax.figure)
+    first, last = spec.colspan.start, spec.colspan.stop - 1
+    left = rights[first - 1] * full if first > 0 else 0.0
+    right = lefts[last + 1] * full if last + 1 < grid.ncols else full
+    return float(left), float(right)
+
+
+def _wrap_to(text: Text, room: float, renderer: Any) -> bool:
+    original = text.get_text()
+    width = text.get_window_extent(renderer).width
+    if not original or width <= room:
+        return False
+    chars = max(len(line) for line in original.splitlines())
+    while width > room and chars > MIN_TITLE_CHARS:
+        # Characters in proportion to the room, then at least one fewer each round until it fits.
+        chars = max(min(chars - 1, int(chars * room / width)), MIN_TITLE_CHARS)
+        text.set_text("\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in original.splitlines()))
+        width = text.get_window_extent(renderer).width
+    return True
+
+
+def _layout(fig: Figure, suptitle: Text | None = None) -> None:
+    """tight_layout, then the titles fitted to where the panels ended up; a wrapped title has more lines,
+    so the layout is redone (and the titles measured again: the panels moved) until none wraps further."""
+    fig.tight_layout()
+    for _ in range(LAYOUT_ROUNDS):
+        if not fit_titles(fig, suptitle):
+            return
+        fig.tight_layout()
 
 
 def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
@@ -96,9 +165,7 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
         ax.set_title(f"{v.cell}\n{mode}, {v.drafts} drafts", fontsize=8)
         ax.legend(fontsize=6, loc="lower left", framealpha=0.7)
     axes[0][0].set_ylabel("acceptance %")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    _layout(fig, fig.suptitle(title, fontsize=10) if title else None)
     return fig
 
 
@@ -116,6 +183,7 @@ def heatmap_figure(hm: HeatmapGrid, title: str = "") -> Figure:
         ax.text(0.5, 0.5, "no prompt records", ha="center", va="center", fontsize=9)
         if title:
             ax.set_title(title, fontsize=9)
+        _layout(fig)
         return fig
     width = max(4.0, 0.55 * len(cells) * k + 2.5)
     height = max(2.5, 0.32 * len(rows) + 1.8)
@@ -127,7 +195,7 @@ def heatmap_figure(hm: HeatmapGrid, title: str = "") -> Figure:
             mark = "≠" if changed[ri, col // k] else ""
             ax.text(col, ri, "–" if np.isnan(val) else f"{val:.0f}{mark}", ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
-    ax.set_ylabel(hm.rows_kind)
+    ax.set_ylabel(heatmap_axis(hm.rows_kind))
     ax.set_xticks(range(grid.shape[1]), [f"pos{col % k}" for col in range(grid.shape[1])], fontsize=7)
     top = ax.secondary_xaxis("top")
     top.set_xticks([ci * k + (k - 1) / 2 for ci in range(len(cells))], cells, fontsize=7)
@@ -137,7 +205,7 @@ def heatmap_figure(hm: HeatmapGrid, title: str = "") -> Figure:
     fig.colorbar(im, ax=ax, label="acceptance %", fraction=0.04)
     if title:
         ax.set_title(title, fontsize=9, pad=20)
-    fig.tight_layout()
+    _layout(fig)
     return fig
 
 
@@ -166,7 +234,7 @@ def history_figure(group: HistoryGroup) -> Figure:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower left")
     axes[-1][0].set_xticks(xs, [r.label for r in group.runs], rotation=30, ha="right", fontsize=7)
-    fig.tight_layout()
+    _layout(fig)
     return fig
 
 
@@ -195,9 +263,7 @@ def rounds_figure(rv: RoundsView, title: str = "") -> Figure:
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.set_xticks(xs if len(xs) <= 20 else xs[:: max(len(xs) // 20, 1)])
     axes[-1][0].set_xlabel("round (one engine)")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    _layout(fig, fig.suptitle(title, fontsize=9) if title else None)
     return fig
 
 
