@@ -50,6 +50,7 @@ from mtpbench.judge.findings import (
     Verdict,
 )
 from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
+from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
@@ -105,6 +106,9 @@ class Comparison:
     serving: list[ServingCell] | None = field(default=None, repr=False)
     # One line when a requested fix did not apply (mtpbench.fixes.status.headline), for `run`'s summary.
     fix_headline: str | None = None
+    # The run held against the acceptance its weights give (`mtpbench reference`, stored beside the run):
+    # per cell and position, the engine's rate next to the reference's; None for a run never replayed.
+    reference: ReferenceComparison | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -235,6 +239,7 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         binding=diagnosed.binding,
         serving=plan.served,
         fix_headline=plan.evidence.fix_headline,
+        reference=diagnosed.reference,
     )
 
 
