@@ -18,11 +18,16 @@ The reference (replay.stop_index + walk.walk over hits) must give the same count
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from mtpbench.reference.replay import stop_index
 from mtpbench.reference.walk import walk
+from mtpbench.store.results import load_run
+from tests.conftest import write_run
 
 EOS = 258  # the embedded pair's end-of-sequence id (generation_config.json)
 K = 3
@@ -146,3 +151,16 @@ def test_constructed_requests_ending_at_eos_count_what_the_scheduler_counts(seed
         assert reference_counts(target, drafts, K, max_tokens, stops) == scheduler_counts(
             target, drafts, K, max_tokens, stops
         )
+
+
+@pytest.mark.parametrize("recorded", [None, False, True])
+def test_the_runs_ignore_eos_reaches_the_replay(tmp_path: Path, recorded: bool | None) -> None:
+    # compute_reference reads run.typed.config.sampling.ignore_eos: a manifest written before the field was
+    # read back (or by a config that never set it) means vLLM's default, stopping at EOS.
+    run = write_run(tmp_path / "r", {"current/eager/stock": [[90.0, 80.0, 70.0]]}, baseline=None)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["sampling"].pop("ignore_eos", None)
+    if recorded is not None:
+        manifest["config"]["sampling"]["ignore_eos"] = recorded
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert load_run(run).typed.config.sampling.ignore_eos is bool(recorded)
