@@ -44,7 +44,7 @@ def reference_cmd(
     """Recompute from the weights the acceptance a greedy run should report, and hold the engine's counts
     against it: exit 1 when the engine accepts significantly less than its weights say (no baseline needed)."""
     from mtpbench.judge.evidence import collect_evidence
-    from mtpbench.judge.reference import hold
+    from mtpbench.judge.reference import hold_run
     from mtpbench.reference.compute import ReferenceOptions, check_run
     from mtpbench.reference.pair import check_pair
     from mtpbench.render.reference import finding_lines, reference_document, reference_table, summary_line
@@ -70,17 +70,8 @@ def reference_cmd(
         )
         ref = _replay(run, options)
     gate = run.typed.config.gate
-    evidence = collect_evidence(run, gate.confidence)
-    cmp = hold(
-        run.run_id,
-        evidence.cells,
-        ref,
-        run.typed.k,
-        false_alarm=gate.false_alarm,
-        tolerance_pts=gate.tolerance_pts,
-        tolerance_al_pct=gate.tolerance_al_pct,
-        confidence=gate.confidence,
-    )
+    # The one holding every judging command makes of a stored reference (judge/reference.py hold_run).
+    cmp = hold_run(collect_evidence(run, gate.confidence), ref, gate)
     if as_json:
         sys.stdout.write(json.dumps(reference_document(cmp), indent=2) + "\n")
     else:

@@ -51,6 +51,7 @@ from mtpbench.judge.findings import (
     Verdict,
 )
 from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
+from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
@@ -111,6 +112,9 @@ class Comparison:
     # The baseline the run's config names, when the comparison was made without one (`show`, `--no-compare`):
     # said instead of "no baseline given".
     config_baseline: str | None = None
+    # The run held against the acceptance its weights give (`mtpbench reference`, stored beside the run):
+    # per cell and position, the engine's rate next to the reference's; None for a run never replayed.
+    reference: ReferenceComparison | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -253,6 +257,7 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         fix_headline=plan.evidence.fix_headline,
         role=plan.run.typed.config.role,
         config_baseline=plan.run.typed.config.baseline if against is None else None,
+        reference=diagnosed.reference,
     )
 
 

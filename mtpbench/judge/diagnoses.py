@@ -40,7 +40,7 @@ from mtpbench.judge.findings import (
     TextChanged,
 )
 from mtpbench.judge.plan import Plan
-from mtpbench.judge.reference import stored_findings
+from mtpbench.judge.reference import ReferenceComparison, stored_reference
 from mtpbench.judge.replay import replay_findings
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
 from mtpbench.schema import COUNTERS_ONLY
@@ -339,6 +339,8 @@ class Diagnosed:
 
     findings: list[Finding] = field(default_factory=list)
     binding: dict[str, Any] = field(default_factory=dict)
+    # The run held against its stored reference (judge/reference.py), for the tables beside the findings.
+    reference: ReferenceComparison | None = None
 
 
 def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
@@ -368,7 +370,9 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         out.findings.extend(drift_findings(c, gate, greedy, gate.false_alarm / len(soak)))
     # A run replayed from the weights (`mtpbench reference`) is held against its stored reference too; its own
     # family (judge/reference.py splits the false-alarm rate over its checks). None for a run never replayed.
-    out.findings.extend(stored_findings(plan.evidence, gate))
+    out.reference = stored_reference(plan.evidence, gate)
+    if out.reference is not None:
+        out.findings.extend(out.reference.findings)
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return out

@@ -26,7 +26,7 @@ Under greedy decoding the reference is what a correct engine must count, prompt 
 
 What numerics alone do was measured on the embedded pair (docs/reference.md): vLLM-CPU's float32 eager and
 compiled cells match the reference on every prompt, so on that platform any deviation is beyond numerics.
-`hold` is pure; `stored_findings` reads the run's stored reference (through store/reference.py) for the
+`hold` is pure; `stored_reference` reads the run's stored reference (through store/reference.py) for the
 diagnoses every judging command makes. Nothing here prints or words a sentence.
 """
 
@@ -341,13 +341,10 @@ def _findings(a: CellAgreement, tolerance_pts: float, tolerance_al_pct: float) -
     return out
 
 
-def stored_findings(evidence: Evidence, gate: GateSpec) -> list[Finding]:
-    """The findings of the run's stored reference (runs/<id>/reference.jsonl), if it has one: what `show`,
-    `compare`, `report` and the end of `run` add to their own (an empty list for a run never replayed)."""
+def hold_run(evidence: Evidence, ref: ReferenceFile, gate: GateSpec) -> ReferenceComparison:
+    """The run's cells against `ref` under the gate's settings: the one judging of a reference, whether
+    `mtpbench reference` has just replayed it or `show`, `compare`, `report` and `run` read it stored."""
     run = evidence.run
-    ref = read_reference(run.path)
-    if ref is None:
-        return []
     return hold(
         run.run_id,
         evidence.cells,
@@ -357,4 +354,14 @@ def stored_findings(evidence: Evidence, gate: GateSpec) -> list[Finding]:
         tolerance_pts=gate.tolerance_pts,
         tolerance_al_pct=gate.tolerance_al_pct,
         confidence=gate.confidence,
-    ).findings
+    )
+
+
+def stored_reference(evidence: Evidence, gate: GateSpec) -> ReferenceComparison | None:
+    """The run held against its stored reference (runs/<id>/reference.jsonl), if it has one: what `show`,
+    `compare`, `report` and the end of `run` show beside their own tables, its findings joining theirs
+    (None for a run never replayed)."""
+    ref = read_reference(evidence.run.path)
+    if ref is None:
+        return None
+    return hold_run(evidence, ref, gate)

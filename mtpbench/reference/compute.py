@@ -106,6 +106,7 @@ def compute_reference(
     info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"))
     k = run.typed.k
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
+    ignore_eos = bool(run.typed.config.sampling.ignore_eos)
     prompts, chat = _prompts(run)
     numerics = _cell_numerics(run)
     cells = list(dict.fromkeys(c.cell for c in run.typed.cells))
@@ -133,6 +134,7 @@ def compute_reference(
         "mtpbench": __version__,
         "k": k,
         "max_tokens": max_tokens,
+        "ignore_eos": ignore_eos,
         "groups": [{"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs} for n, cs in groups.items()],
     }
     append_lines(run.path, [{"schema": 1, "type": "reference_start", "session": session, "replayed": replayed}])
@@ -141,7 +143,7 @@ def compute_reference(
         for num, group_cells in groups.items():
             pair = load_pair(info, num.dtype, options.device)
             ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
-            replays = replay_prompts(pair, ids, k, max_tokens, num.max_model_len, options.batch)
+            replays = replay_prompts(pair, ids, k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos)
             for (pid, _), rep in zip(prompts, replays, strict=True):
                 lines = [_line(cell, pid, rep, k).to_json(session) for cell in group_cells]
                 append_lines(run.path, lines)

@@ -119,11 +119,19 @@ def _greedy_batch(pair: Pair, prompts: Sequence[Sequence[int]], length: int) -> 
     return torch.stack(tokens, dim=1).cpu().tolist()
 
 
-def stop_index(pair: Pair, continuation: Sequence[int], max_tokens: int, room: int) -> tuple[int, str]:
-    """How many tokens the engine generates (its stop included) and vLLM's finish reason."""
+def stop_ids(pair: Pair, ignore_eos: bool) -> frozenset[int]:
+    """The tokens that end a request: the pair's end-of-sequence ids, or none under `ignore_eos` (vLLM 0.32's
+    `SamplingParams.update_from_generation_config` then sets no eos_token_id and adds none of the generation
+    config's to stop_token_ids, so `check_stop` stops at max_tokens or the model length only)."""
+    return frozenset() if ignore_eos else pair.stop_ids
+
+
+def stop_index(stops: frozenset[int], continuation: Sequence[int], max_tokens: int, room: int) -> tuple[int, str]:
+    """How many tokens the engine generates (its stop included) and vLLM's finish reason: `check_stop` looks
+    at each token as it is appended, the stop token first, then max_tokens and the model length."""
     limit = min(max_tokens, room)
     for i, t in enumerate(continuation[:limit]):
-        if t in pair.stop_ids:
+        if t in stops:
             return i + 1, "stop"
     return limit, "length"
 
@@ -195,15 +203,18 @@ def replay_prompts(
     max_tokens: int,
     max_model_len: int | None = None,
     batch: int = 32,
+    *,
+    ignore_eos: bool = False,
 ) -> Iterator[PromptReplay]:
-    """Every prompt replayed, in order: regenerated in batches, then teacher-forced and drafted one by one."""
+    """Every prompt replayed, in order: regenerated in batches, then teacher-forced and drafted one by one.
+    `ignore_eos`: the run's sampling parameter (the engine then runs past end-of-sequence to max_tokens)."""
     for i in range(0, len(prompts), batch):
         chunk = prompts[i : i + batch]
         rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
         # The engine's last step may verify up to k drafts past its stop: the text must go k tokens further.
         texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
         for prompt, room, text in zip(chunk, rooms, texts, strict=True):
-            yield replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len)
+            yield replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
 
 
 def _room(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> int:
@@ -221,13 +232,15 @@ def replay_prompt(
     max_tokens: int,
     room: int,
     max_model_len: int | None = None,
+    *,
+    ignore_eos: bool = False,
 ) -> PromptReplay:
     """One prompt: its greedy `continuation` (at least its stop + k tokens), teacher-forced, drafted from
     every start, and walked through the engine's steps."""
     import torch
 
     p = len(prompt)
-    n, reason = stop_index(pair, continuation, max_tokens, room)
+    n, reason = stop_index(stop_ids(pair, ignore_eos), continuation, max_tokens, room)
     continuation = list(continuation[: n + k])
     ids = torch.tensor([[*prompt, *continuation]], dtype=torch.long, device=pair.device)
     # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.

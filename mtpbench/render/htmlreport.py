@@ -234,6 +234,31 @@ def _check_sections(comp: Comparison) -> tuple[str, str]:
     return head, second
 
 
+def _reference_section(comp: Comparison) -> str:
+    """A run replayed from the weights (`mtpbench reference`): the console's and Markdown's reference rows
+    (reference.reference_rows), each position's engine rate beside the reference's; nothing otherwise."""
+    if comp.reference is None:
+        return ""
+    from mtpbench.render.reference import ABOVE_STYLE, BELOW_STYLE, reference_rows
+    from mtpbench.render.words.reference import reference_title
+
+    classes = {BELOW_STYLE: "regression", ABOVE_STYLE: "improvement"}
+    cols, rows = reference_rows(comp.reference)
+    head = "".join(
+        f"<th{_cls(['l'] if just == 'left' else [])}>{_e(title)}{' ' + _e(sub) if sub else ''}</th>"
+        for title, sub, just in cols
+    )
+    body = []
+    for row in rows:
+        tds = []
+        for (_title, _sub, just), (text, detail, style) in zip(cols, row, strict=True):
+            cls = (["l"] if just == "left" else []) + ([classes[style]] if style in classes else [])
+            tds.append(f"<td{_cls(cls)}>{_e(text)}{'<br>' + _e(detail) if detail else ''}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    table = f'<table id="reference"><tr>{head}</tr>{"".join(body)}</table>'
+    return f"<section><h2>{_e(reference_title(comp.run_id))}</h2>{table}</section>"
+
+
 def _prompts_summary(prompts: Any) -> Any:
     """The prompt set by name, hash and count, with the first ids: a run of 10⁵ prompts listed every id (MBs of
     HTML nobody reads); the hash identifies the set."""
@@ -293,6 +318,7 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 <section><h2>Cells: graph mode requested vs effective</h2>
 <div class="wide">{_cells_table(comp, changed)}</div></section>
 {diagnosis_checks}
+{_reference_section(comp)}
 <h2>Fingerprint and provenance</h2>
 <details id="fingerprint"><summary>Fingerprint (per cell-repeat: versions, device, modes, patches)</summary>
 {_pre(views.fingerprint(run, comp.cells))}</details>

@@ -1,6 +1,9 @@
-"""The engine held against the reference (judge/reference.py's ReferenceComparison): the console's table, the
-verdict line and the JSON document. The findings' sentences are render/words/reference.py's (through
-words.finding_line, as every other finding's). Nothing here computes; every number is the judge's."""
+"""The engine held against the reference (judge/reference.py's ReferenceComparison): the one row builder of its
+table (`reference_rows`: `mtpbench reference`'s console table, and the reference table of `compare`'s console
+and Markdown and of `report --html`), the verdict line and the JSON document (`reference_section` is what
+`compare --json` carries; `mtpbench reference --json` adds the findings). The findings' sentences are
+render/words/reference.py's (through words.finding_line, as every other finding's). Nothing here computes;
+every number is the judge's."""
 
 from __future__ import annotations
 
@@ -8,13 +11,38 @@ import dataclasses
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from mtpbench.judge.findings import Kind
 from mtpbench.judge.reference import AL, CellAgreement, ReferenceCheck, ReferenceComparison
 from mtpbench.render.words import cause_text, finding_line, finding_message
+from mtpbench.render.words.reference import (
+    COLUMN_EXACT,
+    COLUMN_LARGEST,
+    COLUMN_POSITION_SUB,
+    reference_title,
+)
 from mtpbench.render.words.units import pct
 
-__all__ = ["finding_lines", "position_name", "reference_document", "reference_table", "summary_line"]
+__all__ = [
+    "ABOVE_STYLE",
+    "BELOW_STYLE",
+    "finding_lines",
+    "position_name",
+    "reference_document",
+    "reference_rows",
+    "reference_section",
+    "reference_table",
+    "summary_line",
+]
+
+# The styles of a check below / above the reference (rich styles; the HTML maps them to its classes).
+BELOW_STYLE = "bold red"
+ABOVE_STYLE = "yellow"
+
+# The shapes of render/report.py's row builders (kept here, not imported: report.py imports this module).
+_Cell = tuple[str, str, str]  # (main text, detail on a dim second line or "", style of the main text)
+_Column = tuple[str, str, str]  # (title, subtitle, justify)
 
 
 def position_name(position: int) -> str:
@@ -36,21 +64,31 @@ def _value(c: ReferenceCheck, engine: bool) -> str:
     return f"{x:.3f}" if c.position == AL else pct(x)
 
 
-def reference_table(cmp: ReferenceComparison) -> Table:
-    """One row per cell: agreement, largest deviation, and engine vs reference per position and AL."""
-    table = Table(title=f"engine vs reference (acceptance from the weights), run {cmp.run_id}", title_justify="left")
-    table.add_column("cell")
-    table.add_column("exact", justify="right")
-    table.add_column("largest Δ pts", justify="right")
+def reference_rows(cmp: ReferenceComparison) -> tuple[list[_Column], list[list[_Cell]]]:
+    """One row per cell: exact-match share, largest deviation, and per position (and AL) the engine's pooled
+    rate beside the reference's, their difference (points; tokens for AL) on the dim line below."""
     k = max((len(a.pooled()) - 1 for a in cmp.cells), default=0)
-    for i in [*range(k), AL]:
-        table.add_column(f"{position_name(i)} eng / ref (Δ)", justify="right")
+    cols: list[_Column] = [("cell", "", "left"), (COLUMN_EXACT, "", "right"), (COLUMN_LARGEST, "", "right")]
+    cols += [(position_name(i), COLUMN_POSITION_SUB, "right") for i in [*range(k), AL]]
+    rows: list[list[_Cell]] = []
     for a in cmp.cells:
-        row = [a.cell, _exact(a), _largest(a)]
+        row: list[_Cell] = [(a.cell, "", ""), (_exact(a), "", ""), (_largest(a), "", "")]
         for c in a.pooled():
             mark = " ▼" if c.below else (" ▲" if c.above else "")
-            row.append(f"{_value(c, True)} / {_value(c, False)} ({_diff(c)}){mark}")
-        table.add_row(*row)
+            style = BELOW_STYLE if c.below else (ABOVE_STYLE if c.above else "")
+            row.append((f"{_value(c, True)} / {_value(c, False)}{mark}", f"Δ {_diff(c)}", style))
+        rows.append(row)
+    return cols, rows
+
+
+def reference_table(cmp: ReferenceComparison) -> Table:
+    """`mtpbench reference`'s console table, from `reference_rows`."""
+    cols, rows = reference_rows(cmp)
+    table = Table(title=reference_title(cmp.run_id), title_justify="left")
+    for title, sub, justify in cols:
+        table.add_column(f"{title} {sub}".strip(), justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(Text(f"{main} ({detail})" if detail else main, style=style) for main, detail, style in row))
     return table
 
 
@@ -114,13 +152,13 @@ def _check_json(c: ReferenceCheck) -> dict[str, Any]:
     }
 
 
-def reference_document(cmp: ReferenceComparison) -> dict[str, Any]:
-    """The JSON document of `mtpbench reference --json`."""
+def reference_section(cmp: ReferenceComparison) -> dict[str, Any]:
+    """The held reference without its findings: what `compare --json` and `report`'s JSON carry beside their
+    own findings (where the reference's findings already are)."""
     return {
         "run_id": cmp.run_id,
         "session": cmp.session,
         "replayed": cmp.replayed,
-        "exit_code": int(cmp.exit_code),
         "false_alarm": cmp.false_alarm,
         "tolerance_pts": cmp.tolerance_pts,
         "tolerance_al_pct": cmp.tolerance_al_pct,
@@ -144,6 +182,14 @@ def reference_document(cmp: ReferenceComparison) -> dict[str, Any]:
             }
             for a in cmp.cells
         ],
+    }
+
+
+def reference_document(cmp: ReferenceComparison) -> dict[str, Any]:
+    """The JSON document of `mtpbench reference --json`: the section, its exit code and its findings."""
+    return {
+        **reference_section(cmp),
+        "exit_code": int(cmp.exit_code),
         "findings": [
             {
                 "kind": f.kind.value,

@@ -24,9 +24,11 @@ from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
+from mtpbench.render.reference import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
 from mtpbench.render.words import cause_text, finding_message, verdict_text
+from mtpbench.render.words.reference import reference_title
 from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.render.words.verdict import EXPECTED_FAIL
 from mtpbench.schema import COUNTERS_ONLY
@@ -273,6 +275,9 @@ def comparison_renderable(
         if prov:
             src, date = prov.get("source"), prov.get("date", "undated")
             parts.append(Text(f"baseline provenance: {src} ({date})", style="dim"))
+    if comp.reference is not None:
+        # A run replayed from the weights: each position's engine rate beside the reference's.
+        parts.append(rich_table(*reference_rows(comp.reference), reference_title(comp.run_id)))
     parts.extend(diagnosis_text(d, d.cell in expected) for d in comp.diagnoses)
     parts.append(verdict_line(comp, expected))
     return Group(*parts)
@@ -337,6 +342,8 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
             for f in comp.diagnoses
         ],
         **({"metadata_binding": _jsonable(comp.binding)} if comp.binding else {}),
+        # The reference's findings are in `findings` above; this is its per-cell, per-position table.
+        **({"reference": _jsonable(reference_section(comp.reference))} if comp.reference is not None else {}),
     }
 
 
@@ -352,6 +359,8 @@ def comparison_markdown(comp: Comparison) -> str:
         if comp.lengths:
             lines += ["", *markdown_table(*length_rows(comp.lengths, comp.gate.primary == "acceptance_length"))]
         lines += ["", *markdown_table(*check_rows(comp.checks))]
+    if comp.reference is not None:
+        lines += ["", f"**{reference_title(comp.run_id)}**", "", *markdown_table(*reference_rows(comp.reference))]
     if comp.diagnoses:
         lines.append("")
         for d in comp.diagnoses:

@@ -131,6 +131,8 @@ class ManifestSpeculative(OnDisk):
 class ManifestSampling(OnDisk):
     temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     max_tokens: StrictInt | None = None
+    # The engine runs through end-of-sequence to max_tokens (the reference's replay stops where it does).
+    ignore_eos: bool = False
 
 
 class ManifestConfig(OnDisk):

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -71,6 +72,17 @@ def test_compare_of_a_serving_run_collects_once(tmp_path: Path, collections: lis
     res = invoke("compare", run, "--baseline", SERVING_BASELINE)
     assert res.exit_code == 1, res.output
     assert "requests" in res.output  # the serving table was printed
+    assert collections == [run]
+
+
+def test_compare_of_a_replayed_run_collects_once(make_run: Callable[..., Path], collections: list[Path]) -> None:
+    # The stored reference (issue 29) is held against the same evidence the gate judged, not a second collection.
+    from tests.referencehelp import write_reference
+
+    run = make_run({"a/NONE/stock": [GOOD]})
+    write_reference(run, ["a/NONE/stock"])
+    res = invoke("compare", run, "--baseline", PUBLISHED, "--json")
+    assert "reference" in json.loads(res.stdout)
     assert collections == [run]
 
 

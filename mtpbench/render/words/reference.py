@@ -6,7 +6,27 @@ from __future__ import annotations
 from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
 from mtpbench.render.words.units import pct
 
-__all__ = ["NAMED_PROMPTS", "msg_engine_below_reference", "msg_reference_disagreement", "msg_reference_text_differs"]
+__all__ = [
+    "COLUMN_EXACT",
+    "COLUMN_LARGEST",
+    "COLUMN_POSITION_SUB",
+    "NAMED_PROMPTS",
+    "msg_engine_below_reference",
+    "msg_reference_disagreement",
+    "msg_reference_text_differs",
+    "reference_title",
+]
+
+# The reference table's column titles (render/reference.py reference_rows).
+COLUMN_EXACT = "exact"
+COLUMN_LARGEST = "largest Δ pts"
+COLUMN_POSITION_SUB = "eng / ref"
+
+
+def reference_title(run_id: str) -> str:
+    """The reference table's title, on the console, in Markdown and in the HTML report."""
+    return f"engine vs reference (acceptance from the weights), run {run_id}"
+
 
 # How many prompts a sentence names before "and N more" (the JSON names them all).
 NAMED_PROMPTS = 5
