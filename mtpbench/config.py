@@ -93,6 +93,8 @@ class ExperimentConfig(Strict):
     ray_upload_timeout_s: float = Field(300.0, gt=0, allow_inf_nan=False, description="shipping mtpbench to nodes")
     ray_place_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="a task no node can place")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
+    # Issue 28: every other build is held against this one, mode by mode (`build-divergence`, judge/builds.py).
+    reference_build: str | None = Field(None, description="build the other builds are checked against (first)")
     # Issue 29: after the run, replay its greedy prompts from the weights (`mtpbench reference`) so the verdict
     # also holds the engine against the acceptance its weights give (docs/reference.md).
     reference_replay: bool = Field(False, description="after the run, recompute its acceptance from the weights")
@@ -128,6 +130,10 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"baseline_entry: {key!r}: {entry!r}: expected 'build/mode[/variant]': 'build/mode'")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
+        if self.reference_build is not None and self.reference_build not in self.builds:
+            raise ValueError(
+                f"reference_build: {self.reference_build!r} is not one of the builds ({', '.join(self.builds)})"
+            )
         if self.reference_replay and self.sampling.temperature > 0:
             raise ValueError("reference_replay: the reference replays greedy decoding; sampling.temperature must be 0")
         return self
