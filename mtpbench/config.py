@@ -40,6 +40,7 @@ from mtpbench.specs import (
     Strict,
     Workload,
     is_local_requirement,
+    split_hashes,
 )
 
 # Limits on untrusted input. A prompt of a million characters is ~250k tokens, beyond any context an
@@ -367,10 +368,16 @@ def load_config(path: str | Path) -> ExperimentConfig:
             b.base_python = _resolve(base, b.base_python, must_exist=False)
         # A local wheel or source folder is named relative to the config, like every other path in it.
         if b.requirements is not None:
-            b.requirements = [
-                _resolve(base, r, must_exist=True) if is_local_requirement(r) else r for r in b.requirements
-            ]
+            b.requirements = [_resolve_requirement(base, r) for r in b.requirements]
     return cfg
+
+
+def _resolve_requirement(base: Path, requirement: str) -> str:
+    """A local requirement's path relative to the config, its hash options kept after it."""
+    if not is_local_requirement(requirement):
+        return requirement
+    pin, options = split_hashes(requirement)
+    return " ".join([_resolve(base, pin, must_exist=True), *options])
 
 
 def load_prompts(path: str | Path) -> PromptSet:
