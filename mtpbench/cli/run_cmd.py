@@ -175,6 +175,9 @@ def _select(
                 raise UserError(f"--{axis[:-1]} {name!r}: not in the config's {axis} ({', '.join(have)})")
         if chosen:
             setattr(cfg, axis, {k: v for k, v in have.items() if k in chosen})
+    if cfg.reference_build is not None and cfg.reference_build not in cfg.builds:
+        # --build left the reference build out: the run's builds are held against its first (judge/builds.py).
+        cfg.reference_build = None
     if repeats is not None:
         seeds = cfg.seeds()
         cfg.hash_seeds = seeds[:repeats] if repeats <= len(seeds) else [*seeds, *range(len(seeds), repeats)]

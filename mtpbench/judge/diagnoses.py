@@ -21,6 +21,7 @@ import pandas as pd
 from mtpbench.fixes.status import Unapplied, is_fix
 from mtpbench.judge import serving_summary
 from mtpbench.judge.binding import binding_findings, bindings_from
+from mtpbench.judge.builds import as_build_divergence
 from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
 from mtpbench.judge.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
@@ -121,7 +122,13 @@ def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tu
     return paired_diff(a.per_pos[:, pos], a.drafts, b.per_pos[:, pos], b.drafts, confidence), a.g
 
 
-def _counters_onlydivergence(cell: CellResult, ref: CellResult, gate: GateSpec) -> Finding | None:
+def _toward(delta: float, direction: int) -> bool:
+    """Whether a gap counts in the direction asked: 0 either way (graph and mode divergence), -1 a drop only,
+    +1 a rise only (build divergence, judge/builds.py, which fails a drop and tells a rise)."""
+    return direction == 0 or delta * direction > 0
+
+
+def _counters_onlydivergence(cell: CellResult, ref: CellResult, gate: GateSpec, direction: int = 0) -> Finding | None:
     """One of the two cells counted only the server's /metrics deltas: one pooled count per cell-repeat, no
     prompts to pair, no interval. As against a baseline (checks.py's counters-only check), the point estimate decides:
     a gap beyond the divergence tolerance is a divergence (exit 1). The paired rule would call it
@@ -132,9 +139,11 @@ def _counters_onlydivergence(cell: CellResult, ref: CellResult, gate: GateSpec) 
     if ta.num_drafts <= 0 or tb.num_drafts <= 0 or not k:
         return None
     rates = [(ta.accepted_per_pos[i] / ta.num_drafts, tb.accepted_per_pos[i] / tb.num_drafts) for i in range(k)]
-    i = max(range(k), key=lambda j: abs(rates[j][0] - rates[j][1]))
+    i = max(
+        range(k), key=lambda j: abs(rates[j][0] - rates[j][1]) if _toward(rates[j][0] - rates[j][1], direction) else -1
+    )
     delta = rates[i][0] - rates[i][1]
-    if abs(delta) <= gate.divergence_pts / 100:
+    if abs(delta) <= gate.divergence_pts / 100 or not _toward(delta, direction):
         return None
     same_text = _same_outputs(cell, ref)
     payload = Divergence(
@@ -156,22 +165,23 @@ def _counters_onlydivergence(cell: CellResult, ref: CellResult, gate: GateSpec) 
     return Finding(Kind.GRAPH_DIVERGENCE, Severity.FAIL, cell.cell, cause, payload)
 
 
-def divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float) -> Finding | None:
+def divergence(cell: CellResult, ref: CellResult, gate: GateSpec, alpha: float, direction: int = 0) -> Finding | None:
     """Graph/compiled mode vs eager at the same build and variant, paired by prompt. A divergence needs a gap
     beyond θ = max(t_{1−α}·se, δ − t_{power}·se) (δ = gate.divergence_pts), as a regression does; a gap beyond δ
-    that the data cannot support is inconclusive; anything else is no finding (a diagnosis, not a pass)."""
+    that the data cannot support is inconclusive; anything else is no finding (a diagnosis, not a pass).
+    `direction` -1 or +1 weighs only drops or only rises (`_toward`); build divergence asks for each apart."""
     a, b = cell.evidence, ref.evidence
     if not a.g or not b.g or a.k != b.k:
         return None
     if cell.counters_only or ref.counters_only:
-        return _counters_onlydivergence(cell, ref, gate)
+        return _counters_onlydivergence(cell, ref, gate, direction)
     worst: tuple[int, Estimate, int] | None = None
     unsupported: tuple[int, Estimate, int] | None = None
     a, b = a.align(b)  # the prompts both cells measured, once for all positions
     drop = gate.divergence_pts / 100
     for i in range(a.k):
         est, n = _paired(a, b, i, gate.confidence)
-        if est.value is None:
+        if est.value is None or not _toward(est.value, direction):
             continue
         theta = None if est.se is None else gate_threshold(est.se, est.df, drop, alpha, gate.power)
         supported = theta is not None and abs(est.value) > theta
@@ -373,6 +383,9 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
     out.reference = stored_reference(plan.evidence, gate)
     if out.reference is not None:
         out.findings.extend(out.reference.findings)
+    # Every build against the reference build, sampled runs too: prompts pair across builds as they do against
+    # a baseline, and a release that accepts less is what a release sweep is run to catch (judge/builds.py).
+    out.findings.extend(build_divergences(plan))
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return out
@@ -385,6 +398,20 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
             changes = feature_changes(modes, c, ref)
             out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
     out.findings.extend(text_changes(cells))
+    return out
+
+
+def build_divergences(plan: Plan) -> list[Finding]:
+    """Each build pair by divergence's rule, a drop first (it fails); without one, a supported rise (told)."""
+    out: list[Finding] = []
+    for c, ref in plan.build_pairs:
+        below = divergence(c, ref, plan.gate, plan.alpha, direction=-1)
+        if below is not None:
+            out.append(as_build_divergence(below, c, ref, plan.greedy, drop=True))
+            continue
+        above = divergence(c, ref, plan.gate, plan.alpha, direction=1)
+        if above is not None and above.kind != Kind.INCONCLUSIVE:
+            out.append(as_build_divergence(above, c, ref, plan.greedy, drop=False))
     return out
 
 

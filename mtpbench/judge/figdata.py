@@ -51,3 +51,20 @@ class RoundsView:
     mean: list[list[float | None]]
     stalled: list[list[int]]
     drift_round: list[int | None]
+
+
+@dataclass(frozen=True)
+class BuildsView:
+    """Builds side by side (a run of more than one build): per mode/variant group and build, acceptance per
+    position (fractions, None: no drafts or no such cell), its gap to the reference build's same position
+    (pooled rates; the finding's Δ is the paired one), the pooled AL, and the build-divergence finding's
+    severity for that cell ("" none; "inconclusive" for an unsupported drop)."""
+
+    reference_build: str
+    builds: list[str]
+    groups: list[str]  # "mode/variant"
+    k: int
+    rates: list[list[list[float | None]]]  # [group][build][pos]
+    deltas: list[list[list[float | None]]]  # [group][build][pos], None for the reference build itself
+    al: list[list[float | None]]  # [group][build]
+    flagged: list[list[str]]  # [group][build]

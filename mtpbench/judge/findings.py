@@ -69,6 +69,10 @@ class Kind(ExitCodedKind):
     # Any other mode against the reference mode by the same paired rule, where the modes differ in an engine
     # feature (prefix caching, chunked prefill, batch size, async scheduling): judge/features.py.
     MODE_DIVERGENCE = "mode-divergence", ExitCode.REGRESSION
+    # A build against the reference build at the same mode and variant, by the same paired rule (judge/builds.py):
+    # a release sweep asks whether a release accepts less than the one it is held against, so a supported drop
+    # fails the gate as a regression would (exit 1); a build that accepts more is a WARN, told, not failed.
+    BUILD_DIVERGENCE = "build-divergence", ExitCode.REGRESSION
     # Never FAIL today (a WARN of the build's cells): a failing one would be a finding against the build.
     TEXT_CHANGED = "text-changed", ExitCode.REGRESSION
     # Never FAIL today (a WARN): a failing one would say the cell measured another graph mode than asked.
@@ -135,6 +139,7 @@ class Cause(str, Enum):
     NO_BASELINE_ENTRY = "no-baseline-entry"
     INCOMPLETE_REPEATS = "incomplete-repeats"
     PLATFORM_DOWNGRADE = "platform-downgrade"
+    BUILD_CHANGE = "build-change"  # the build's code (release, pins, patches) drafts or verifies otherwise
     ENGINE_FEATURE = "engine-feature"  # the draft path under an engine feature the reference mode runs without
     FEATURE_OVERRIDDEN = "feature-overridden"  # the platform or vLLM set an engine feature otherwise than asked
     UNVERIFIED_IDENTITY = "unverified-identity"

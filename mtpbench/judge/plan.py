@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mtpbench.errors import NotComparableError
 from mtpbench.judge import serving_summary
+from mtpbench.judge.builds import build_pairs
 from mtpbench.judge.checks import check_comparable, config_names_baseline
 from mtpbench.judge.evidence import CellResult, Evidence
 from mtpbench.judge.serving_summary import ServingCell
@@ -128,6 +129,9 @@ class Plan:
     primary: int
     served: list[ServingCell] | None  # the serving summary (serving runs only), made once
     against: Against | None = None
+    # Cells of the other builds and the reference build's cell of their mode and variant (judge/builds.py):
+    # build divergence, counted in the family with the graph pairs.
+    build_pairs: list[Pair] = field(default_factory=list)
 
     @property
     def run(self) -> Run:
@@ -166,12 +170,14 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     gate = gate or cfg.gate
     greedy = cfg.sampling.temperature == 0.0
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
+    builds = build_pairs(cfg, evidence.cells)
     k = run.typed.k
-    divergence_checks = sum(c.evidence.k or k for c, _ in pairs)
+    # A build pair is k checks, as a graph pair is: its drop fails, a rise is only told (judge/builds.py).
+    divergence_checks = sum(c.evidence.k or k for c, _ in [*pairs, *builds])
     n_cells = len({c.cell for c in run.typed.cells})
     family, primary = count_family(k, n_cells, divergence_checks, gate.primary, against=against is not None)
     served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None
-    return Plan(evidence, gate, greedy, pairs, family, primary, served, against)
+    return Plan(evidence, gate, greedy, pairs, family, primary, served, against, builds)
 
 
 def reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:

@@ -23,6 +23,7 @@ from mtpbench.errors import UserError
 from mtpbench.judge import views
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.evidence import changed_text
+from mtpbench.judge.figdata import BuildsView
 from mtpbench.render.bindinggrid import CSS as BINDING_CSS
 from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
@@ -100,6 +101,9 @@ class Figures:
         hm = views.heatmap(run, comp.cells, k, changed=self.changed)
         self.rows = hm.rows
         self._submit("heatmap", (hm.grid(k), page_words.heatmap_title(hm.rows)))
+        bv = views.builds_view(run, comp)
+        if bv is not None:  # a run of several builds: the builds side by side
+            self._submit("builds", (bv, f"builds against reference build {bv.reference_build}"))
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
@@ -315,6 +319,7 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 <figure id="fig-heatmap">{figures["heatmap"]}
 <figcaption>{_e(page_words.heatmap_caption(rows))}</figcaption></figure></section>
 {_rounds_section(figures.get("rounds"))}
+{_builds_section(views.builds_view(run, comp), figures.get("builds"))}
 <section><h2>Cells: graph mode requested vs effective</h2>
 <div class="wide">{_cells_table(comp, changed)}</div></section>
 {diagnosis_checks}
@@ -338,10 +343,11 @@ def write_report(
     if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
     drawn = figures.drawn()
-    order = ["acceptance", "heatmap", "rounds"]
+    order = ["acceptance", "heatmap", "rounds", "builds"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
     if html_path is not None:
-        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n != "rounds"}  # rounds: soak runs only
+        # rounds: soak runs only; builds: runs of several builds only
+        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n not in ("rounds", "builds")}
         page = render_html(run, comp, svgs, figures.changed, figures.rows)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,6 +355,43 @@ def write_report(
         except OSError as exc:
             raise UserError(f"{html_path}: cannot write the HTML report: {exc}") from None
     return Rendered(html_path, pngs)
+
+
+def _signed_pts(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:+.1f}"
+
+
+def _builds_section(bv: BuildsView | None, svg: str | None) -> str:
+    """The builds × positions table (and figure): per mode/variant and build, each position's acceptance and
+    its gap to the reference build, the AL, and the build-divergence verdict (views.builds_view's numbers)."""
+    if bv is None:
+        return ""
+    from mtpbench.render.words.builds import BUILDS_CAPTION, BUILDS_TABLE_NOTE
+
+    head = ["mode/variant", "build", *[f"pos{i} % (Δ pts)" for i in range(bv.k)], "AL pooled", "build-divergence"]
+    th = "".join(f'<th class="l">{_e(h)}</th>' if n < 2 else f"<th>{_e(h)}</th>" for n, h in enumerate(head))
+    rows = []
+    for gi, group in enumerate(bv.groups):
+        for bi, build in enumerate(bv.builds):
+            flag = bv.flagged[gi][bi]
+            ref = " (reference)" if build == bv.reference_build else ""
+            al = bv.al[gi][bi]
+            pos = "".join(
+                f"<td>{_pct(bv.rates[gi][bi][i])}"
+                + (f" ({_e(_signed_pts(bv.deltas[gi][bi][i]))})" if bv.deltas[gi][bi][i] is not None else "")
+                + "</td>"
+                for i in range(bv.k)
+            )
+            cls = ' class="regression"' if flag == "fail" else ""
+            rows.append(
+                f'<tr><td class="l">{_e(group)}</td><td class="l"><code>{_e(build)}</code>{_e(ref)}</td>{pos}'
+                f"<td>{'–' if al is None else f'{al:.2f}'}</td><td{cls}>{_e(flag or 'none')}</td></tr>"
+            )
+    figure = f'<figure id="fig-builds">{svg}<figcaption>{_e(BUILDS_CAPTION)}</figcaption></figure>' if svg else ""
+    return (
+        f'<section id="builds"><h2>Builds × positions</h2>{figure}<table id="builds-table"><tr>{th}</tr>'
+        f'{"".join(rows)}</table><p class="meta">{_e(BUILDS_TABLE_NOTE)}</p></section>'
+    )
 
 
 def _rounds_section(svg: str | None) -> str:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.text import Text
 
-    from mtpbench.judge.figdata import CellView, HeatmapGrid, RoundsView
+    from mtpbench.judge.figdata import BuildsView, CellView, HeatmapGrid, RoundsView
     from mtpbench.judge.history import HistoryGroup
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
@@ -264,6 +264,33 @@ def rounds_figure(rv: RoundsView, title: str = "") -> Figure:
         ax.set_xticks(xs if len(xs) <= 20 else xs[:: max(len(xs) // 20, 1)])
     axes[-1][0].set_xlabel("round (one engine)")
     _layout(fig, fig.suptitle(title, fontsize=9) if title else None)
+    return fig
+
+
+def builds_figure(bv: BuildsView, title: str = "") -> Figure:
+    """Builds side by side: one panel per mode/variant, the builds in the run's order along x, one line per
+    position; the reference build's column dashed, so a release that falls below it shows as a dip."""
+    plt = require()
+    n = len(bv.groups)
+    width = max(5.5, 0.8 * len(bv.builds) + 3.5)
+    fig, axes = plt.subplots(n, 1, figsize=(width, 2.4 * n), squeeze=False)
+    xs = list(range(len(bv.builds)))
+    ref = bv.builds.index(bv.reference_build)
+    for j, ax in enumerate(axes[:, 0]):
+        for i in range(bv.k):
+            ax.plot(xs, [_pct(bv.rates[j][b][i]) for b in xs], marker="o", ms=3, lw=1, label=f"pos{i}")
+        ax.axvline(ref, color="#555", ls="--", lw=1)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("%")
+        ax.set_title(f"{bv.groups[j]} (dashed: reference build {bv.reference_build})", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_xticks(xs)
+        ax.set_xticklabels(bv.builds, fontsize=7, rotation=30 if len(bv.builds) > 4 else 0)
+    axes[-1][0].set_xlabel("build")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
     return fig
 
 

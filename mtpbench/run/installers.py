@@ -142,8 +142,15 @@ class Installer:
             return [*self.argv, "venv", "--quiet", "--python", base, str(where)]
         return [base, "-m", "venv", str(where)]
 
-    def install(self, python: Path, requirements: Sequence[str], constraints: Path | None) -> list[str]:
+    def install(
+        self, python: Path, requirements: Sequence[str], constraints: Path | None, hashed: Path | None = None
+    ) -> list[str]:
+        """The install command. `hashed`: the requirements written to a file with their `--hash=` options,
+        installed in hash-checking mode instead of as arguments (both installers read hashes only there)."""
         extra = ["--constraint", str(constraints)] if constraints is not None else []
+        if hashed is not None:
+            extra += ["--require-hashes", "--requirement", str(hashed)]
+            requirements = []
         if self.kind == "uv":
             # pip picks the best version over every index and find-links folder; uv's default takes the
             # first index that has the name, which would take a registry's CUDA torch over the machine's
@@ -234,7 +241,19 @@ def failure_reason(output: str) -> str:
     return _cut(last_line(output))
 
 
+# Hash-checking mode's refusals (uv 0.13.9's and pip's words): the config's hashes do not fit what the index
+# or file serves, or a requirement lacks one: the pins are to fix (exit 2), not the machine. Checked before the
+# network's words, since uv tells a mismatch under a "Failed to read/download" line.
+_BAD_HASH = re.compile(
+    r"Hash mismatch for|all requirements must have a hash|THESE PACKAGES DO NOT MATCH THE HASHES|"
+    r"Hashes are required in --require-hashes mode",
+    re.IGNORECASE,
+)
+
+
 def classify_failure(output: str) -> Literal["bad-pin", "install-failed"]:
+    if _BAD_HASH.search(output):
+        return "bad-pin"
     if _INSTALL_FAILURE.search(output):
         return "install-failed"
     return "bad-pin" if _BAD_PIN.search(output) else "install-failed"

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from mtpbench.errors import PinError, ProvisionError, UserError
 from mtpbench.run.installers import Installer, classify_failure, default_installer, failure_reason, last_line
-from mtpbench.specs import BuildSpec, CommandStep, UninstallStep, is_local_requirement
+from mtpbench.specs import BuildSpec, CommandStep, UninstallStep, is_local_requirement, split_hashes
 from mtpbench.weights import cache_dir
 
 STAMP = "mtpbench-build.json"
@@ -144,8 +144,10 @@ def key_payload(spec: BuildSpec, facts: PythonFacts) -> dict[str, Any]:
         "requirements": sorted(reqs),
         "constraints": sorted(spec.constraints),
         "post_install": [s.model_dump() for s in spec.post_install],
-        "local": {r: _local_digest(r) for r in reqs if is_local_requirement(r)},
+        "local": {r: _local_digest(split_hashes(r)[0]) for r in reqs if is_local_requirement(r)},
         "python": facts.to_dict(),
+        # Only when asked: the keys of environments made before hash-checking mode existed stay as they were.
+        **({"require_hashes": True} if spec.hash_mode else {}),
     }
 
 
@@ -338,8 +340,14 @@ def _install(
         if spec.constraints:
             constraints = tmp / "mtpbench-constraints.txt"
             constraints.write_text("".join(f"{c}\n" for c in spec.constraints), encoding="utf-8")
-        say(f"build {name}: installing {' '.join(spec.requirements or [])}")
-        run(inst.install(python, spec.requirements or [], constraints), "installing", pins=True)
+        hashed = None
+        if spec.hash_mode:
+            # Hash options are a requirements file's syntax, not the command line's: the pins go in a file.
+            hashed = tmp / "mtpbench-requirements.txt"
+            hashed.write_text("".join(f"{r}\n" for r in spec.requirements or []), encoding="utf-8")
+        pins = [split_hashes(r)[0] for r in spec.requirements or []]
+        say(f"build {name}: installing {' '.join(pins)}{' (hash-checking mode)' if hashed else ''}")
+        run(inst.install(python, spec.requirements or [], constraints, hashed), "installing", pins=True)
         for step in spec.post_install:
             if isinstance(step, UninstallStep):
                 say(f"build {name}: removing {' '.join(step.uninstall)}")

@@ -9,6 +9,7 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
   baseline-from-this-run, fix-not-applied, patch-not-applied, sampled-acceptance-not-meaningful (what a cell
   can be trusted for);
 - signatures.py: cross-process-instability, graph-divergence, text-changed;
+- builds.py: build-divergence (a build against the reference build at the same mode and variant);
 - features.py: mode-divergence, feature-ignored (a mode against the reference mode where they differ in an
   engine feature; a feature the engine read back otherwise);
 - serving.py: failed-requests, count-mismatch, throughput-drop;
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mtpbench.judge.compare import Finding, Kind
+from mtpbench.render.words.builds import msg_build_divergence
 from mtpbench.render.words.causes import CAUSE_TEXT
 from mtpbench.render.words.cells import (
     msg_downgraded,
@@ -93,6 +95,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.INSTABILITY: msg_instability,
     Kind.GRAPH_DIVERGENCE: msg_divergence,
     Kind.MODE_DIVERGENCE: msg_mode_divergence,
+    Kind.BUILD_DIVERGENCE: msg_build_divergence,
     Kind.TEXT_CHANGED: msg_text_changed,
     Kind.GRAPH_DOWNGRADED: msg_downgraded,
     Kind.FEATURE_IGNORED: msg_feature_ignored,

@@ -31,6 +31,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.ENGINE_FEATURE: "the draft path under this engine feature (prefix-cache hits skipping the drafter's "
     "prefill, chunked prefill splitting it, batching or async scheduling changing what the draft step reads): "
     "the feature the mode names, not graphs",
+    Cause.BUILD_CHANGE: "the build's own code (its vLLM release, pins or patches) drafts or verifies differently "
+    "from the reference build's with the same weights and prompts: diff the two releases' proposer and "
+    "spec-decode paths, or bisect between them (`mtpbench bisect`)",
     Cause.FEATURE_OVERRIDDEN: "the platform or vLLM overrode the requested engine feature (vLLM-CPU turns async "
     "scheduling off), or the build does not report it: its divergence from the reference does not test it",
     Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import PositionCheck
 from mtpbench.judge.findings import Divergence, LengthChecks, PositionChecks
+from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.judge.findings_features import ModeDivergence
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.render.words.units import ci_text, delta_ci, pct, pts
@@ -84,8 +85,12 @@ def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
     if isinstance(n, Divergence):
         # A mode-divergence's inconclusive names the features the mode changes (judge/features.py).
         changed = ", ".join(c.name for c in n.features) + ": " if isinstance(n, ModeDivergence) else ""
+        # A build-divergence's inconclusive names the two builds (judge/builds.py); its modes are the same.
+        what = f"{changed}{n.mode} differs from {n.reference_mode}"
+        if isinstance(n, BuildDivergence):
+            what = f"build {n.build} differs from reference build {n.reference_build} in mode {n.mode}"
         return (
-            f"{changed}{n.mode} differs from {n.reference_mode} by {pts(n.delta)} pts at pos{n.pos}, beyond the "
+            f"{what} by {pts(n.delta)} pts at pos{n.pos}, beyond the "
             f"{n.tolerance_pts:g}-pt divergence tolerance, but the data cannot support it (CI "
             f"{delta_ci(n.ci)}, {n.prompts} prompts)"
         )

@@ -40,6 +40,16 @@ def test_family_counts_baseline_and_divergence_checks() -> None:
     assert family_of_config(3, cells, None) == ((3 + 1) * 2, 0)
 
 
+def test_family_counts_build_pairs_as_the_plan_does() -> None:
+    # Issue 28: k per cell of another build against the reference build's same mode and variant.
+    cells = [("v1", "eager", "stock"), ("v2", "eager", "stock"), ("v3", "eager", "stock")]
+    assert family_of_config(3, cells, "eager") == ((3 + 1) * 3 + 2 * 3, 2 * 3)
+    assert family_of_config(3, cells, "eager", "v2") == ((3 + 1) * 3 + 2 * 3, 2 * 3)
+    both = [*cells, ("v1", "compiled", "stock"), ("v2", "compiled", "stock")]
+    # Two graph pairs (v1, v2 compiled against their eager) and three build pairs (v2 eager, v3 eager, v2 compiled).
+    assert family_of_config(3, both, "eager") == ((3 + 1) * 5 + 5 * 3, 5 * 3)
+
+
 def test_the_shipped_baseline_is_sized_for_acceptance_length_and_per_position() -> None:
     (s, _) = [size_entry(e, GateSpec(), 8, 2) for e in load_baseline(TINY).entries]
     assert s is not None and s.prompts == 40 and [p.pos for p in s.positions] == [-1, 0, 1, 2]
