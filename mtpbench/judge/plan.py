@@ -19,6 +19,7 @@ from pathlib import Path
 from mtpbench.errors import NotComparableError
 from mtpbench.judge import serving_summary
 from mtpbench.judge.checks import check_comparable, config_names_baseline
+from mtpbench.judge.concurrency import sweep_checks
 from mtpbench.judge.evidence import CellResult, Evidence
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
@@ -167,8 +168,10 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     greedy = cfg.sampling.temperature == 0.0
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
     k = run.typed.k
-    divergence_checks = sum(c.evidence.k or k for c, _ in pairs)
     n_cells = len({c.cell for c in run.typed.cells})
+    # a serving concurrency sweep's level pairs are greedy divergence checks too (judge/concurrency.py)
+    sweep = sweep_checks(run, n_cells) if greedy else 0
+    divergence_checks = sum(c.evidence.k or k for c, _ in pairs) + sweep
     family, primary = count_family(k, n_cells, divergence_checks, gate.primary, against=against is not None)
     served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None
     return Plan(evidence, gate, greedy, pairs, family, primary, served, against)
