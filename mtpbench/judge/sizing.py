@@ -391,12 +391,16 @@ def size_pilot(comp: Comparison, divergence: int | None = None) -> list[Sizing]:
     return out
 
 
-def family_of_config(k: int, cells: list[tuple[str, str, str]], reference_mode: str | None) -> tuple[int, int]:
+def family_of_config(
+    k: int, cells: list[tuple[str, str, str]], reference_mode: str | None, levels: int = 1
+) -> tuple[int, int]:
     """(the checks a run of these (build, mode, variant) cells makes, its graph-divergence checks): its AL and
     k positions per cell against the baseline, and k per graph/compiled cell against its eager reference
-    (plan.count_family)."""
+    (plan.count_family); `levels`: a serving concurrency sweep's, each level after the first paired with the
+    first in every cell (judge/concurrency.py)."""
     distinct = list(dict.fromkeys(cells))
     refs = {(b, v) for b, m, v in distinct if m == reference_mode}
     pairs = sum(1 for b, m, v in distinct if m != reference_mode and (b, v) in refs)
+    pairs += (levels - 1) * len(distinct)
     family, _ = count_family(k, len(distinct), k * pairs, "acceptance_length")
     return family, k * pairs

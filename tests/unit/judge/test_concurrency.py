@@ -17,6 +17,7 @@ from mtpbench.judge.concurrency import sweep_levels
 from mtpbench.judge.evidence import collect_evidence
 from mtpbench.judge.findings_features import FeatureChange
 from mtpbench.judge.plan import make_plan
+from mtpbench.judge.sizing import family_of_config
 from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message
 from mtpbench.specs import ServingWorkload
@@ -57,6 +58,12 @@ def test_the_sweep_adds_its_checks_to_the_false_alarm_family(tmp_path: Path) -> 
     single = load_run(write_serving_run(tmp_path / "b", {"current/eager/stock": CLEAN}))
     # k=3 positions for each of the two levels after the first, one cell
     assert make_plan(collect_evidence(swept)).family - make_plan(collect_evidence(single)).family == 3 * 2
+
+
+def test_dry_run_sizing_counts_the_sweep_as_the_plan_does() -> None:
+    cells = [("current", "eager", "stock")]
+    family, divergence = family_of_config(3, cells, "eager", levels=3)
+    assert divergence == 3 * 2 and family - family_of_config(3, cells, "eager")[0] == 3 * 2
 
 
 def test_the_serving_table_shows_one_row_per_level(tmp_path: Path) -> None:
