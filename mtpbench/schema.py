@@ -173,6 +173,7 @@ class PromptRecord(_PromptFields, total=False):
     uptime_s: float  # soak
     base_prompt_id: str  # serving
     workload: str  # serving: "serving"
+    concurrency: int  # serving, a concurrency sweep: the level the request ran at (its id names it too)
     spec_decode: dict[str, Any]
     ttft_s: float | None
     tpot_s: float | None

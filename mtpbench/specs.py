@@ -346,7 +346,11 @@ class ServingWorkload(Strict):
     (mtpbench/engine/serving.py). The prompts are the config's `prompts`, sent round-robin."""
 
     kind: Literal["serving"]
-    concurrency: StrictInt = Field(16, gt=0, le=1024, description="requests in flight at once")
+    # A list sweeps concurrency in one run (engine/serving.py: its levels one after another against one server
+    # per cell-repeat, num_requests each); the judge holds each level against the first (judge/concurrency.py).
+    concurrency: StrictInt | list[StrictInt] = Field(
+        16, description="requests in flight at once; a list (e.g. [1, 4, 16]) sweeps the levels, first = reference"
+    )
     num_requests: StrictInt = Field(300, gt=0, le=100_000)
     request_rate: float | None = Field(None, gt=0, description="req/s (Poisson arrivals); none = unlimited")
     max_tokens: StrictInt | None = Field(None, gt=0, description="per request; none = sampling.max_tokens")
@@ -364,6 +368,19 @@ class ServingWorkload(Strict):
         20.0, ge=0.0, description="req/s drop vs the baseline entry that is reported (hardware differs)"
     )
     fail_on_throughput_drop: StrictBool = False
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: int | list[int]) -> int | list[int]:
+        levels = v if isinstance(v, list) else [v]
+        if not levels:
+            raise ValueError("a concurrency sweep needs at least one level")
+        bad = [c for c in levels if not 0 < c <= 1024]
+        if bad:
+            raise ValueError(f"concurrency {bad[0]} is out of range: each level is 1-1024")
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"concurrency levels repeat: {levels}; list each level once")
+        return v
 
     @field_validator("server_args")
     @classmethod

@@ -140,3 +140,51 @@ def write_serving_run(
 
 
 GOOD = [([9, 8, 7], 10), ([10, 9, 8], 10), ([8, 6, 5], 10), ([9, 9, 9], 10)]
+
+
+def write_sweep_run(
+    root: Path,
+    by_level: dict[int, list[tuple[list[int], int]]],
+    cell: str = "current/eager/stock",
+    wall_s: float = 10.0,
+    prompts: int = 3,
+) -> Path:
+    """A serving run of `workload.concurrency: [levels]` as engine/serving.py writes it: one cell-repeat whose
+    levels ran one after another, each request record carrying its level and an id naming it, one load record
+    per level. by_level: level -> per request (accepted_per_pos, drafts), prompts p0..p{prompts-1} round-robin."""
+    path = write_serving_run(root, {cell: next(iter(by_level.values()))}, wall_s=wall_s)
+    manifest = json.loads((path / MANIFEST).read_text())
+    n = max(len(v) for v in by_level.values())
+    manifest["config"]["workload"] |= {"concurrency": list(by_level), "num_requests": n}
+    recs = [json.loads(line) for line in (path / RECORDS).read_text().splitlines()]
+    # keep the cell_start; the requests and loads are the sweep's
+    recs = [r for r in recs if r["type"] == "cell_start"]
+    for level, reqs in by_level.items():
+        for i, (per_pos, drafts) in enumerate(reqs):
+            ids = {"prompt_id": f"p{i % prompts}#c{level}#{i}", "base_prompt_id": f"p{i % prompts}"}
+            recs.append(request_record(cell, i, per_pos, drafts, concurrency=level, **ids))
+        summed = {
+            "num_drafts": sum(d for _, d in reqs),
+            "num_draft_tokens": 3 * sum(d for _, d in reqs),
+            "num_accepted_tokens": sum(sum(p) for p, _ in reqs),
+            "accepted_per_pos": [sum(p[i] for p, _ in reqs) for i in range(3)],
+        }
+        base = {k: recs[0][k] for k in ("schema", "run_id", "cell", "build", "mode", "variant", "repeat", "hash_seed")}
+        recs.append(
+            {
+                **base,
+                "type": "load",
+                "requests_total": n,
+                "requests_ok": len(reqs),
+                "requests_failed": 0,
+                "wall_s": wall_s,
+                "server_died": False,
+                "metrics_delta": summed,
+                "per_request_sum": summed,
+                "counts_match": True,
+                "concurrency": level,
+            }
+        )
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    (path / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path

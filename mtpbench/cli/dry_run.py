@@ -72,7 +72,11 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     ref = cfg.reference_mode or next(
         (m for m, s in cfg.modes.items() if s.enforce_eager or s.cudagraph_mode == "NONE"), None
     )
-    family, divergence = family_of_config(k, [(c.build, c.mode, c.variant) for c in cells], ref, cfg.reference_build)
+    swept = cfg.workload.concurrency if cfg.workload.kind == "serving" else None
+    levels = len(swept) if isinstance(swept, list) else 1
+    family, divergence = family_of_config(
+        k, [(c.build, c.mode, c.variant) for c in cells], ref, cfg.reference_build, levels
+    )
     n_cells = len({(c.build, c.mode, c.variant) for c in cells})
     primary = primary_count(cfg.gate, n_cells, k)
     if base is None:

@@ -387,5 +387,7 @@ def verdict(
 def _prompts_per_cell(cfg: ExperimentConfig, prompts: int) -> int:
     """What a cell-repeat's progress bar counts: requests (serving), prompts × rounds (soak) or prompts."""
     if cfg.workload.kind == "serving":
-        return cfg.workload.num_requests
+        levels = cfg.workload.concurrency
+        # a concurrency sweep sends num_requests at each level
+        return cfg.workload.num_requests * (len(levels) if isinstance(levels, list) else 1)
     return prompts * cfg.workload.rounds if cfg.workload.kind == "soak" else prompts

@@ -14,7 +14,9 @@ so it imports only the standard library at module level and, lazily, what vLLM i
 - stop it whatever happens (normal end, error, SIGTERM/SIGINT to the worker, the worker killed: the
   server gets SIGTERM from the kernel through PR_SET_PDEATHSIG): terminate the group, then kill it.
 
-The load: `num_requests` streamed completions at fixed `concurrency` (optionally paced at `request_rate`
+The load: `num_requests` streamed completions at fixed `concurrency` (a list sweeps it: each level's load
+runs after the last against the same server, its records carrying `concurrency` and ids `<prompt>#c<level>#<i>`;
+optionally paced at `request_rate`
 with exponential gaps, as `vllm bench serve` does), prompts taken round-robin from the prompt set. Each
 finished request appends one record of type `prompt` (so the acceptance pipeline reads it like an
 offline prompt; `prompt_id` is `<prompt id>#<request index>`, one cluster per request) carrying the
@@ -169,12 +171,15 @@ def run_serving_job(job: dict[str, Any]) -> int:
             n_warm = warm_up_and_probe(cell, server, model_name)
             write_cell_start(cell, server, startup, models, eff, patches)
             emit("engine_ready", engine_start_s=startup, effective=eff, patches=patches, per_request_metrics=cell.mode)
-            recorder = run_recorded_load(cell, server, model_name, n_warm)
-            if recorder.server_died:
-                raise ServerDied(
-                    f"server exited with code {server.returncode()} during the load "
-                    f"({recorder.finished} requests finished)\n{server.log_tail()}"
-                )
+            # A concurrency sweep runs its levels one after another against this one server (the warm-up once,
+            # before the first); each level is a load of its own with its own /metrics deltas and load record.
+            for level in concurrency_levels(cell.wl):
+                recorder = run_recorded_load(cell, server, model_name, n_warm, level)
+                if recorder.server_died:
+                    raise ServerDied(
+                        f"server exited with code {server.returncode()} during the load at concurrency {level} "
+                        f"({recorder.finished} requests finished)\n{server.log_tail()}"
+                    )
             total = time.perf_counter() - t0
             end: CellEndRecord = {
                 **cell.base,
@@ -255,7 +260,9 @@ def served_config(
 def warm_up_and_probe(cell: ServingCell, server: Server, model_name: str) -> int:
     """The warm-up requests (excluded from the counts); under `auto`, the first of them (else one of its own)
     probes whether responses carry the per-request counts. Returns the warm-up requests that finished."""
-    job, wl = cell.job, cell.wl
+    job = cell.job
+    # A sweep warms up at its highest level: the batch shapes every later level runs are then compiled.
+    wl = {**cell.wl, "concurrency": max(concurrency_levels(cell.wl))}
     warm = asyncio.run(
         warmup(
             server.base_url, model_name, job["prompts"], int(wl.get("warmup_requests", 0)), job["sampling"], wl, cell.k
@@ -310,12 +317,27 @@ def write_cell_start(
     append_record(cell.records, record)
 
 
+def concurrency_levels(wl: dict[str, Any]) -> list[int]:
+    """The workload's concurrency levels in the order they run: one int is one level, a list a sweep."""
+    value = wl["concurrency"]
+    return [int(c) for c in value] if isinstance(value, list) else [int(value)]
+
+
+def is_sweep(wl: dict[str, Any]) -> bool:
+    """A concurrency list (even of one level): its records carry their level and its ids name it."""
+    return isinstance(wl["concurrency"], list)
+
+
 class LoadRecorder:
     """Each finished request's record, appended as it ends (run_load's on_result), and what the load record
-    sums: per-request counts (summary mode), finished requests, their outputs and tokens, failures."""
+    sums: per-request counts (summary mode), finished requests, their outputs and tokens, failures. `level`:
+    the concurrency this load runs at; in a sweep every record carries it and its id names it, so the ids stay
+    unique within the cell-repeat and a single-int config's records stay as they were."""
 
-    def __init__(self, cell: ServingCell) -> None:
+    def __init__(self, cell: ServingCell, level: int) -> None:
         self.cell = cell
+        self.level = level
+        self.sweep = is_sweep(cell.wl)
         self.mode = cell.mode
         self.counted: list[dict[str, Any]] = []  # per-request counts (summary mode)
         self.finished = 0
@@ -325,13 +347,15 @@ class LoadRecorder:
         self.server_died = False
 
     def on_result(self, i: int, prompt: dict[str, str], res: dict[str, Any]) -> None:
-        rec = {
+        rec: dict[str, Any] = {
             **self.cell.base,
-            "prompt_id": f"{prompt['id']}#{i}",
+            "prompt_id": f"{prompt['id']}#c{self.level}#{i}" if self.sweep else f"{prompt['id']}#{i}",
             "base_prompt_id": prompt["id"],
             "prompt_index": i,
             "workload": "serving",
         }
+        if self.sweep:
+            rec["concurrency"] = self.level
         if res.get("ok") and self.mode == SUMMARY and not carries_counts(res):
             # Fail closed: this server promised per-request counts (on, or auto after the probe).
             res = {"ok": False, "error": "response carried no metrics.speculative_decoding", "e2e_s": res.get("e2e_s")}
@@ -391,12 +415,13 @@ def _latencies(res: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_recorded_load(cell: ServingCell, server: Server, model_name: str, n_warm: int) -> LoadRecorder:
-    """The load, each request recorded as it ends, between two reads of the /metrics counters; then the load
-    record and, counters-only, the pooled prompt record."""
-    job, wl = cell.job, cell.wl
+def run_recorded_load(cell: ServingCell, server: Server, model_name: str, n_warm: int, level: int) -> LoadRecorder:
+    """The load at concurrency `level`, each request recorded as it ends, between two reads of the /metrics
+    counters; then the load record and, counters-only, the pooled prompt record."""
+    job = cell.job
+    wl = {**cell.wl, "concurrency": level}
     before = settled_counters(server, cell.k, None)
-    recorder = LoadRecorder(cell)
+    recorder = LoadRecorder(cell, level)
     load = asyncio.run(
         run_load(
             server.base_url,
@@ -427,7 +452,7 @@ def run_recorded_load(cell: ServingCell, server: Server, model_name: str, n_warm
         "metrics_delta": metrics_delta,
         "per_request_sum": summed,
         "counts_match": metrics_delta == summed if metrics_delta is not None and summed is not None else None,
-        "concurrency": int(wl["concurrency"]),
+        "concurrency": level,
         "request_rate": wl.get("request_rate"),
         "per_request_metrics": recorder.mode,
         "per_request_reason": cell.reason,
@@ -460,10 +485,13 @@ def pooled_prompt(cell: ServingCell, recorder: LoadRecorder, metrics_delta: Spec
     output hash is over the requests' outputs in index order, so identical greedy repeats count once."""
     n = int(cell.wl["num_requests"])
     joined = json.dumps([recorder.outputs.get(i) for i in range(n)])
+    sweep = {"concurrency": recorder.level} if recorder.sweep else {}
     return {
         **cell.base,
+        **sweep,
         "type": "prompt",
-        "prompt_id": POOLED_PROMPT_ID,
+        # one pooled record per level of a sweep: the id must stay unique within the cell-repeat
+        "prompt_id": f"{POOLED_PROMPT_ID}#c{recorder.level}" if recorder.sweep else POOLED_PROMPT_ID,
         "workload": "serving",
         "source": "metrics_delta",
         **metrics_delta,

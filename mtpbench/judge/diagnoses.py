@@ -22,6 +22,7 @@ from mtpbench.fixes.status import Unapplied, is_fix
 from mtpbench.judge import serving_summary
 from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.builds import as_build_divergence
+from mtpbench.judge.concurrency import level_pairs
 from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
 from mtpbench.judge.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
@@ -397,6 +398,11 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
             # finding, named after the features (judge/features.py).
             changes = feature_changes(modes, c, ref)
             out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
+    # A serving concurrency sweep: each level against the first, by the same rule, named as the feature it is.
+    for level, first, change in level_pairs(plan.run, cells, gate.confidence):
+        d = divergence(level, first, gate, plan.alpha)
+        if d:
+            out.findings.append(as_mode_divergence(d, [change]))
     out.findings.extend(text_changes(cells))
     return out
 

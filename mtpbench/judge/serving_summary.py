@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import NotComparableError
-from mtpbench.judge.evidence import Evidence, collect_evidence
+from mtpbench.judge.concurrency import level_cells, sweep_levels
+from mtpbench.judge.evidence import CellResult, Evidence, collect_evidence
 from mtpbench.judge.findings import (
     Cause,
     CountMismatch,
@@ -100,6 +101,26 @@ class ServingCell:
     # Where the acceptance columns come from: per-request counts, or the /metrics deltas (counters-only).
     acceptance: str = PER_REQUEST
     acceptance_reasons: list[str] = field(default_factory=list)
+    # A concurrency sweep (workload.concurrency a list): one row per level, in the order they ran; empty else.
+    levels: list[LevelRow] = field(default_factory=list)
+
+
+@dataclass
+class LevelRow:
+    """One concurrency level of a sweep in one cell: its load and its acceptance (the evidence the judge holds
+    against the first level's, judge/concurrency.py)."""
+
+    concurrency: int
+    requests_total: int
+    requests_ok: int
+    req_per_s: float | None
+    output_tok_per_s: float | None
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    pooled_per_pos: list[float | None]
+    pooled_mean: float | None
+    pooled_al: float | None
+    counts_match: list[bool | None] = field(default_factory=list)
 
 
 def _pcts(values: list[float]) -> Percentiles:
@@ -141,7 +162,8 @@ def summarize_serving(run: Run, confidence: float = 0.95, evidence: Evidence | N
         failed = [r for r in mine if r.get("type") == "request_failed"]
         loads = [r for r in mine if r.get("type") == "load"]
         repeats = {c.repeat for c in run.typed.cells if c.cell == cell}
-        total = int(wl.get("num_requests", 0)) * len(repeats)
+        # a sweep sends num_requests at each level
+        total = int(wl.get("num_requests", 0)) * len(repeats) * max(len(sweep_levels(run)), 1)
         wall = sum(float(x.get("wall_s") or 0.0) for x in loads)
         gen = sum(int(r.get("num_generated_tokens") or 0) for r in reqs)
         s_ = ev.summary
@@ -180,9 +202,48 @@ def summarize_serving(run: Run, confidence: float = 0.95, evidence: Evidence | N
                 acceptance_reasons=sorted(
                     {str(m.per_request_reason) for m in starts if m.counters_only and m.per_request_reason}
                 ),
+                levels=_level_rows(run, ev, reqs, loads, len(repeats), confidence),
             )
         )
     return out
+
+
+def _level_rows(
+    run: Run,
+    cell: CellResult,
+    reqs: list[dict[str, Any]],
+    loads: list[dict[str, Any]],
+    repeats: int,
+    confidence: float,
+) -> list[LevelRow]:
+    """A sweep's rows for one cell: each level's requests and load records, its acceptance from the level's
+    evidence (concurrency.level_cells: complete repeats only, as the cell's own row)."""
+    by_level = level_cells(run, cell, confidence)
+    k = run.typed.k
+    n = int(workload_of(run).get("num_requests", 0))
+    rows: list[LevelRow] = []
+    for level, lc in by_level.items():
+        mine = [r for r in reqs if r.get("concurrency") == level]
+        level_loads = [x for x in loads if x.get("concurrency") == level]
+        wall = sum(float(x.get("wall_s") or 0.0) for x in level_loads)
+        gen = sum(int(r.get("num_generated_tokens") or 0) for r in mine)
+        s_ = lc.summary
+        rows.append(
+            LevelRow(
+                concurrency=level,
+                requests_total=n * repeats,
+                requests_ok=len(mine),
+                req_per_s=len(mine) / wall if wall > 0 else None,
+                output_tok_per_s=gen / wall if wall > 0 else None,
+                ttft_s=_pcts([float(r["ttft_s"]) for r in mine if r.get("ttft_s") is not None]),
+                tpot_s=_pcts([float(r["tpot_s"]) for r in mine if r.get("tpot_s") is not None]),
+                pooled_per_pos=[s_.per_pos[i] if i < len(s_.per_pos) else None for i in range(k)],
+                pooled_mean=s_.mean,
+                pooled_al=s_.acceptance_length,
+                counts_match=[x.get("counts_match") for x in level_loads],
+            )
+        )
+    return rows
 
 
 # --- baselines ------------------------------------------------------------------------------------------
@@ -212,7 +273,7 @@ def select_baseline(run: Run, baseline: Baseline) -> tuple[Baseline, list[str]]:
                 if want is None:
                     if key != "request_rate":  # unlimited is the default on both sides
                         unchecked.append(f"workload.{key}")
-                elif have_v is None or float(have_v) != float(want):
+                elif have_v is None or _level_list(have_v) != _level_list(want):
                     mismatches.append(f"workload.{key}={have_v} vs baseline {want} ({e.build}/{e.mode})")
             unchecked += [f"serving.{f}" for f in e.serving.not_checked]
         if mismatches:
@@ -220,6 +281,12 @@ def select_baseline(run: Run, baseline: Baseline) -> tuple[Baseline, list[str]]:
                 f"run {run.run_id} is not comparable with baseline {baseline.name}: " + "; ".join(mismatches)
             )
     return baseline.model_copy(update={"entries": keep}), sorted(set(unchecked))
+
+
+def _level_list(value: Any) -> list[float]:
+    """A workload value as a list of numbers: a concurrency sweep's levels, or one value (the same run
+    measured under another sweep, or a sweep against a single level, is not comparable)."""
+    return [float(v) for v in value] if isinstance(value, list) else [float(value)]
 
 
 def _max_tokens(run: Run) -> int | None:

@@ -392,12 +392,18 @@ def size_pilot(comp: Comparison, divergence: int | None = None) -> list[Sizing]:
 
 
 def family_of_config(
-    k: int, cells: list[tuple[str, str, str]], reference_mode: str | None, reference_build: str | None = None
+    k: int,
+    cells: list[tuple[str, str, str]],
+    reference_mode: str | None,
+    reference_build: str | None = None,
+    levels: int = 1,
 ) -> tuple[int, int]:
     """(the checks a run of these (build, mode, variant) cells makes, its divergence checks): its AL and k
     positions per cell against the baseline, k per graph/compiled cell against its eager reference, and k per
     cell of another build against the reference build's same mode and variant (plan.count_family,
-    judge/builds.py: the reference build is `reference_build`, else the first build listed)."""
+    judge/builds.py: the reference build is `reference_build`, else the first build listed); `levels`: a
+    serving concurrency sweep's, each level after the first paired with the first in every cell
+    (judge/concurrency.py)."""
     distinct = list(dict.fromkeys(cells))
     refs = {(b, v) for b, m, v in distinct if m == reference_mode}
     pairs = sum(1 for b, m, v in distinct if m != reference_mode and (b, v) in refs)
@@ -406,5 +412,6 @@ def family_of_config(
         ref_build = reference_build if reference_build in builds else builds[0]
         at_ref = {(m, v) for b, m, v in distinct if b == ref_build}
         pairs += sum(1 for b, m, v in distinct if b != ref_build and (m, v) in at_ref)
+    pairs += (levels - 1) * len(distinct)
     family, _ = count_family(k, len(distinct), k * pairs, "acceptance_length")
     return family, k * pairs

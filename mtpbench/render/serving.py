@@ -1,6 +1,7 @@
 """The serving table: per cell, requests ok/total, req/s, output tok/s, TTFT / TPOT percentiles, the pooled
 per-position acceptance with its request-clustered interval, pooled and per-request-mean acceptance length,
-whether `/metrics` equals the per-request sum, and where the acceptance comes from; as a rich table, as
+whether `/metrics` equals the per-request sum, and where the acceptance comes from (a concurrency sweep adds
+one row per level under its cell); as a rich table, as
 Markdown, and as the `serving` part of the JSON document. The figures are judge/serving_summary.py's; one row
 builder feeds every renderer, and none does arithmetic beyond units.
 """
@@ -14,7 +15,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD, PER_REQUEST, Percentiles, ServingCell
+from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD, PER_REQUEST, LevelRow, Percentiles, ServingCell
 from mtpbench.schema import COUNTERS_ONLY
 
 
@@ -51,11 +52,7 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
     ]
     rows = []
     for c in cells:
-        match = (
-            "yes"
-            if c.counts_match and all(m is True for m in c.counts_match)
-            else ("NO" if any(m is False for m in c.counts_match) else "n/a")
-        )
+        match = _match(c.counts_match)
         rows.append(
             [
                 c.cell,
@@ -75,7 +72,32 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
                 COUNTERS_ONLY_METHOD if c.acceptance == COUNTERS_ONLY else PER_REQUEST,
             ]
         )
+        rows.extend(_level_row(level) for level in c.levels)
     return head, rows
+
+
+def _match(counts_match: list[bool | None]) -> str:
+    if counts_match and all(m is True for m in counts_match):
+        return "yes"
+    return "NO" if any(m is False for m in counts_match) else "n/a"
+
+
+def _level_row(level: LevelRow) -> list[str]:
+    """A concurrency sweep's level under its cell's row (the cell's row pools every level)."""
+    return [
+        f"  └ concurrency {level.concurrency}",
+        f"{level.requests_ok}/{level.requests_total}",
+        _num(level.req_per_s, ".2f"),
+        _num(level.output_tok_per_s, ".0f"),
+        _ms(level.ttft_s),
+        _ms(level.tpot_s),
+        *[_p(r) for r in level.pooled_per_pos],
+        _p(level.pooled_mean),
+        _num(level.pooled_al, ".2f"),
+        "–",
+        _match(level.counts_match),
+        "",
+    ]
 
 
 def serving_table(cells: list[ServingCell]) -> Table:
@@ -83,7 +105,8 @@ def serving_table(cells: list[ServingCell]) -> Table:
     t = Table(
         title="serving load: pos/mean/AL pooled = accepted/drafts over all requests (as /metrics and vllm bench "
         "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
-        "/metrics = sum: the counter deltas equal the per-request counts; counters-only: the build returned no "
+        "/metrics = sum: the counter deltas equal the per-request counts; └ concurrency N: one level of a "
+        "concurrency sweep (the cell's row pools every level); counters-only: the build returned no "
         "per-request counts, acceptance is the /metrics deltas pooled over the load (no interval)",
         title_justify="left",
         box=box.SIMPLE_HEAD,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, StrictInt, ValidationError, model_validator
+from pydantic import Field, PositiveInt, StrictInt, ValidationError, model_validator
 
 from mtpbench import __version__
 from mtpbench.config import format_validation_error, path_kind, read_yaml
@@ -54,7 +54,8 @@ class ServingBaselineEntry(Strict):
     """A serving entry's load and what it achieved (mtpbench/judge/serving_summary.py reads it). Fields a
     published figure does not give stay null; `not_checked` names what a run cannot be checked against."""
 
-    concurrency: int = Field(gt=0)
+    # a list: the run swept these levels (judge/concurrency.py)
+    concurrency: PositiveInt | list[PositiveInt]
     num_requests: int | None = Field(None, gt=0)
     max_tokens: int | None = Field(None, gt=0)
     request_rate: float | None = Field(None, gt=0)
