@@ -35,6 +35,7 @@ from mtpbench.judge.checks import (
     position_check,
     resolve_entry,
 )
+from mtpbench.judge.context import context_table
 from mtpbench.judge.diagnoses import Diagnosed, diagnose
 from mtpbench.judge.evidence import CellResult, Evidence, RepeatResult, collect, collect_evidence
 from mtpbench.judge.findings import (
@@ -49,6 +50,7 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
+from mtpbench.judge.findings_context import ContextTable
 from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
@@ -105,6 +107,8 @@ class Comparison:
     serving: list[ServingCell] | None = field(default=None, repr=False)
     # One line when a requested fix did not apply (mtpbench.fixes.status.headline), for `run`'s summary.
     fix_headline: str | None = None
+    # A context sweep's acceptance per bucket, per cell (judge/context.py); empty for any other run.
+    context: list[ContextTable] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -235,6 +239,7 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         binding=diagnosed.binding,
         serving=plan.served,
         fix_headline=plan.evidence.fix_headline,
+        context=[t for c in plan.cells if (t := context_table(c)) is not None],
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from mtpbench.errors import NotComparableError
 from mtpbench.judge import serving_summary
 from mtpbench.judge.checks import check_comparable, config_names_baseline
+from mtpbench.judge.context import context_checks
 from mtpbench.judge.evidence import CellResult, Evidence
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
@@ -168,6 +169,8 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
     k = run.typed.k
     divergence_checks = sum(c.evidence.k or k for c, _ in pairs)
+    # A context sweep's buckets held against its first (judge/context.py): greedy only, as divergence.
+    divergence_checks += sum(context_checks(c) for c in evidence.cells) if greedy else 0
     n_cells = len({c.cell for c in run.typed.cells})
     family, primary = count_family(k, n_cells, divergence_checks, gate.primary, against=against is not None)
     served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None

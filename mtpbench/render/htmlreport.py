@@ -24,6 +24,7 @@ from mtpbench.judge.evidence import changed_text
 from mtpbench.render.bindinggrid import CSS as BINDING_CSS
 from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
+from mtpbench.render.words.context import BUCKET_HEADERS, PLOT_CAPTION, PLOT_TITLE, TABLE_TITLE, bucket_cells
 from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
@@ -98,6 +99,8 @@ class Figures:
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
+        if comp.context:  # a context sweep: acceptance per context bucket (judge/context.py)
+            self._submit("context", (comp.context, PLOT_TITLE))
 
     def drawn(self) -> dict[str, Drawn]:
         return self.painter.results()
@@ -254,6 +257,7 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 differs from the rest of its build (the target's numerics changed); without ≠ the text is identical and a
 drop is the drafter's.</figcaption></figure></section>
 {_rounds_section(figures.get("rounds"))}
+{_context_section(comp, figures.get("context"))}
 <section><h2>Cells: graph mode requested vs effective</h2>{_cells_table(comp, changed)}</section>
 <section><h2>Checks against the baseline</h2>{_checks_table(comp)}</section>
 <h2>Fingerprint and provenance</h2>
@@ -275,10 +279,11 @@ def write_report(
     if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
     drawn = figures.drawn()
-    order = ["acceptance", "heatmap", "rounds"]
+    order = ["acceptance", "heatmap", "rounds", "context"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
     if html_path is not None:
-        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n != "rounds"}  # rounds: soak runs only
+        # rounds: soak runs only; context: context sweeps only
+        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n not in ("rounds", "context")}
         page = render_html(run, comp, svgs, figures.changed)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
@@ -296,3 +301,20 @@ def _rounds_section(svg: str | None) -> str:
 <figcaption>Acceptance per round of one long-lived engine, per position and the mean (black). Under greedy
 decoding every round must repeat round 0 exactly; a dashed red line marks the first round that drifted, a
 cross a round that stalled past its deadline.</figcaption></figure></section>"""
+
+
+def _context_section(comp: Comparison, svg: str | None) -> str:
+    """A context sweep's per-bucket table and its plot (judge/context.py); nothing for any other run."""
+    if not comp.context:
+        return ""
+    head = "".join(f"<th>{_e(h)}</th>" for h in BUCKET_HEADERS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_e(x)}</td>" for x in bucket_cells(t.cell, b)) + "</tr>"
+        for t in comp.context
+        for b in t.buckets
+    )
+    figure = f'<figure id="fig-context">{svg}<figcaption>{_e(PLOT_CAPTION)}</figcaption></figure>' if svg else ""
+    return (
+        f'<section id="context"><h2>{_e(TABLE_TITLE)}</h2>'
+        f'<table class="context"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{figure}</section>'
+    )

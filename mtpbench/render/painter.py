@@ -35,7 +35,7 @@ class Job:
     """One figure: `plots.<figure>_figure(*args)`, as inline SVG and/or a PNG file."""
 
     name: str
-    figure: str  # "acceptance" | "heatmap" | "rounds" (a soak run's)
+    figure: str  # "acceptance" | "heatmap" | "rounds" (a soak run's) | "context" (a context sweep's)
     args: tuple[Any, ...]
     svg: bool
     png: Path | None
@@ -54,9 +54,12 @@ def draw(job: Job) -> Drawn:
     import mtpbench.render.plots as plots
 
     plt = plots.require()
-    make = {"acceptance": plots.acceptance_figure, "heatmap": plots.heatmap_figure, "rounds": plots.rounds_figure}[
-        job.figure
-    ]
+    make = {
+        "acceptance": plots.acceptance_figure,
+        "heatmap": plots.heatmap_figure,
+        "rounds": plots.rounds_figure,
+        "context": plots.context_figure,
+    }[job.figure]
     fig = make(*job.args)
     try:
         png = plots.save_png(fig, job.png, close=False) if job.png is not None else None

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from mtpbench.judge.figdata import CellView, HeatmapGrid, RoundsView
+    from mtpbench.judge.findings_context import ContextTable
     from mtpbench.judge.history import HistoryGroup
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
@@ -195,6 +196,33 @@ def rounds_figure(rv: RoundsView, title: str = "") -> Figure:
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.set_xticks(xs if len(xs) <= 20 else xs[:: max(len(xs) // 20, 1)])
     axes[-1][0].set_xlabel("round (one engine)")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def context_figure(tables: list[ContextTable], title: str = "") -> Figure:
+    """A context sweep: acceptance per context bucket, one panel per cell (per position, and the mean in
+    black), the shared context's length in tokens along x; a falling line is acceptance decaying with context."""
+    from mtpbench.render.words.context import PLOT_X, PLOT_Y
+
+    plt = require()
+    n = max(len(tables), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(5.5, 2.6 * n), squeeze=False)
+    for ax, t in zip(axes[:, 0], tables, strict=False):
+        xs = [b.tokens for b in t.buckets]
+        k = len(t.buckets[0].per_pos) if t.buckets else 0
+        for i in range(k):
+            ax.plot(xs, [_pct(b.per_pos[i]) for b in t.buckets], marker="o", ms=3, lw=1, label=f"pos{i}")
+        ax.plot(xs, [_pct(b.mean) for b in t.buckets], color="black", marker="s", ms=3, lw=1.5, label="mean")
+        ax.set_ylim(0, 105)
+        ax.set_xticks(xs)
+        ax.set_ylabel(PLOT_Y)
+        ax.set_title(t.cell, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[-1][0].set_xlabel(PLOT_X)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -24,9 +24,12 @@ from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
+from mtpbench.judge.findings_context import ContextTable
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
 from mtpbench.render.words import cause_text, finding_message, verdict_text
+from mtpbench.render.words.context import BUCKET_HEADERS, bucket_cells
+from mtpbench.render.words.context import TABLE_TITLE as CONTEXT_TITLE
 from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
 
@@ -184,6 +187,13 @@ def length_rows(lengths: list[LengthCheck], primary: bool, ci: bool = True) -> t
     return cols, rows
 
 
+def context_rows(tables: list[ContextTable]) -> tuple[list[Column], list[list[Cell]]]:
+    """A context sweep's acceptance per bucket (judge/context.py), one row per cell × bucket."""
+    cols: list[Column] = [(h, "", "left" if i == 0 else "right") for i, h in enumerate(BUCKET_HEADERS)]
+    rows = [[(text, "", "") for text in bucket_cells(t.cell, b)] for t in tables for b in t.buckets]
+    return cols, rows
+
+
 def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
     t = Table(
         title=title or None,
@@ -262,6 +272,8 @@ def comparison_renderable(comp: Comparison, show_checks: bool = True, ci: bool =
         if prov:
             src, date = prov.get("source"), prov.get("date", "undated")
             parts.append(Text(f"baseline provenance: {src} ({date})", style="dim"))
+    if comp.context:
+        parts.append(rich_table(*context_rows(comp.context), CONTEXT_TITLE))
     parts.extend(diagnosis_text(d) for d in comp.diagnoses)
     parts.append(verdict_line(comp))
     return Group(*parts)
@@ -312,6 +324,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "lengths": _jsonable(comp.lengths),
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
+        **({"context": _jsonable(comp.context)} if comp.context else {}),
         "findings": [
             {
                 "kind": f.name,
@@ -341,6 +354,8 @@ def comparison_markdown(comp: Comparison) -> str:
         if comp.lengths:
             lines += ["", *markdown_table(*length_rows(comp.lengths, comp.gate.primary == "acceptance_length"))]
         lines += ["", *markdown_table(*check_rows(comp.checks))]
+    if comp.context:
+        lines += ["", f"**{CONTEXT_TITLE}**", "", *markdown_table(*context_rows(comp.context))]
     if comp.diagnoses:
         lines.append("")
         for d in comp.diagnoses:

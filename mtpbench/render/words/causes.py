@@ -31,6 +31,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.ENGINE_FEATURE: "the draft path under this engine feature (prefix-cache hits skipping the drafter's "
     "prefill, chunked prefill splitting it, batching or async scheduling changing what the draft step reads): "
     "the feature the mode names, not graphs",
+    Cause.LONG_CONTEXT: "the draft path behind a long context: the draft reading the wrong KV-cache group or "
+    "window (sliding vs full attention) once the context outgrows the sliding window, or position handling "
+    "past the lengths the drafter was trained on",
     Cause.FEATURE_OVERRIDDEN: "the platform or vLLM overrode the requested engine feature (vLLM-CPU turns async "
     "scheduling off), or the build does not report it: its divergence from the reference does not test it",
     Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "
