@@ -125,6 +125,9 @@ def test_flat_or_rising_acceptance_with_context_is_no_finding(tmp_path: Path) ->
     assert not decays(comp)
     assert not [d for d in comp.diagnoses if d.kind == Kind.INCONCLUSIVE]
     assert comp.exit_code == ExitCode.OK
+    # The rise is judged (the buckets were read), not missed: the longest bucket accepts more than the first.
+    (table,) = comp.context
+    assert table.buckets[-1].per_pos[2] > table.buckets[0].per_pos[2]  # type: ignore[operator]
 
 
 def test_a_fall_beyond_the_tolerance_on_too_few_noisy_prompts_is_inconclusive(tmp_path: Path) -> None:
