@@ -40,6 +40,7 @@ from mtpbench.specs import (
     SpeculativeSpec,
     Strict,
     Workload,
+    context_prompt_id,
     is_local_requirement,
     split_hashes,
 )
@@ -157,6 +158,9 @@ class Prompt(Strict):
     # Later user turns of a conversation (MT-Bench's second turn): each is sent after the model's answer to
     # the turns before it, and the prompt's counts are those of the whole conversation.
     followups: list[str] = Field(default_factory=list, max_length=16)
+    # Set by a config's context sweep (workload.context, config_prompts), not by prompt files: how many
+    # tokens of the shared context the worker puts before the text (engine/context.py).
+    context_tokens: StrictInt | None = Field(None, ge=0)
 
     @field_validator("text")
     @classmethod
@@ -183,6 +187,8 @@ class PromptSet(Strict):
     description: str = ""
     chat_template: ChatTemplate = "raw"
     source: PromptSource | None = None
+    # Set by a config's context sweep (config_prompts): the sha256 of the shared context's text.
+    context_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     prompts: list[Prompt]
 
     @field_validator("prompts")
@@ -200,8 +206,14 @@ class PromptSet(Strict):
         # Ids and texts only: renaming the set or its description keeps results comparable. Later turns and
         # the chat template change what the engine sees, so they count too (a raw single-turn set keeps the
         # digest it always had).
-        items: list[Any] = [[p.id, p.text, *([p.followups] if p.followups else [])] for p in self.prompts]
+        items: list[Any] = [
+            [p.id, p.text, *([p.followups] if p.followups else []), *([p.context_tokens] if p.context_tokens else [])]
+            for p in self.prompts
+        ]
         data: Any = items if self.chat_template == "raw" else {"chat_template": self.chat_template, "prompts": items}
+        if self.context_sha256 is not None:
+            # The shared context's text is part of what the engine sees: another text, another identity.
+            data = {"context_sha256": self.context_sha256, "prompts": data}
         canon = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()
 
@@ -363,6 +375,8 @@ def load_config(path: str | Path) -> ExperimentConfig:
         cfg.baseline = _resolve(base, cfg.baseline, must_exist=True)
     if cfg.workload.kind == "soak" and cfg.workload.other_prompts:
         cfg.workload.other_prompts = _resolve(base, cfg.workload.other_prompts, must_exist=True)
+    if cfg.workload.kind == "offline" and cfg.workload.context is not None:
+        cfg.workload.context.source = _resolve(base, cfg.workload.context.source, must_exist=True)
     for b in cfg.builds.values():
         if b.python and ("/" in b.python):
             b.python = _resolve(base, b.python, must_exist=False)
@@ -403,6 +417,11 @@ def config_prompts(cfg: ExperimentConfig) -> PromptSet:
             f"{cfg.prompts}: the {cfg.workload.kind} workload sends raw single-turn prompts: use "
             "chat_template: raw and a set without followups"
         )
+    return with_context(cfg, filtered(cfg, ps))
+
+
+def filtered(cfg: ExperimentConfig, ps: PromptSet) -> PromptSet:
+    """The set's prompts that the config's `prompt_filter` keeps."""
     f = cfg.prompt_filter
     if f is None:
         return ps
@@ -423,3 +442,55 @@ def config_prompts(cfg: ExperimentConfig) -> PromptSet:
     if f.limit is not None:
         kept = kept[: f.limit]
     return ps.model_copy(update={"prompts": kept})
+
+
+def context_text(cfg: ExperimentConfig) -> str:
+    """A context sweep's shared text: its source set's prompt texts joined by blank lines."""
+    wl = cfg.workload
+    if wl.kind != "offline" or wl.context is None:
+        return ""
+    return "\n\n".join(p.text for p in load_prompts(wl.context.source).prompts)
+
+
+def context_lengths(cfg: ExperimentConfig) -> list[int]:
+    """A context sweep's buckets in tokens (fraction × max_model_len, rounded down); empty without one."""
+    wl = cfg.workload
+    if wl.kind != "offline" or wl.context is None:
+        return []
+    max_len = cfg.engine_args.get("max_model_len")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len <= 0:
+        raise UserError("workload.context: needs engine_args.max_model_len (its fractions are shares of it)")
+    lengths = [int(f * max_len) for f in wl.context.fractions]
+    if len(set(lengths)) != len(lengths):
+        raise UserError(f"workload.context: fractions {wl.context.fractions} give equal lengths {lengths} tokens")
+    return lengths
+
+
+def with_context(cfg: ExperimentConfig, ps: PromptSet) -> PromptSet:
+    """Under a context sweep, every prompt once per bucket (`<id>@ctx<tokens>`, bucket by bucket), refused
+    in one line when the longest context, the longest prompt and max_tokens do not fit in max_model_len. A
+    prompt's UTF-8 bytes (+1 for a start token) bound its tokens for the byte-level and BPE tokenizers the
+    check is meant for; the engine refuses whatever still does not fit."""
+    lengths = context_lengths(cfg)
+    if not lengths:
+        return ps
+    if ps.chat_template != "raw" or any(p.followups for p in ps.prompts):
+        raise UserError(f"{cfg.prompts}: workload.context sends raw single-turn prompts: use chat_template: raw")
+    max_len = int(cfg.engine_args["max_model_len"])
+    longest = max(len(p.text.encode()) + 1 for p in ps.prompts)
+    need = lengths[-1] + longest + cfg.sampling.max_tokens
+    if need > max_len:
+        raise UserError(
+            f"workload.context: the longest context ({lengths[-1]} tokens) + the longest prompt (<= {longest} "
+            f"tokens) + max_tokens {cfg.sampling.max_tokens} = {need} exceed max_model_len {max_len}"
+        )
+    text = context_text(cfg)
+    if lengths[-1] and not text.strip():
+        raise UserError("workload.context: the source's prompt texts are empty: no context to put before the prompts")
+    prompts = [
+        p.model_copy(update={"id": context_prompt_id(p.id, n), "context_tokens": n})
+        for n in lengths
+        for p in ps.prompts
+    ]
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return ps.model_copy(update={"prompts": prompts, "context_sha256": digest})

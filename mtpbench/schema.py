@@ -164,6 +164,7 @@ class PromptRecord(_PromptFields, total=False):
     with requests)."""
 
     round: int  # soak
+    context_tokens: int  # a context sweep's bucket: the shared context's tokens before the prompt
     prompt_index: int
     num_prompt_tokens: int
     finish_reason: str | None

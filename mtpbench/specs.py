@@ -335,10 +335,60 @@ class GateSpec(Strict):
     )
 
 
+# A context sweep's prompt ids: the set's id, then the bucket's shared-context length in tokens
+# (`fizzbuzz@ctx256`). One spelling, written by config.config_prompts and read back by the judge
+# (judge/context.py), so that a run's records, its manifest and its baseline all name the bucket alike.
+CONTEXT_ID_SEP = "@ctx"
+
+
+def context_prompt_id(base_id: str, context_tokens: int) -> str:
+    return f"{base_id}{CONTEXT_ID_SEP}{context_tokens}"
+
+
+def split_context_id(prompt_id: str) -> tuple[str, int] | None:
+    """(base id, context tokens) of a context sweep's prompt id; None for any other id."""
+    base, sep, tokens = prompt_id.rpartition(CONTEXT_ID_SEP)
+    if not sep or not base or not tokens.isdigit():
+        return None
+    return base, int(tokens)
+
+
+class ContextSweep(Strict):
+    """The same prompts behind shared contexts of growing length (issue 31): each prompt runs once per
+    bucket, after the first `fraction × max_model_len` tokens of one shared text, so acceptance can be read
+    per context length, paired by prompt (judge/context.py: `context-decay`)."""
+
+    fractions: list[float] = Field(
+        min_length=2,
+        max_length=16,
+        description="context lengths as fractions of max_model_len, increasing, each in [0, 1); e.g. [0, 0.25, 0.5]",
+    )
+    source: PathStr = Field(
+        description="a prompt set whose texts, joined by blank lines (repeated as needed), are the shared context"
+    )
+    # A fall of acceptance with context fails the gate (exit 1): for a drafter that reads the target's KV
+    # cache (MTP) it points at the draft path under long context. A drafter known to decay with context (an
+    # EAGLE head trained on short sequences) can make it a warning instead.
+    on_decay: Literal["fail", "warn"] = Field("fail", description="context-decay: fail the gate (exit 1) or warn")
+
+    @field_validator("fractions")
+    @classmethod
+    def _increasing_fractions(cls, v: list[float]) -> list[float]:
+        bad = [f for f in v if not (0.0 <= f < 1.0) or not math.isfinite(f)]
+        if bad:
+            raise ValueError(f"fraction {bad[0]} is outside [0, 1) (a share of max_model_len)")
+        if any(b <= a for a, b in itertools.pairwise(v)):
+            raise ValueError(
+                f"{v}: the fractions must increase (the first bucket is the one the others are held against)"
+            )
+        return v
+
+
 class OfflineWorkload(Strict):
     """The prompts one at a time through vllm.LLM in the worker (the default)."""
 
     kind: Literal["offline"] = "offline"
+    context: ContextSweep | None = Field(None, description="run the prompts behind shared contexts of growing length")
 
 
 class ServingWorkload(Strict):

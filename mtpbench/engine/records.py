@@ -119,6 +119,8 @@ def prompt_record(base: dict[str, Any], index: int, prompt: dict[str, Any], outp
         "finish_reason": out.finish_reason,
         "output_sha256": hashlib.sha256(json.dumps(token_ids).encode()).hexdigest(),
         "output_head": out.text[:120],
+        # A context sweep's prompt (engine/context.py) says its bucket: the shared context's tokens before it.
+        **({"context_tokens": prompt["context_tokens"]} if prompt.get("context_tokens") is not None else {}),
     }
 
 

@@ -171,7 +171,13 @@ def run_workload(job: dict[str, Any], engine: Engine, base: dict[str, Any], k: i
     loop = PromptLoop(engine.llm, sp, k, base, records)
     if engine.conversations:
         return chat.run_conversations(loop, job["prompts"], template)
-    return run_prompts(loop, chat.render_single_turn(engine.llm, job["prompts"], template), batched)
+    prompts = chat.render_single_turn(engine.llm, job["prompts"], template)
+    if job.get("context_text"):
+        # A context sweep (engine/context.py): each prompt behind its bucket's tokens of the shared text.
+        from mtpbench.engine.context import with_context
+
+        prompts = with_context(engine.llm.get_tokenizer(), prompts, job["context_text"])
+    return run_prompts(loop, prompts, batched)
 
 
 def cell_end_record(

@@ -35,6 +35,7 @@ from mtpbench.judge.checks import (
     position_check,
     resolve_entry,
 )
+from mtpbench.judge.context import context_table
 from mtpbench.judge.diagnoses import Diagnosed, diagnose
 from mtpbench.judge.evidence import CellResult, Evidence, RepeatResult, collect, collect_evidence
 from mtpbench.judge.findings import (
@@ -50,6 +51,7 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
+from mtpbench.judge.findings_context import ContextTable
 from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
 from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.judge.serving_summary import ServingCell
@@ -115,6 +117,8 @@ class Comparison:
     # The run held against the acceptance its weights give (`mtpbench reference`, stored beside the run):
     # per cell and position, the engine's rate next to the reference's; None for a run never replayed.
     reference: ReferenceComparison | None = None
+    # A context sweep's acceptance per bucket, per cell (judge/context.py); empty for any other run.
+    context: list[ContextTable] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -258,6 +262,7 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         role=plan.run.typed.config.role,
         config_baseline=plan.run.typed.config.baseline if against is None else None,
         reference=diagnosed.reference,
+        context=[t for c in plan.cells if (t := context_table(c)) is not None],
     )
 
 

@@ -23,6 +23,7 @@ from mtpbench.judge import serving_summary
 from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.builds import as_build_divergence
 from mtpbench.judge.concurrency import level_pairs
+from mtpbench.judge.context import context_decay
 from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
 from mtpbench.judge.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
@@ -403,6 +404,12 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         d = divergence(level, first, gate, plan.alpha)
         if d:
             out.findings.append(as_mode_divergence(d, [change]))
+    # A context sweep: every longer bucket against the first, paired by prompt (judge/context.py).
+    on_decay = ((plan.run.typed.config.workload or {}).get("context") or {}).get("on_decay", "fail")
+    for c in cells:
+        d = context_decay(c, gate, plan.alpha, on_decay)
+        if d:
+            out.findings.append(d)
     out.findings.extend(text_changes(cells))
     return out
 

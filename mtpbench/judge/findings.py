@@ -77,6 +77,10 @@ class Kind(ExitCodedKind):
     TEXT_CHANGED = "text-changed", ExitCode.REGRESSION
     # Never FAIL today (a WARN): a failing one would say the cell measured another graph mode than asked.
     GRAPH_DOWNGRADED = "graph-mode-downgraded", ExitCode.NOT_COMPARABLE
+    # A context sweep's longer bucket accepting less than its first, paired by prompt (judge/context.py): the
+    # draft path under a long context (KV groups, sliding windows) fails the gate unless the config's
+    # workload.context.on_decay says the drafter is known to decay (then a WARN).
+    CONTEXT_DECAY = "context-decay", ExitCode.REGRESSION
     # Never FAIL today (a WARN): an engine feature requested but read back otherwise (judge/features.py); a
     # failing one would say the cell measured another engine than its mode names.
     FEATURE_IGNORED = "feature-ignored", ExitCode.NOT_COMPARABLE
@@ -141,6 +145,7 @@ class Cause(str, Enum):
     PLATFORM_DOWNGRADE = "platform-downgrade"
     BUILD_CHANGE = "build-change"  # the build's code (release, pins, patches) drafts or verifies otherwise
     ENGINE_FEATURE = "engine-feature"  # the draft path under an engine feature the reference mode runs without
+    LONG_CONTEXT = "long-context"  # the draft path behind a long context (sliding windows, KV-cache groups)
     FEATURE_OVERRIDDEN = "feature-overridden"  # the platform or vLLM set an engine feature otherwise than asked
     UNVERIFIED_IDENTITY = "unverified-identity"
     SAME_RUN = "same-run"  # a baseline saved from the run it judges

@@ -21,6 +21,7 @@ from mtpbench.judge import serving_summary
 from mtpbench.judge.builds import build_pairs
 from mtpbench.judge.checks import check_comparable, config_names_baseline
 from mtpbench.judge.concurrency import sweep_checks
+from mtpbench.judge.context import context_checks
 from mtpbench.judge.evidence import CellResult, Evidence
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
@@ -173,11 +174,13 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
     builds = build_pairs(cfg, evidence.cells)
     k = run.typed.k
+    # A context sweep's buckets held against its first (judge/context.py): greedy only, as divergence.
+    context = sum(context_checks(c) for c in evidence.cells) if greedy else 0
     n_cells = len({c.cell for c in run.typed.cells})
     # a serving concurrency sweep's level pairs are greedy divergence checks too (judge/concurrency.py)
     sweep = sweep_checks(run, n_cells) if greedy else 0
     # A build pair is k checks, as a graph pair is: its drop fails, a rise is only told (judge/builds.py).
-    divergence_checks = sum(c.evidence.k or k for c, _ in [*pairs, *builds]) + sweep
+    divergence_checks = sum(c.evidence.k or k for c, _ in [*pairs, *builds]) + sweep + context
     family, primary = count_family(k, n_cells, divergence_checks, gate.primary, against=against is not None)
     served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None
     return Plan(evidence, gate, greedy, pairs, family, primary, served, against, builds)

@@ -28,6 +28,7 @@ from mtpbench.render.bindinggrid import CSS as BINDING_CSS
 from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
 from mtpbench.render.words import htmlpage as page_words
+from mtpbench.render.words.context import BUCKET_HEADERS, PLOT_CAPTION, PLOT_TITLE, TABLE_TITLE, bucket_cells
 from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
@@ -107,6 +108,8 @@ class Figures:
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
+        if comp.context:  # a context sweep: acceptance per context bucket (judge/context.py)
+            self._submit("context", (comp.context, PLOT_TITLE))
 
     def drawn(self) -> dict[str, Drawn]:
         return self.painter.results()
@@ -319,6 +322,7 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 <figure id="fig-heatmap">{figures["heatmap"]}
 <figcaption>{_e(page_words.heatmap_caption(rows))}</figcaption></figure></section>
 {_rounds_section(figures.get("rounds"))}
+{_context_section(comp, figures.get("context"))}
 {_builds_section(views.builds_view(run, comp), figures.get("builds"))}
 <section><h2>Cells: graph mode requested vs effective</h2>
 <div class="wide">{_cells_table(comp, changed)}</div></section>
@@ -343,11 +347,12 @@ def write_report(
     if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
     drawn = figures.drawn()
-    order = ["acceptance", "heatmap", "rounds", "builds"]
+    order = ["acceptance", "heatmap", "rounds", "builds", "context"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
     if html_path is not None:
-        # rounds: soak runs only; builds: runs of several builds only
-        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n not in ("rounds", "builds")}
+        # rounds: soak runs only; builds: runs of several builds only; context: context sweeps only
+        optional = ("rounds", "builds", "context")
+        svgs = {n: drawn[n].svg or "" for n in order if n in drawn or n not in optional}
         page = render_html(run, comp, svgs, figures.changed, figures.rows)
         try:
             html_path.parent.mkdir(parents=True, exist_ok=True)
@@ -402,3 +407,20 @@ def _rounds_section(svg: str | None) -> str:
 <figcaption>Acceptance per round of one long-lived engine, per position and the mean (black). Under greedy
 decoding every round must repeat round 0 exactly; a dashed red line marks the first round that drifted, a
 cross a round that stalled past its deadline.</figcaption></figure></section>"""
+
+
+def _context_section(comp: Comparison, svg: str | None) -> str:
+    """A context sweep's per-bucket table and its plot (judge/context.py); nothing for any other run."""
+    if not comp.context:
+        return ""
+    head = "".join(f"<th>{_e(h)}</th>" for h in BUCKET_HEADERS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_e(x)}</td>" for x in bucket_cells(t.cell, b)) + "</tr>"
+        for t in comp.context
+        for b in t.buckets
+    )
+    figure = f'<figure id="fig-context">{svg}<figcaption>{_e(PLOT_CAPTION)}</figcaption></figure>' if svg else ""
+    return (
+        f'<section id="context"><h2>{_e(TABLE_TITLE)}</h2>'
+        f'<table class="context"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{figure}</section>'
+    )

@@ -35,7 +35,7 @@ class Job:
     """One figure: `plots.<figure>_figure(*args)`, as inline SVG and/or a PNG file."""
 
     name: str
-    figure: str  # "acceptance" | "heatmap" | "rounds" (a soak run's) | "builds" (a run of several builds)
+    figure: str  # "acceptance" | "heatmap" | "rounds" (a soak run's) | "builds" (several builds) | "context"
     args: tuple[Any, ...]
     svg: bool
     png: Path | None
@@ -59,6 +59,7 @@ def draw(job: Job) -> Drawn:
         "heatmap": plots.heatmap_figure,
         "rounds": plots.rounds_figure,
         "builds": plots.builds_figure,
+        "context": plots.context_figure,
     }[job.figure]
     fig = make(*job.args)
     try:

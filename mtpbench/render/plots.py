@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Text
 
     from mtpbench.judge.figdata import BuildsView, CellView, HeatmapGrid, RoundsView
+    from mtpbench.judge.findings_context import ContextTable
     from mtpbench.judge.history import HistoryGroup
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"
@@ -288,6 +289,33 @@ def builds_figure(bv: BuildsView, title: str = "") -> Figure:
         ax.set_xticks(xs)
         ax.set_xticklabels(bv.builds, fontsize=7, rotation=30 if len(bv.builds) > 4 else 0)
     axes[-1][0].set_xlabel("build")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def context_figure(tables: list[ContextTable], title: str = "") -> Figure:
+    """A context sweep: acceptance per context bucket, one panel per cell (per position, and the mean in
+    black), the shared context's length in tokens along x; a falling line is acceptance decaying with context."""
+    from mtpbench.render.words.context import PLOT_X, PLOT_Y
+
+    plt = require()
+    n = max(len(tables), 1)
+    fig, axes = plt.subplots(n, 1, figsize=(5.5, 2.6 * n), squeeze=False)
+    for ax, t in zip(axes[:, 0], tables, strict=False):
+        xs = [b.tokens for b in t.buckets]
+        k = len(t.buckets[0].per_pos) if t.buckets else 0
+        for i in range(k):
+            ax.plot(xs, [_pct(b.per_pos[i]) for b in t.buckets], marker="o", ms=3, lw=1, label=f"pos{i}")
+        ax.plot(xs, [_pct(b.mean) for b in t.buckets], color="black", marker="s", ms=3, lw=1.5, label="mean")
+        ax.set_ylim(0, 105)
+        ax.set_xticks(xs)
+        ax.set_ylabel(PLOT_Y)
+        ax.set_title(t.cell, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[-1][0].set_xlabel(PLOT_X)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()

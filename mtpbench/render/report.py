@@ -24,10 +24,13 @@ from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
+from mtpbench.judge.findings_context import ContextTable
 from mtpbench.render.reference import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
 from mtpbench.render.words import cause_text, finding_message, verdict_text
+from mtpbench.render.words.context import BUCKET_HEADERS, bucket_cells
+from mtpbench.render.words.context import TABLE_TITLE as CONTEXT_TITLE
 from mtpbench.render.words.reference import reference_title
 from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.render.words.verdict import EXPECTED_FAIL
@@ -187,6 +190,13 @@ def length_rows(lengths: list[LengthCheck], primary: bool, ci: bool = True) -> t
     return cols, rows
 
 
+def context_rows(tables: list[ContextTable]) -> tuple[list[Column], list[list[Cell]]]:
+    """A context sweep's acceptance per bucket (judge/context.py), one row per cell × bucket."""
+    cols: list[Column] = [(h, "", "left" if i == 0 else "right") for i, h in enumerate(BUCKET_HEADERS)]
+    rows = [[(text, "", "") for text in bucket_cells(t.cell, b)] for t in tables for b in t.buckets]
+    return cols, rows
+
+
 def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
     t = Table(
         title=title or None,
@@ -278,6 +288,8 @@ def comparison_renderable(
     if comp.reference is not None:
         # A run replayed from the weights: each position's engine rate beside the reference's.
         parts.append(rich_table(*reference_rows(comp.reference), reference_title(comp.run_id)))
+    if comp.context:
+        parts.append(rich_table(*context_rows(comp.context), CONTEXT_TITLE))
     parts.extend(diagnosis_text(d, d.cell in expected) for d in comp.diagnoses)
     parts.append(verdict_line(comp, expected))
     return Group(*parts)
@@ -328,6 +340,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "lengths": _jsonable(comp.lengths),
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
+        **({"context": _jsonable(comp.context)} if comp.context else {}),
         "findings": [
             {
                 "kind": f.name,
@@ -361,6 +374,8 @@ def comparison_markdown(comp: Comparison) -> str:
         lines += ["", *markdown_table(*check_rows(comp.checks))]
     if comp.reference is not None:
         lines += ["", f"**{reference_title(comp.run_id)}**", "", *markdown_table(*reference_rows(comp.reference))]
+    if comp.context:
+        lines += ["", f"**{CONTEXT_TITLE}**", "", *markdown_table(*context_rows(comp.context))]
     if comp.diagnoses:
         lines.append("")
         for d in comp.diagnoses:

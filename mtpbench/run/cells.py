@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtpbench.config import ExperimentConfig, PromptSet, load_prompts
+from mtpbench.config import ExperimentConfig, PromptSet, context_text, load_prompts
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.patches import PATCHES_ENV
 from mtpbench.run.pythonpath import worker_pythonpath
@@ -107,6 +107,7 @@ def plan(
     plans: list[CellPlan] = []
     sampling = cfg.sampling.model_dump(exclude_none=True)
     soak = soak_job_fields(cfg)
+    context = context_text(cfg)
     for cell in cells:
         build = cfg.builds[cell.build]
         engine_args, requested = engine_args_for(cfg, cell.mode)
@@ -151,6 +152,8 @@ def plan(
             # offline | serving (engine/serving.py) | soak (engine/soak.py); the worker dispatches on its kind.
             "workload": cfg.workload.model_dump(mode="json"),
             **({"soak_other_prompts": soak["other"]} if soak else {}),
+            # A context sweep's shared text (engine/context.py puts each prompt's context_tokens of it first).
+            **({"context_text": context} if context else {}),
         }
         plans.append(CellPlan(cell=cell, python=interpreter or sys.executable, env=env, job=job))
     return plans

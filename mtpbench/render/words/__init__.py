@@ -12,6 +12,8 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
 - builds.py: build-divergence (a build against the reference build at the same mode and variant);
 - features.py: mode-divergence, feature-ignored (a mode against the reference mode where they differ in an
   engine feature; a feature the engine read back otherwise);
+- context.py: context-decay (a context sweep's longer bucket accepting less than its first), and the
+  per-bucket table's and plot's words;
 - serving.py: failed-requests, count-mismatch, throughput-drop;
 - soak.py: drift, stall, and speculation-off within one engine's rounds;
 - probes.py: metadata-binding, metadata-binding-unobserved, fix-verification, graph-not-replayed,
@@ -50,6 +52,7 @@ from mtpbench.render.words.checks import (
     msg_regression,
     msg_underpowered,
 )
+from mtpbench.render.words.context import msg_context_decay
 from mtpbench.render.words.features import msg_feature_ignored, msg_mode_divergence
 from mtpbench.render.words.probes import (
     msg_binding_unobserved,
@@ -96,6 +99,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.GRAPH_DIVERGENCE: msg_divergence,
     Kind.MODE_DIVERGENCE: msg_mode_divergence,
     Kind.BUILD_DIVERGENCE: msg_build_divergence,
+    Kind.CONTEXT_DECAY: msg_context_decay,
     Kind.TEXT_CHANGED: msg_text_changed,
     Kind.GRAPH_DOWNGRADED: msg_downgraded,
     Kind.FEATURE_IGNORED: msg_feature_ignored,

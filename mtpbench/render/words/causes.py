@@ -34,6 +34,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.BUILD_CHANGE: "the build's own code (its vLLM release, pins or patches) drafts or verifies differently "
     "from the reference build's with the same weights and prompts: diff the two releases' proposer and "
     "spec-decode paths, or bisect between them (`mtpbench bisect`)",
+    Cause.LONG_CONTEXT: "the draft path behind a long context: the draft reading the wrong KV-cache group or "
+    "window (sliding vs full attention) once the context outgrows the sliding window, or position handling "
+    "past the lengths the drafter was trained on",
     Cause.FEATURE_OVERRIDDEN: "the platform or vLLM overrode the requested engine feature (vLLM-CPU turns async "
     "scheduling off), or the build does not report it: its divergence from the reference does not test it",
     Cause.UNVERIFIED_IDENTITY: "the baseline does not record these fields, so it cannot tell whether it describes "

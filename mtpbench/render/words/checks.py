@@ -10,8 +10,10 @@ from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import PositionCheck
 from mtpbench.judge.findings import Divergence, LengthChecks, PositionChecks
 from mtpbench.judge.findings_builds import BuildDivergence
+from mtpbench.judge.findings_context import ContextDecay
 from mtpbench.judge.findings_features import ModeDivergence
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
+from mtpbench.render.words.context import msg_context_inconclusive
 from mtpbench.render.words.units import ci_text, delta_ci, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
 
@@ -81,7 +83,9 @@ def msg_regression(n: PositionChecks | LengthChecks) -> str:
     return f"{_positions(n)}; tolerance {n.tolerance_pts:g} pts, {n.prompts} prompts, entry {n.entry}"
 
 
-def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence) -> str:
+def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence | ContextDecay) -> str:
+    if isinstance(n, ContextDecay):
+        return msg_context_inconclusive(n)
     if isinstance(n, Divergence):
         # A mode-divergence's inconclusive names the features the mode changes (judge/features.py).
         changed = ", ".join(c.name for c in n.features) + ": " if isinstance(n, ModeDivergence) else ""
