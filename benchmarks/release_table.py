@@ -2,9 +2,14 @@
 configs/tiny-gemma4-mtp-releases.yaml: per build and mode, the vllm version the cells imported, the
 per-position acceptance and AL pooled over the prompts (vLLM's own counters), the engine start-up and
 generation seconds, the seconds the build's environment took to provision (its stamp), and whether the
-prompts' counts equal the first cell's (the oldest release, eager), prompt by prompt.
+prompts' counts equal the reference cell's (the first of the cells that measured the most prompts), prompt by
+prompt, on the prompts both cells measured.
 
-    python benchmarks/release_table.py RUN [RUN...]
+    python benchmarks/release_table.py RUN[=BUILD/MODE,...] [RUN[=BUILD/MODE,...]...]
+
+`=BUILD/MODE,...` after a run folder keeps only those cells of it, so one table can take each release
+from the run that measured it (e.g. the sequential releases from a shorter run, when the box had no time for
+150 prompts one at a time). A cell that never started (pending) has nothing to show and is left out.
 """
 
 from __future__ import annotations
@@ -30,9 +35,21 @@ def _stamp(spec: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
-def rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
+def parse_arg(arg: str) -> tuple[Path, set[tuple[str, str]] | None]:
+    """`RUN` or `RUN=BUILD/MODE,...`: the run folder and the cells to keep from it (None: every cell)."""
+    folder, sep, cells = arg.partition("=")
+    if not sep:
+        return Path(folder), None
+    keep: set[tuple[str, str]] = set()
+    for cell in cells.split(","):
+        build, _, mode = cell.partition("/")
+        keep.add((build, mode))
+    return Path(folder), keep
+
+
+def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str, Any]]:
     out = []
-    for run_dir in run_dirs:
+    for run_dir, keep in runs:
         run = load_run(run_dir)
         builds = run.manifest["config"]["builds"]
         counts: dict[tuple[str, str], dict[str, tuple[int, tuple[int, ...]]]] = defaultdict(dict)
@@ -42,6 +59,10 @@ def rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
         starts = {(s["build"], s["mode"]): s for s in run.cell_starts()}
         for cell in run.manifest["cells"]:
             key = (cell["build"], cell["mode"])
+            if keep is not None and key not in keep:
+                continue
+            if cell.get("status") == "pending":
+                continue
             per_prompt = counts.get(key, {})
             drafts = sum(d for d, _ in per_prompt.values())
             k = len(next(iter(per_prompt.values()))[1]) if per_prompt else 0
@@ -65,17 +86,33 @@ def rows(run_dirs: list[Path]) -> list[dict[str, Any]]:
                     "generation_s": wall - engine if wall is not None and engine is not None else None,
                     "provision_s": _stamp(builds[cell["build"]]).get("seconds"),
                     "counts": per_prompt,
+                    "run": run_dir.name,
                 }
             )
     return out
 
 
+def same_counts(counts: dict[str, Any], first: dict[str, Any]) -> str:
+    """Whether a cell's per-prompt counts equal the reference cell's on the prompts both measured (runs of a
+    different length share only a prefix of the prompts: the count of shared prompts says how many)."""
+    shared = counts.keys() & first.keys()
+    if not shared:
+        return "no prompt shared"
+    equal = all(counts[p] == first[p] for p in shared)
+    word = "yes" if equal else "**no**"
+    if shared == counts.keys() == first.keys():
+        return word
+    return f"{word} (on {len(shared)} shared)"
+
+
 def markdown(table: list[dict[str, Any]]) -> str:
-    # Every cell's per-prompt counts against the first measured cell's (the oldest release, eager).
-    first = next((r["counts"] for r in table if r["counts"]), {})
+    # Every cell's per-prompt counts against the reference cell's: the first of those that measured the most
+    # prompts, so a shorter run's cells are checked on the prompts they share with it.
+    most = max((len(r["counts"]) for r in table), default=0)
+    first = next((r["counts"] for r in table if r["counts"] and len(r["counts"]) == most), {})
     lines = [
         "| build | mode | vllm | prompts | drafts | pos0 / pos1 / pos2 % | AL | start-up s | generation s | "
-        "provisioned in s | counts = first cell's |",
+        "provisioned in s | counts = reference cell's |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
@@ -87,7 +124,7 @@ def markdown(table: list[dict[str, Any]]) -> str:
             )
             continue
         pos = " / ".join(f"{p:.1f}" for p in r["pos_pct"])
-        same = "yes" if r["counts"] == first else "**no**"
+        same = same_counts(r["counts"], first)
         prompts = f"{r['prompts']} ({r['prompt_mode']})"
         lines.append(
             f"| {r['build']} | {r['mode']} | {r['vllm']} | {prompts} | {r['drafts']} | {pos} | {r['al']:.2f} | "
@@ -100,7 +137,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write(__doc__ or "")
         return 2
-    sys.stdout.write(markdown(rows([Path(a) for a in argv])) + "\n")
+    sys.stdout.write(markdown(rows([parse_arg(a) for a in argv])) + "\n")
     return 0
 
 
