@@ -33,6 +33,7 @@ diagnoses every judging command makes. Nothing here prints or words a sentence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -199,16 +200,7 @@ def _cell(
     )
     agreement.text_differs = [(int(rep), p) for rep, p, s in zip(repeats, pids, same, strict=True) if not s]
     # Fewer / more accepted drafts than the weights say, per prompt over its repeats (AL per draft step).
-    e_al = _cluster(prompt_codes, np.stack([e_acc, e_drafts], axis=1))
-    r_al = _cluster(prompt_codes, np.stack([r_acc, r_drafts], axis=1))
-    codes = np.unique(prompt_codes)
-    for code, e, r in zip(codes, e_al, r_al, strict=True):
-        pe = e[0] / e[1] if e[1] else 0.0
-        pr = r[0] / r[1] if r[1] else 0.0
-        if pe < pr:
-            agreement.fewer.append(str(names[int(code)]))
-        elif pe > pr:
-            agreement.more.append(str(names[int(code)]))
+    agreement.fewer, agreement.more = _directions(prompt_codes, names, (e_acc, e_drafts), (r_acc, r_drafts))
     # Token accounting (same text only: N is then the reference's).
     gen = np.array([r.num_generated_tokens for r in refs], dtype=float)
     slack = e_acc + e_drafts + 1 - gen
@@ -219,29 +211,83 @@ def _cell(
         if b
     ]
     seeds = {r.repeat: r.hash_seed for r in c.repeats}
+    engine = _Counts(e_acc, e_pos, e_drafts)
+    weights = _Counts(r_acc, r_pos, r_drafts)
     for rep in [None, *sorted({int(x) for x in repeats})]:
         rows = np.ones(len(pids), dtype=bool) if rep is None else repeats == rep
-        pc = prompt_codes[rows]
-        for i in [*range(k), AL]:
-            e_num = e_acc[rows] if i == AL else e_pos[rows, i]
-            r_num = r_acc[rows] if i == AL else r_pos[rows, i]
-            e_c = _cluster(pc, np.stack([e_num, e_drafts[rows]], axis=1))
-            r_c = _cluster(pc, np.stack([r_num, r_drafts[rows]], axis=1))
-            r_rate = _rate(r_c[:, 0], r_c[:, 1])
-            tol = tol_pts / 100 if i != AL else (tol_al_pct / 100) * (1 + (r_rate or 0.0))
-            agreement.checks.append(
-                _check(
-                    i,
-                    rep,
-                    None if rep is None else seeds.get(rep),
-                    (e_c[:, 0], e_c[:, 1]),
-                    (r_c[:, 0], r_c[:, 1]),
-                    tol,
-                    alpha,
-                    conf,
-                )
+        seed = None if rep is None else seeds.get(rep)
+        agreement.checks.extend(
+            _repeat_checks(
+                k,
+                rep,
+                seed,
+                prompt_codes[rows],
+                engine.rows(rows),
+                weights.rows(rows),
+                tol_pts,
+                tol_al_pct,
+                alpha,
+                conf,
             )
+        )
     return agreement
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """One side's counts per observation: accepted tokens, accepted per position, draft steps."""
+
+    accepted: np.ndarray
+    per_pos: np.ndarray
+    drafts: np.ndarray
+
+    def rows(self, mask: np.ndarray) -> _Counts:
+        return _Counts(self.accepted[mask], self.per_pos[mask], self.drafts[mask])
+
+
+def _directions(
+    prompt_codes: np.ndarray, names: Any, engine: tuple[np.ndarray, np.ndarray], weights: tuple[np.ndarray, np.ndarray]
+) -> tuple[list[str], list[str]]:
+    """The prompts whose engine accepts fewer / more tokens per draft step than the weights say, each prompt
+    pooled over its repeats."""
+    e_al = _cluster(prompt_codes, np.stack(engine, axis=1))
+    r_al = _cluster(prompt_codes, np.stack(weights, axis=1))
+    fewer: list[str] = []
+    more: list[str] = []
+    for code, e, r in zip(np.unique(prompt_codes), e_al, r_al, strict=True):
+        pe = e[0] / e[1] if e[1] else 0.0
+        pr = r[0] / r[1] if r[1] else 0.0
+        if pe < pr:
+            fewer.append(str(names[int(code)]))
+        elif pe > pr:
+            more.append(str(names[int(code)]))
+    return fewer, more
+
+
+def _repeat_checks(
+    k: int,
+    rep: int | None,
+    seed: int | None,
+    prompt_codes: np.ndarray,
+    engine: _Counts,
+    weights: _Counts,
+    tol_pts: float,
+    tol_al_pct: float,
+    alpha: float,
+    conf: float,
+) -> list[ReferenceCheck]:
+    """Each position and the AL of one repeat (None: pooled over the repeats), engine against the weights,
+    clustered by prompt."""
+    out = []
+    for i in [*range(k), AL]:
+        e_num = engine.accepted if i == AL else engine.per_pos[:, i]
+        r_num = weights.accepted if i == AL else weights.per_pos[:, i]
+        e_c = _cluster(prompt_codes, np.stack([e_num, engine.drafts], axis=1))
+        r_c = _cluster(prompt_codes, np.stack([r_num, weights.drafts], axis=1))
+        r_rate = _rate(r_c[:, 0], r_c[:, 1])
+        tol = tol_pts / 100 if i != AL else (tol_al_pct / 100) * (1 + (r_rate or 0.0))
+        out.append(_check(i, rep, seed, (e_c[:, 0], e_c[:, 1]), (r_c[:, 0], r_c[:, 1]), tol, alpha, conf))
+    return out
 
 
 def _largest(
