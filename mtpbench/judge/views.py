@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.judge.builds import reference_build
+from mtpbench.judge.builds import builds_table
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.drift import drift_findings, round_stats
 from mtpbench.judge.evidence import CellResult, cell_meta, changed_text
 from mtpbench.judge.figdata import BuildsView, CellView, HeatmapGrid, RoundsView
 from mtpbench.judge.findings import Kind
-from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.store.results import Run
 
 
@@ -250,45 +249,7 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
     )
 
 
-def _rate_gap(rate: float | None, ref: float | None) -> float | None:
-    return None if rate is None or ref is None else rate - ref
-
-
 def builds_view(run: Run, comp: Comparison) -> BuildsView | None:
-    """The builds × positions view (judge/builds.py's pairing); None for a run of one build. The findings are
-    the comparison's own: drawn before the diagnoses exist (the painter step), every cell reads unflagged."""
-    ref = reference_build(run.typed.config, comp.cells)
-    if ref is None:
-        return None
-    builds = list(dict.fromkeys(c.build for c in comp.cells))
-    groups = list(dict.fromkeys(f"{c.mode}/{c.variant}" for c in comp.cells))
-    k = max((c.summary.counts.k for c in comp.cells), default=0)
-    by = {(f"{c.mode}/{c.variant}", c.build): c for c in comp.cells}
-    flags = {
-        d.cell: "inconclusive" if d.kind == Kind.INCONCLUSIVE else value_text(d.severity)
-        for d in comp.diagnoses
-        if isinstance(d.payload, BuildDivergence)
-    }
-
-    def rates(group: str, build: str) -> list[float | None]:
-        c = by.get((group, build))
-        return [None] * k if c is None else [c.summary.per_pos[i] if i < c.summary.counts.k else None for i in range(k)]
-
-    table = [[rates(g, b) for b in builds] for g in groups]
-    refs = [rates(g, ref) for g in groups]
-    return BuildsView(
-        reference_build=ref,
-        builds=builds,
-        groups=groups,
-        k=k,
-        rates=table,
-        deltas=[
-            [
-                [None] * k if b == ref else [_rate_gap(r, refs[gi][i]) for i, r in enumerate(table[gi][bi])]
-                for bi, b in enumerate(builds)
-            ]
-            for gi in range(len(groups))
-        ],
-        al=[[None if (g, b) not in by else by[(g, b)].summary.acceptance_length for b in builds] for g in groups],
-        flagged=[[flags.get(by[(g, b)].cell, "") if (g, b) in by else "" for b in builds] for g in groups],
-    )
+    """The builds × positions view (judge/builds.py's builds_table, which the Comparison carries); None for a
+    run of one build. Drawn before the diagnoses exist (the painter step), every cell reads unflagged."""
+    return comp.builds if comp.builds is not None else builds_table(run.typed.config, comp.cells, comp.diagnoses)

@@ -118,15 +118,18 @@ class Figures:
 def _diagnoses(comp: Comparison) -> str:
     if not comp.diagnoses:
         return "<p>No diagnoses: every check passed.</p>"
-    from mtpbench.render.words import cause_text, finding_message
+    from mtpbench.render.words import cause_text, finding_message, severity_word
 
     items = []
     for d in comp.diagnoses:
-        sev = enum_text(d.severity)
+        word = severity_word(d)
+        # An inconclusive finding (exit 5) wears the warning's colour, not the regression's.
+        sev = "warn" if word == "INCONCLUSIVE" else enum_text(d.severity)
+        name = "" if d.name == word.lower() else f" <b>{_e(d.name)}</b>"
         why = cause_text(d)
         cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
-            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(d.name)}</b> '
+            f'<li><span class="sev sev-{_e(sev)}">{_e(word)}</span>{name} '
             f"<code>{_e(d.cell)}</code>: {_e(finding_message(d))}{cause}</li>"
         )
     return '<ul class="diag">' + "".join(items) + "</ul>"

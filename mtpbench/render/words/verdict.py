@@ -4,11 +4,13 @@ and what a pass certifies (the drop ruled out, where, at what confidence). Its c
 
 from __future__ import annotations
 
+import shlex
+
 from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import Comparison, Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
 
-__all__ = ["EXPECTED_FAIL", "certified_text", "reproduction_note", "verdict_text"]
+__all__ = ["EXPECTED_FAIL", "certified_text", "compare_command", "reproduction_note", "verdict_text"]
 
 # The label of a FAIL the selftest injected on purpose: its fault cells must fail for the selftest to pass.
 EXPECTED_FAIL = "(expected: the injected fault must fail)"
@@ -25,6 +27,11 @@ def reproduction_note(prompts: int) -> str:
     )
 
 
+def compare_command(run_path: str | None, baseline: str) -> str:
+    """The `compare` command line that judges a run against a baseline, as it runs when pasted."""
+    return shlex.join(["mtpbench", "compare", run_path or "RUN", "--baseline", baseline])
+
+
 def certified_text(comp: Comparison) -> str:
     """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
     if not comp.checks and not comp.lengths and comp.baseline:
@@ -32,7 +39,7 @@ def certified_text(comp: Comparison) -> str:
     if not comp.checks and not comp.lengths and comp.config_baseline:
         return (
             f"not compared with the baseline the run's config names ({comp.config_baseline}), so no drop is "
-            f"ruled out here: `mtpbench compare RUN {comp.config_baseline}` judges the run against it"
+            f"ruled out here: `{compare_command(comp.run_path, comp.config_baseline)}` judges the run against it"
         )
     if not comp.checks and not comp.lengths:
         return "no baseline given, so no drop is ruled out"
