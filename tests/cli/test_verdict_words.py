@@ -74,3 +74,27 @@ def test_an_inconclusive_verdict_is_not_printed_as_fail(make_run: Callable[..., 
     assert "FAIL inconclusive" not in res.stdout and "INCONCLUSIVE" in res.stdout
     md = invoke("compare", run, "--baseline", PUBLISHED, "--markdown").stdout
     assert "**FAIL inconclusive**" not in md and "**INCONCLUSIVE**" in md
+
+
+def test_bisects_evidence_line_gives_every_position_beside_the_al(make_run: Callable[..., Path]) -> None:
+    # Issue 37 item 11: it read `… AL 3.79 → 3.02 (…)` only; docs/builds.md promises positions too.
+    from mtpbench.cli.bisect_cmd import _evidence
+    from mtpbench.judge.compare import compare
+    from mtpbench.store.baseline import load_baseline
+    from mtpbench.store.results import load_run
+
+    run = load_run(make_run({"cpu/NONE/stock": [PLANTED, PLANTED]}))
+    comp = compare(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
+    assert comp.exit_code == 1
+    line = _evidence(comp)
+    assert line.startswith("cpu/NONE/stock AL 3.84 → 3.38 (") and line.count("cpu/NONE/stock") == 1, line
+    assert "pos0 98.2 → 98.2 % (+0.0 pts, 5 prompts)" in line
+    assert "pos1 96.3 → 80.0 % (-16.3 pts, 5 prompts" in line and "pos2 89.9 → 59.9 % (-30.0 pts" in line
+    # The newcomer's case: the AL (the primary endpoint) failed while no position check did on its own.
+    import dataclasses
+
+    from mtpbench.judge.findings import Verdict
+
+    al_only = dataclasses.replace(comp, checks=[dataclasses.replace(c, verdict=Verdict.PASS) for c in comp.checks])
+    line = _evidence(al_only)
+    assert "AL 3.84 → 3.38" in line and "pos2 89.9 → 59.9 % (-30.0 pts, 5 prompts)" in line, line
