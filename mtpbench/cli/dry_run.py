@@ -77,7 +77,7 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     )
     swept = cfg.workload.concurrency if cfg.workload.kind == "serving" else None
     levels = len(swept) if isinstance(swept, list) else 1
-    ctx = cfg.workload.context
+    ctx = getattr(cfg.workload, "context", None)  # offline workloads only
     family, divergence = family_of_config(
         k, [(c.build, c.mode, c.variant) for c in cells], ref, cfg.reference_build, levels
     )

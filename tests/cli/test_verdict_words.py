@@ -98,3 +98,19 @@ def test_bisects_evidence_line_gives_every_position_beside_the_al(make_run: Call
     al_only = dataclasses.replace(comp, checks=[dataclasses.replace(c, verdict=Verdict.PASS) for c in comp.checks])
     line = _evidence(al_only)
     assert "AL 3.84 → 3.38" in line and "pos2 89.9 → 59.9 % (-30.0 pts, 5 prompts)" in line, line
+
+
+def test_a_truncated_records_file_is_named_as_the_cause(make_run: Callable[..., Path]) -> None:
+    # Issue 37 item 14: a records file cut after repeat 0 read "r1 … ok, 0/5 prompts" with "an engine crashed,
+    # timed out or was interrupted", though both repeats had finished.
+    run = make_run({"cpu/NONE/stock": [GOOD, GOOD]})
+    records = run / "records.jsonl"
+    lines = records.read_text().splitlines(keepends=True)
+    records.write_text("".join(lines[: len(lines) // 2 + 1]))  # repeat 0's start and prompts, repeat 1's start
+    res = invoke("show", run)
+    assert res.exit_code == 3, res.output
+    out = res.stdout.replace("\n", " ")
+    assert "crashed" not in out
+    assert "r1 (PYTHONHASHSEED=1) finished by the manifest, but records.jsonl holds 0/5 of its prompts" in out
+    assert "likely cause: the run's records file (records.jsonl) holds fewer prompts than its manifest" in out
+    assert "INCOMPLETE: the records file holds fewer prompts than the manifest says" in out

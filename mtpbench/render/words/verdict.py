@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Comparison, Severity, Verdict
+from mtpbench.judge.compare import Cause, Comparison, Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
 
 __all__ = ["EXPECTED_FAIL", "certified_text", "compare_command", "reproduction_note", "verdict_text"]
@@ -95,4 +95,10 @@ def verdict_text(comp: Comparison) -> str:
             prompts = max((c.prompts_expected for c in comp.cells), default=0)
             line += f"; {reproduction_note(prompts)}"
         return line
+    failed = [d for d in comp.diagnoses if d.exit_code == ExitCode.RUN_FAILED]
+    if failed and all(d.cause == Cause.RECORDS_SHORT for d in failed):
+        return (
+            "INCOMPLETE: the records file holds fewer prompts than the manifest says the repeats finished; those "
+            "repeats were left out of the verdicts (exit 3)"
+        )
     return "INCOMPLETE: some repeats did not finish and were left out of the verdicts (exit 3)"
