@@ -29,8 +29,26 @@ def value_text(x: Any) -> str:
     return str(getattr(x, "value", x))
 
 
+def _reference_marks(comp: Comparison) -> dict[tuple[str, int], tuple[float | None, bool]]:
+    """(cell, position) → (the rate the weights give, whether the engine is below it): the reference's pooled
+    checks, for the cells no baseline check judged."""
+    if comp.reference is None:
+        return {}
+    return {
+        (a.cell, c.position): (c.reference, c.below)
+        for a in comp.reference.cells
+        for c in a.pooled()
+        if c.position >= 0
+    }
+
+
 def cell_views(comp: Comparison) -> list[CellView]:
     checks = {(x.cell, x.pos): x for x in comp.checks}
+    weights = _reference_marks(comp)
+    failing: dict[str, list[str]] = {}
+    for d in comp.diagnoses:
+        if value_text(d.severity) == "fail":
+            failing.setdefault(d.cell, []).append(d.name)
     out: list[CellView] = []
     for c in comp.cells:
         s = c.summary
@@ -42,6 +60,16 @@ def cell_views(comp: Comparison) -> list[CellView]:
             )
             for r in c.repeats
         ]
+        judged = any((c.cell, i) in checks for i in range(k))
+        held = not judged and any((c.cell, i) in weights for i in range(k))
+        if held:  # no baseline judged the cell: the weights' rates and the engine-below-reference verdict
+            baseline = [weights[(c.cell, i)][0] if (c.cell, i) in weights else None for i in range(k)]
+            verdicts = ["regression" if weights.get((c.cell, i), (None, False))[1] else "" for i in range(k)]
+            marks = "reference (weights)"
+        else:
+            baseline = [checks[(c.cell, i)].base_rate if (c.cell, i) in checks else None for i in range(k)]
+            verdicts = [value_text(checks[(c.cell, i)].verdict) if (c.cell, i) in checks else "" for i in range(k)]
+            marks = "baseline"
         out.append(
             CellView(
                 cell=c.cell,
@@ -49,11 +77,13 @@ def cell_views(comp: Comparison) -> list[CellView]:
                 mode_effective=c.effective.get("cudagraph_mode"),
                 rates=list(s.per_pos),
                 ci=[None if ci is None else (ci.low, ci.high) for ci in s.per_pos_ci],
-                baseline=[checks[(c.cell, i)].base_rate if (c.cell, i) in checks else None for i in range(k)],
-                verdicts=[value_text(checks[(c.cell, i)].verdict) if (c.cell, i) in checks else "" for i in range(k)],
+                baseline=baseline,
+                verdicts=verdicts,
                 repeats=reps,
                 drafts=s.counts.num_drafts,
                 patches=[f"{p.get('name')}: {p.get('status')}" for p in c.patches if isinstance(p, dict)],
+                marks=marks,
+                failed=list(dict.fromkeys(failing.get(c.cell, []))),
             )
         )
     return out
