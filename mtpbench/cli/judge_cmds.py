@@ -131,7 +131,10 @@ def judge_run(
     checked = judging.check(plan)
     if figures is not None:
         figures.measured(run, judging.combine(plan, checked))  # the painter step: cells and checks are known
-    return judging.combine(plan, checked, judging.diagnose(plan, run_failed))
+    comp = judging.combine(plan, checked, judging.diagnose(plan, run_failed))
+    if figures is not None:
+        figures.judged(run, comp)  # the figures that show the verdicts
+    return comp
 
 
 def emit(comp: Comparison, as_json: bool, markdown: bool, junit: Path | None) -> int:

@@ -80,10 +80,10 @@ def _verdict_text(comp: Comparison) -> str:
 
 
 class Figures:
-    """The report's two figures, handed to a Painter as soon as their data are known: once the run's cells
-    are measured (the painter step of cli/judge_cmds.judge_run), before its diagnoses, which this process
-    then makes while the painter draws. The bars go first: the heat map's data take this process as long
-    to compute as the bars take the painter to draw."""
+    """The report's figures, handed to a Painter as soon as their data are known: the heat map (and the soak
+    and context figures) once the run's cells are measured (the painter step of cli/judge_cmds.judge_run),
+    before its diagnoses, which this process then makes while the painter draws; the bars and the builds
+    once the run is judged (`judged`), since they show its verdicts."""
 
     def __init__(self, painter: Painter, svg: bool, png_dir: Path | None) -> None:
         self.painter, self.svg, self.png_dir = painter, svg, png_dir
@@ -95,21 +95,27 @@ class Figures:
         self.painter.submit(Job(name, name, args, self.svg, png))
 
     def measured(self, run: Run, comp: Comparison) -> None:
-        title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
-        self._submit("acceptance", (views.cell_views(comp), title))
+        """The figures that need only the measured cells (the painter step, before the diagnoses)."""
         self.changed = changed_text(comp.cells)
         k = run.typed.k
         hm = views.heatmap(run, comp.cells, k, changed=self.changed)
         self.rows = hm.rows
         self._submit("heatmap", (hm.grid(k), page_words.heatmap_title(hm.rows)))
-        bv = views.builds_view(run, comp)
-        if bv is not None:  # a run of several builds: the builds side by side
-            self._submit("builds", (bv, f"builds against reference build {bv.reference_build}"))
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
         if comp.context:  # a context sweep: acceptance per context bucket (judge/context.py)
             self._submit("context", (comp.context, PLOT_TITLE))
+
+    def judged(self, run: Run, comp: Comparison) -> None:
+        """The figures that show verdicts, drawn from the judged comparison: the bars (a failing position red,
+        the baseline's or the weights' rates marked, a failing cell's findings in its title) and the builds
+        (each build's build-divergence): drawn before the diagnoses, a PNG carried no failure at all."""
+        title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
+        self._submit("acceptance", (views.cell_views(comp), title))
+        bv = views.builds_view(run, comp)
+        if bv is not None:  # a run of several builds: the builds side by side
+            self._submit("builds", (bv, f"builds against reference build {bv.reference_build}"))
 
     def drawn(self) -> dict[str, Drawn]:
         return self.painter.results()
@@ -349,6 +355,8 @@ def write_report(
         figures = Figures(Painter(None), html_path is not None, png_dir)
     if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
+    if not any(job.name == "acceptance" for job in figures.painter.jobs):  # not judged yet either
+        figures.judged(run, comp)
     drawn = figures.drawn()
     order = ["acceptance", "heatmap", "rounds", "builds", "context"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]

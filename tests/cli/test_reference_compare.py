@@ -120,6 +120,15 @@ def test_the_report_figure_of_a_run_below_its_weights_shows_the_reference_and_th
     assert "reference (weights)" in ax.get_legend_handles_labels()[1]
     bars = [to_hex(p.get_facecolor()) for p in ax.patches]
     assert bars[2] == VERDICT_COLOR["regression"] and bars[0] != VERDICT_COLOR["regression"]
+    # What `report` hands its painter is that view: drawn from the judged run, not from its cells alone.
+    from mtpbench.cli.judge_cmds import judge_run
+    from mtpbench.render.htmlreport import Figures
+    from mtpbench.render.painter import Painter
+
+    collector = Painter(None)
+    judge_run(load_run(run), None, figures=Figures(collector, svg=False, png_dir=run.parent / "png"))
+    (bars,) = [job.args[0] for job in collector.jobs if job.name == "acceptance"]
+    assert bars[0].marks == "reference (weights)" and bars[0].failed == ["engine-below-reference"]
     png = run.parent / "png"
     assert invoke("report", run, "--html", run.parent / "r.html", "--png", png).exit_code == 0
-    assert any(p.suffix == ".png" for p in png.iterdir())
+    assert (png / "acceptance.png").stat().st_size > 0
