@@ -218,3 +218,16 @@ def test_a_rows_se_and_detectable_drop_are_at_the_judged_prompt_count() -> None:
     at_150 = size_prior("x", "mtp", 2.26, "test", GateSpec(), 11, 2, 3)
     ratio = prior.positions[0].se / at_150.positions[0].se  # type: ignore[operator]
     assert ratio == pytest.approx(math.sqrt(150 / judged), rel=1e-9)
+
+
+def test_a_context_sweep_with_a_baseline_sizes_each_check_in_its_own_units() -> None:
+    # The baseline checks pair the run's 64 prompt ids (16 prompts × 4 buckets), context decay a bucket's 16.
+    from mtpbench.judge.sizing import ContextSweep
+
+    (size,) = size_baseline(load_baseline(HUMANEVAL), GateSpec(), 4 + 9, 1, 0, None, 64, ContextSweep(4, 16))[:1]
+    whole = [p for p in size.positions if not p.context]
+    bucket = [p for p in size.positions if p.context]
+    assert [p.pos for p in bucket] == [0, 1, 2] and all(p.prompts == 16 for p in bucket)
+    assert all(p.prompts == 64 for p in whole) and size.prompts == 64
+    assert size.bucket_prompts_needed == max(p.prompts_needed or 0 for p in bucket)
+    assert size.certifies == all(p.enough for p in size.positions if p.fails_harmless)
