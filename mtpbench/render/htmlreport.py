@@ -373,36 +373,29 @@ def write_report(
     return Rendered(html_path, pngs)
 
 
-def _signed_pts(x: float | None) -> str:
-    return "" if x is None else f"{100 * x:+.1f}"
-
-
 def _builds_section(bv: BuildsView | None, svg: str | None) -> str:
     """The builds × positions table (and figure): per mode/variant and build, each position's acceptance and
     its gap to the reference build, the AL, and the build-divergence verdict (views.builds_view's numbers)."""
     if bv is None:
         return ""
+    from mtpbench.render.report import builds_rows
     from mtpbench.render.words.builds import BUILDS_CAPTION, BUILDS_TABLE_NOTE
 
     head = ["mode/variant", "build", *[f"pos{i} % (Δ pts)" for i in range(bv.k)], "AL pooled", "build-divergence"]
     th = "".join(f'<th class="l">{_e(h)}</th>' if n < 2 else f"<th>{_e(h)}</th>" for n, h in enumerate(head))
+    # The numbers are report.builds_rows', as the console and the Markdown show them.
+    _cols, table = builds_rows(bv)
+    names = [(group, build) for group in bv.groups for build in bv.builds]
     rows = []
-    for gi, group in enumerate(bv.groups):
-        for bi, build in enumerate(bv.builds):
-            flag = bv.flagged[gi][bi]
-            ref = " (reference)" if build == bv.reference_build else ""
-            al = bv.al[gi][bi]
-            pos = "".join(
-                f"<td>{_pct(bv.rates[gi][bi][i])}"
-                + (f" ({_e(_signed_pts(bv.deltas[gi][bi][i]))})" if bv.deltas[gi][bi][i] is not None else "")
-                + "</td>"
-                for i in range(bv.k)
-            )
-            cls = ' class="regression"' if flag == "fail" else ""
-            rows.append(
-                f'<tr><td class="l">{_e(group)}</td><td class="l"><code>{_e(build)}</code>{_e(ref)}</td>{pos}'
-                f"<td>{'–' if al is None else f'{al:.2f}'}</td><td{cls}>{_e(flag or 'none')}</td></tr>"
-            )
+    for (group, build), row in zip(names, table, strict=True):
+        *pos, (al, _, _), (flag, _, _) = row[2:]
+        ref = " (reference)" if build == bv.reference_build else ""
+        cells = "".join(f"<td>{_e(main)}" + (f" {_e(detail)}" if detail else "") + "</td>" for main, detail, _ in pos)
+        cls = ' class="regression"' if flag == "fail" else ""
+        rows.append(
+            f'<tr><td class="l">{_e(group)}</td><td class="l"><code>{_e(build)}</code>{_e(ref)}</td>{cells}'
+            f"<td>{_e(al)}</td><td{cls}>{_e(flag)}</td></tr>"
+        )
     figure = f'<figure id="fig-builds">{svg}<figcaption>{_e(BUILDS_CAPTION)}</figcaption></figure>' if svg else ""
     return (
         f'<section id="builds"><h2>Builds × positions</h2>{figure}'
