@@ -214,18 +214,24 @@ class _Session:
 
 
 def _evidence(comp: Any) -> str:
-    """The failing checks in words: cell, position or AL, Δ, prompts; else the first failing finding."""
+    """The failing checks in words: per failing cell its AL and every position (baseline → run, Δ, prompts),
+    as docs/builds.md promises; else the first failing findings."""
     from mtpbench.judge.findings import Severity, Verdict
 
+    failing = [c.cell for c in [*comp.lengths, *comp.checks] if c.verdict == Verdict.REGRESSION and c.delta is not None]
     words = []
-    for c in comp.lengths:
-        if c.verdict == Verdict.REGRESSION and c.delta is not None:
-            words.append(f"{c.cell} AL {c.base_al:.2f} → {c.run_al:.2f} ({c.delta:+.2f} tok, {c.prompts} prompts)")
-    for c in comp.checks:
-        if c.verdict == Verdict.REGRESSION and c.delta is not None:
+    for cell in dict.fromkeys(failing):
+        parts = [
+            f"AL {c.base_al:.2f} → {c.run_al:.2f} ({c.delta:+.2f} tok, {c.prompts} prompts)"
+            for c in comp.lengths
+            if c.cell == cell and c.delta is not None and c.base_al is not None and c.run_al is not None
+        ]
+        for c in sorted((c for c in comp.checks if c.cell == cell and c.delta is not None), key=lambda c: c.pos):
             # The checks hold fractions; people read points.
             base, run, delta = 100 * (c.base_rate or 0.0), 100 * (c.run_rate or 0.0), 100 * c.delta
-            words.append(f"{c.cell} pos{c.pos} {base:.1f} → {run:.1f} % ({delta:+.1f} pts, {c.prompts} prompts)")
+            mark = ", regression" if c.verdict == Verdict.REGRESSION else ""
+            parts.append(f"pos{c.pos} {base:.1f} → {run:.1f} % ({delta:+.1f} pts, {c.prompts} prompts{mark})")
+        words.append(f"{cell} " + ", ".join(parts))
     if words:
         return "; ".join(words)
     fails = [f for f in comp.diagnoses if f.severity == Severity.FAIL]

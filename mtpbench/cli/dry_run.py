@@ -16,6 +16,7 @@ from mtpbench.cli.common import console
 if TYPE_CHECKING:  # config brings pydantic, run/ and fixes/ bring more: `mtpbench --help` must not pay
     from mtpbench.config import ExperimentConfig, PromptSet
     from mtpbench.fixes.status import Preflight
+    from mtpbench.judge.sizing import Sizing
     from mtpbench.run.builds import BuildState
     from mtpbench.run.cells import Cell, CellPlan
     from mtpbench.run.cost import Estimate
@@ -63,8 +64,10 @@ def _render_preflight(checks: list[Preflight]) -> None:
 
 def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | None, prompts: int) -> None:
     """How many prompts certify δ for this config: from its baseline (its per-prompt counts, or the prior of
-    its pair class), or, without a baseline, from the prior as the run will be gated once one is saved."""
-    from mtpbench.judge.sizing import family_of_config, primary_count, size_baseline, size_prior
+    its pair class), or, without a baseline, from the prior as the run will be gated once one is saved. Each
+    check is sized by the units it pairs: the config's `prompts` for the baseline checks and divergence, a
+    bucket's prompts for a context sweep's context decay (its prompts are the set × the buckets)."""
+    from mtpbench.judge.sizing import ContextSweep, family_of_config, primary_count, size_baseline, size_prior
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
@@ -74,12 +77,30 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     )
     swept = cfg.workload.concurrency if cfg.workload.kind == "serving" else None
     levels = len(swept) if isinstance(swept, list) else 1
+    ctx = getattr(cfg.workload, "context", None)  # offline workloads only
     family, divergence = family_of_config(
         k, [(c.build, c.mode, c.variant) for c in cells], ref, cfg.reference_build, levels
     )
     n_cells = len({(c.build, c.mode, c.variant) for c in cells})
+    buckets = len(ctx.fractions) if ctx is not None else 0
+    context = ContextSweep(buckets, prompts // buckets, n_cells) if ctx is not None else None
+    context_checks = 0 if context is None else context.checks(k)
     primary = primary_count(cfg.gate, n_cells, k)
-    if base is None:
+    if base is None and context is not None:
+        console.print(
+            "sizing: no baseline: the run is judged within itself (context decay, each longer bucket against the "
+            "first, prompt by prompt)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        why = "no baseline"
+        sizes = [
+            size_prior(
+                "(no baseline)", cfg.speculative.method, None, why, cfg.gate, context_checks, 0, 0, prompts, context
+            )
+        ]
+        sizes = [_context_only(s) for s in sizes]
+    elif base is None:
         console.print(
             "sizing: no baseline yet (record one with `mtpbench baseline save` on a known-good build); sized as "
             "the run will be gated once it has one",
@@ -87,11 +108,24 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
             soft_wrap=True,
         )
         why = "no baseline yet"
-        sizes = [size_prior("(no baseline)", cfg.speculative.method, None, why, cfg.gate, family, primary, divergence)]
+        sizes = [
+            size_prior(
+                "(no baseline)", cfg.speculative.method, None, why, cfg.gate, family, primary, divergence, prompts
+            )
+        ]
     else:
         serving = cfg.workload.kind == "serving"
-        sizes = size_baseline(load_baseline(base), cfg.gate, family, primary, divergence, serving)
-    console.print(sizing_table(sizes, cfg.gate, prompts))
+        sizes = size_baseline(
+            load_baseline(base), cfg.gate, family + context_checks, primary, divergence, serving, prompts, context
+        )
+    console.print(sizing_table(sizes, cfg.gate, "the config's"))
+
+
+def _context_only(size: Sizing) -> Sizing:
+    """A run judged without a baseline makes no baseline checks: only its context-decay rows are its own."""
+    import dataclasses
+
+    return dataclasses.replace(size, positions=[p for p in size.positions if p.context])
 
 
 # A path a shipped config leaves for the user to fill in (configs/gemma4-mtp-cuda.yaml: /path/to/...).

@@ -131,7 +131,10 @@ def judge_run(
     checked = judging.check(plan)
     if figures is not None:
         figures.measured(run, judging.combine(plan, checked))  # the painter step: cells and checks are known
-    return judging.combine(plan, checked, judging.diagnose(plan, run_failed))
+    comp = judging.combine(plan, checked, judging.diagnose(plan, run_failed))
+    if figures is not None:
+        figures.judged(run, comp)  # the figures that show the verdicts
+    return comp
 
 
 def emit(comp: Comparison, as_json: bool, markdown: bool, junit: Path | None) -> int:
@@ -243,7 +246,7 @@ def size(
         from mtpbench.store.results import load_run
 
         comp = judge_run(load_run(pilot), baseline, JudgeOptions(tolerance, accept_unchecked=True))
-        console.print(sizing_table(size_pilot(comp), comp.gate, None))
+        console.print(sizing_table(size_pilot(comp), comp.gate, "the pilot's"))
         return 0
     b = load_baseline(baseline)
     gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
@@ -251,7 +254,7 @@ def size(
     primary = primary_count(gate, cells, k)
     # The checks beyond AL + k per cell are graph divergence (k per graph cell paired with eager).
     divergence = max(checks - cells * (k + 1), 0)
-    console.print(sizing_table(size_baseline(b, gate, checks, primary, divergence), gate))
+    console.print(sizing_table(size_baseline(b, gate, checks, primary, divergence), gate, "the baseline's"))
     return 0
 
 

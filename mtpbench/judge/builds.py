@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 
 from mtpbench.judge.evidence import CellResult
+from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings import Cause, Divergence, Finding, Kind, Severity
 from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.store.manifest import ManifestConfig
@@ -84,3 +85,48 @@ def as_build_divergence(finding: Finding, cell: CellResult, ref: CellResult, gre
     if greedy and payload.same_text is not None:
         cause = Cause.BUILD_CHANGE if payload.same_text else Cause.TARGET_NUMERICS
     return Finding(Kind.BUILD_DIVERGENCE, Severity.FAIL if drop else Severity.WARN, finding.cell, cause, numbers)
+
+
+def _rate_gap(rate: float | None, ref: float | None) -> float | None:
+    return None if rate is None or ref is None else rate - ref
+
+
+def builds_table(cfg: ManifestConfig, cells: list[CellResult], findings: list[Finding]) -> BuildsView | None:
+    """The builds × positions table of a run of several builds (None for one build): per mode/variant and
+    build, each position's pooled acceptance, its gap to the reference build, the AL and the cell's
+    build-divergence finding (from `findings`: "" none, "fail", "warn", "inconclusive")."""
+    ref = reference_build(cfg, cells)
+    if ref is None:
+        return None
+    builds = list(dict.fromkeys(c.build for c in cells))
+    groups = list(dict.fromkeys(f"{c.mode}/{c.variant}" for c in cells))
+    k = max((c.summary.counts.k for c in cells), default=0)
+    by = {(f"{c.mode}/{c.variant}", c.build): c for c in cells}
+    flags = {
+        d.cell: "inconclusive" if d.kind == Kind.INCONCLUSIVE else d.severity.value
+        for d in findings
+        if isinstance(d.payload, BuildDivergence)
+    }
+
+    def rates(group: str, build: str) -> list[float | None]:
+        c = by.get((group, build))
+        return [None] * k if c is None else [c.summary.per_pos[i] if i < c.summary.counts.k else None for i in range(k)]
+
+    table = [[rates(g, b) for b in builds] for g in groups]
+    refs = [rates(g, ref) for g in groups]
+    return BuildsView(
+        reference_build=ref,
+        builds=builds,
+        groups=groups,
+        k=k,
+        rates=table,
+        deltas=[
+            [
+                [None] * k if b == ref else [_rate_gap(r, refs[gi][i]) for i, r in enumerate(table[gi][bi])]
+                for bi, b in enumerate(builds)
+            ]
+            for gi in range(len(groups))
+        ],
+        al=[[None if (g, b) not in by else by[(g, b)].summary.acceptance_length for b in builds] for g in groups],
+        flagged=[[flags.get(by[(g, b)].cell, "") if (g, b) in by else "" for b in builds] for g in groups],
+    )

@@ -25,6 +25,7 @@ from typing import Any
 
 from mtpbench.errors import ExitCode, combine_exit_codes
 from mtpbench.judge import serving_summary, upstream
+from mtpbench.judge.builds import builds_table
 from mtpbench.judge.checks import (
     IDENTITY_FIELDS,
     LengthCheck,
@@ -38,6 +39,7 @@ from mtpbench.judge.checks import (
 from mtpbench.judge.context import context_table
 from mtpbench.judge.diagnoses import Diagnosed, diagnose
 from mtpbench.judge.evidence import CellResult, Evidence, RepeatResult, collect, collect_evidence
+from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings import (
     FAIL,
     INFO,
@@ -114,6 +116,10 @@ class Comparison:
     # The baseline the run's config names, when the comparison was made without one (`show`, `--no-compare`):
     # said instead of "no baseline given".
     config_baseline: str | None = None
+    # The run folder as it was opened: the compare command a verdict suggests names it, so that it runs pasted.
+    run_path: str | None = None
+    # A run of several builds: the builds × positions table and each cell's build-divergence (judge/builds.py).
+    builds: BuildsView | None = None
     # The run held against the acceptance its weights give (`mtpbench reference`, stored beside the run):
     # per cell and position, the engine's rate next to the reference's; None for a run never replayed.
     reference: ReferenceComparison | None = None
@@ -243,12 +249,13 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
     cells and checks alone (what a report's figures are drawn from while the diagnoses are made)."""
     against = plan.against
     diagnosed = diagnosed or Diagnosed()
+    diagnoses = [*diagnosed.findings, *checked.findings]
     return Comparison(
         plan.run.run_id,
         plan.cells,
         checks=checked.checks,
         lengths=checked.lengths,
-        diagnoses=[*diagnosed.findings, *checked.findings],
+        diagnoses=diagnoses,
         baseline=None if against is None else against.name,
         baseline_provenance={} if against is None else against.baseline.provenance.model_dump(exclude_none=True),
         unchecked=checked.unchecked,
@@ -261,6 +268,8 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         fix_headline=plan.evidence.fix_headline,
         role=plan.run.typed.config.role,
         config_baseline=plan.run.typed.config.baseline if against is None else None,
+        run_path=str(plan.run.path),
+        builds=builds_table(plan.run.typed.config, plan.cells, diagnoses),
         reference=diagnosed.reference,
         context=[t for c in plan.cells if (t := context_table(c)) is not None],
     )

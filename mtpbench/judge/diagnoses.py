@@ -46,7 +46,7 @@ from mtpbench.judge.plan import Plan
 from mtpbench.judge.reference import ReferenceComparison, stored_reference
 from mtpbench.judge.replay import replay_findings
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
-from mtpbench.schema import COUNTERS_ONLY
+from mtpbench.schema import COUNTERS_ONLY, CellStatus
 from mtpbench.specs import GateSpec
 
 
@@ -291,12 +291,14 @@ def cell_health(c: CellResult) -> list[Finding]:
     out: list[Finding] = []
     left_out = [r for r in c.repeats if not r.complete]
     if left_out:
+        # Every repeat left out finished by the manifest's word: the records file lost their prompts, no engine.
+        short = all(r.status == CellStatus.OK for r in left_out)
         out.append(
             Finding(
                 Kind.RUN_FAILED,
                 Severity.FAIL,
                 c.cell,
-                Cause.INCOMPLETE_REPEATS,
+                Cause.RECORDS_SHORT if short else Cause.INCOMPLETE_REPEATS,
                 RunFailed(
                     excluded=[
                         ExcludedRepeat(r.repeat, r.hash_seed, r.status.value, r.prompts, c.prompts_expected)

@@ -25,6 +25,10 @@ class CellView:
     repeats: list[tuple[str, list[float | None]]]  # (label, per-position rates) per repeat
     drafts: int
     patches: list[str] = field(default_factory=list)
+    # What the black bars mark: the baseline's rates, or (a run without a baseline held against its weights,
+    # `mtpbench reference`) the rates the weights give.
+    marks: str = "baseline"
+    failed: list[str] = field(default_factory=list)  # the cell's failing findings (kinds), said in its title
 
 
 @dataclass(frozen=True)

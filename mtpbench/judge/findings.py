@@ -142,6 +142,8 @@ class Cause(str, Enum):
     TOO_LITTLE_EVIDENCE = "too-little-evidence"
     NO_BASELINE_ENTRY = "no-baseline-entry"
     INCOMPLETE_REPEATS = "incomplete-repeats"
+    # The manifest says the repeats finished, records.jsonl holds fewer of their prompts: the file was cut short.
+    RECORDS_SHORT = "records-short"
     PLATFORM_DOWNGRADE = "platform-downgrade"
     BUILD_CHANGE = "build-change"  # the build's code (release, pins, patches) drafts or verifies otherwise
     ENGINE_FEATURE = "engine-feature"  # the draft path under an engine feature the reference mode runs without

@@ -66,15 +66,34 @@ BURSTY = Burst()
 
 
 @dataclass(frozen=True)
+class ContextSweep:
+    """A context sweep's shape (workload.context): `buckets` context lengths, each holding the same `prompts`
+    prompts; context-decay pairs every longer bucket with the first prompt by prompt (judge/context.py), so
+    its unit is the prompt of one bucket, not the run's prompts × buckets."""
+
+    buckets: int
+    prompts: int
+    cells: int = 1  # the cells swept: each makes its own context-decay checks
+
+    def checks(self, k: int) -> int:
+        """The context-decay checks of a run (judge/context.py context_checks, over its cells)."""
+        return (self.buckets - 1) * k * self.cells if self.buckets > 1 else 0
+
+
+@dataclass(frozen=True)
 class PositionSize:
     pos: int  # AL (-1): acceptance length, in tokens per draft step; otherwise a position, as a fraction
-    se: float | None  # of the paired difference at the current prompt count
-    detectable: float | None  # smallest drop caught with the gate's power, current prompts
+    se: float | None  # of the paired difference at the check's own prompt count (`prompts`)
+    detectable: float | None  # smallest drop caught with the gate's power, at `prompts`
     prompts_needed: int | None  # None: no spread to size from (fewer than two prompts)
     drop: float = 0.0  # δ in the row's unit
     primary: bool = False  # the gate's primary endpoint: also sized so that a harmless run certifies δ
-    # graph divergence at this position: sized so that a harmless graph cell stays within δ of eager
+    # graph (or build) divergence at this position: sized so that a harmless cell stays within δ of its reference
     divergence: bool = False
+    # context decay at this position: sized so that a harmless longer bucket stays within δ of the first
+    context: bool = False
+    # The units the check pairs: the run's (or baseline's) prompts, or for context decay a bucket's prompts.
+    prompts: int = 0
 
     @property
     def certifies(self) -> bool:
@@ -83,13 +102,17 @@ class PositionSize:
     @property
     def fails_harmless(self) -> bool:
         """Whether this check can fail a harmless run beyond its α (inconclusive): its need is the run's."""
-        return self.primary or self.divergence
+        return self.primary or self.divergence or self.context
+
+    @property
+    def enough(self) -> bool:
+        return self.prompts_needed is not None and self.prompts >= self.prompts_needed
 
 
 @dataclass(frozen=True)
 class Sizing:
     entry: str
-    prompts: int
+    prompts: int  # the prompts judged (the config's, the baseline's own, the pilot's), not the spread's source
     drafts_per_prompt: float
     checks: int
     split: AlphaSplit  # the run's false-alarm rate per primary check and per diagnosis (plan.split_alpha)
@@ -100,9 +123,25 @@ class Sizing:
 
     @property
     def prompts_needed(self) -> int | None:
-        """What the run needs: every check that can fail a harmless run (the primary endpoint, divergence)."""
-        need = [p.prompts_needed for p in self.positions if p.fails_harmless]
-        return None if not need or any(n is None for n in need) else max(n for n in need if n is not None)
+        """What the run needs of its prompts: every check that can fail a harmless run and pairs whole prompts
+        (the primary endpoint, divergence); context decay's need is per bucket (`bucket_prompts_needed`)."""
+        return _most([p for p in self.positions if p.fails_harmless and not p.context])
+
+    @property
+    def bucket_prompts_needed(self) -> int | None:
+        """What a context sweep needs per bucket (its context-decay rows); None without them."""
+        return _most([p for p in self.positions if p.context])
+
+    @property
+    def certifies(self) -> bool:
+        """Every check that can fail a harmless run has the prompts it needs, each counted in its own unit."""
+        rows = [p for p in self.positions if p.fails_harmless]
+        return bool(rows) and all(p.enough for p in rows)
+
+
+def _most(rows: list[PositionSize]) -> int | None:
+    need = [p.prompts_needed for p in rows]
+    return None if not need or any(n is None for n in need) else max(n for n in need if n is not None)
 
 
 def prompts_for(
@@ -125,12 +164,12 @@ def prompts_for(
     return MAX_PROMPTS
 
 
-def prompts_within(se: float, g: int, drop: float, share: float) -> int:
-    """Smallest prompt count G' at which a harmless two-sided gap (true 0, se scaled by √(g/G')) stays within
-    `drop` but for `share` of the time: se·√(g/G')·z_{1−share/2} ≤ drop."""
+def prompts_within(se: float, g: int, drop: float, share: float, sides: int = 2) -> int:
+    """Smallest prompt count G' at which a harmless gap (true 0, se scaled by √(g/G')) stays within `drop` but
+    for `share` of the time: se·√(g/G')·z_{1−share/sides} ≤ drop (`sides` 1: only a fall counts)."""
     if se <= 0:
         return 2
-    z = t_quantile(1 - share / 2, None)
+    z = t_quantile(1 - share / sides, None)
     return min(max(2, math.ceil(g * (se * z / drop) ** 2)), MAX_PROMPTS)
 
 
@@ -189,31 +228,51 @@ def size_from_ses(
     source: str,
     divergence: int = 0,
     floored: bool = False,
+    units: int | None = None,
+    context: ContextSweep | None = None,
 ) -> Sizing:
-    """`al` = (se of the AL difference, the baseline's AL); `ses` per position; `checks` the run's family,
-    `primary` the checks a pass certifies (compare.Comparison.family / .primary), `divergence` its
-    graph-divergence checks (k per graph cell paired with its eager reference)."""
+    """`prompts` the count the spreads `al` = (se of the AL difference, the baseline's AL) and `ses` (per
+    position) were measured at; `units` the prompts the run judges (default `prompts`): the rows say their se
+    and detectable drop there. `checks` the run's family, `primary` the checks a pass certifies
+    (compare.Comparison.family / .primary), `divergence` its graph and build divergence checks (k per cell
+    paired with its reference); `context` a context sweep, whose context-decay checks ((buckets − 1) · k,
+    one-sided: only a fall counts) pair the prompts of one bucket."""
+    units = prompts if units is None else units
     split = split_alpha(gate.false_alarm, primary, checks - primary)
     cert = ((1 - gate.confidence) / max(primary, 1), split.primary)
     rows = [(AL, al[0], gate.tolerance_al_pct / 100 * al[1], gate.primary == "acceptance_length")]
     rows += [(i, se, gate.tolerance_pts / 100, gate.primary == "positions") for i, se in enumerate(ses)]
     out = []
     for pos, se, drop, is_primary in rows:
-        if se is None or prompts < 2:
-            out.append(PositionSize(pos, se, None, None, drop, is_primary))
+        if se is None or prompts < 2 or units < 2:
+            out.append(PositionSize(pos, se, None, None, drop, is_primary, prompts=units))
             continue
         alpha = split.primary if is_primary else split.diagnosis
         need = prompts_for(se, prompts, drop, alpha, gate.power, cert if is_primary else None)
-        out.append(PositionSize(pos, se, detectable_drop(se, prompts - 1, alpha, gate.power), need, drop, is_primary))
+        at = _scaled(se, prompts, units)
+        detect = detectable_drop(at, units - 1, alpha, gate.power)
+        out.append(PositionSize(pos, at, detect, need, drop, is_primary, prompts=units))
+    context_checks = context.checks(len(ses)) if context is not None else 0
+    # The diagnoses' part of the false-alarm rate, over the divergence and context checks: a harmless cell's
+    # gap beyond gate.divergence_pts fails the run (exit 1, or 5 when not significant).
+    share = gate.false_alarm * (1.0 - PRIMARY_SHARE if primary else 1.0) / max(divergence + context_checks, 1)
+    drop = gate.divergence_pts / 100
     if divergence:
-        # The diagnoses' part of the false-alarm rate, over the divergence checks: a harmless graph cell's gap
-        # beyond gate.divergence_pts fails the run (exit 1, or 5 when not significant).
-        share = gate.false_alarm * (1.0 - PRIMARY_SHARE if primary else 1.0) / divergence
-        drop = gate.divergence_pts / 100
         for i, se in enumerate(ses):
             need = None if se is None or prompts < 2 else prompts_within(se, prompts, drop, share)
-            out.append(PositionSize(i, se, None, need, drop, divergence=True))
-    return Sizing(entry, prompts, drafts_per_prompt, checks, split, source, out, floored)
+            at = None if se is None or units < 1 else _scaled(se, prompts, units)
+            out.append(PositionSize(i, at, None, need, drop, divergence=True, prompts=units))
+    if context is not None and context.buckets > 1:
+        for i, se in enumerate(ses):
+            need = None if se is None or prompts < 2 else prompts_within(se, prompts, drop, share, sides=1)
+            at = None if se is None or context.prompts < 1 else _scaled(se, prompts, context.prompts)
+            out.append(PositionSize(i, at, None, need, drop, context=True, prompts=context.prompts))
+    return Sizing(entry, units, drafts_per_prompt, checks, split, source, out, floored)
+
+
+def _scaled(se: float, measured_at: int, prompts: int) -> float:
+    """A standard error measured over `measured_at` prompts, over `prompts` like them (1/√G)."""
+    return se * math.sqrt(measured_at / prompts)
 
 
 def _counts(entry: BaselineEntry) -> tuple[np.ndarray, np.ndarray] | None:
@@ -243,9 +302,11 @@ def size_counts(
     primary: int,
     source: str,
     divergence: int = 0,
+    units: int | None = None,
+    context: ContextSweep | None = None,
 ) -> Sizing:
     """From per-prompt counts (drafts, accepted per position): between-prompt spread × √2, floored by the
-    bursty-drafts model of the same prompts."""
+    bursty-drafts model of the same prompts; `units` the prompts judged (default: these counts' own)."""
 
     def se2(num: np.ndarray) -> float | None:
         se = clustered_ratio(num, drafts).se
@@ -266,13 +327,22 @@ def size_counts(
         source,
         divergence,
         floored=al_floored or any(f for _, f in pos),
+        units=units,
+        context=context,
     )
 
 
 def size_entry(
-    entry: BaselineEntry, gate: GateSpec, checks: int, primary: int = 2, divergence: int = 0
+    entry: BaselineEntry,
+    gate: GateSpec,
+    checks: int,
+    primary: int = 2,
+    divergence: int = 0,
+    units: int | None = None,
+    context: ContextSweep | None = None,
 ) -> Sizing | None:
-    """From the entry's per-prompt counts; None for an entry without them (size_baseline then uses a prior)."""
+    """From the entry's per-prompt counts; None for an entry without them (size_baseline then uses a prior).
+    `units`: the prompts the run judges (a config's), default the entry's own."""
     got = _counts(entry)
     if got is None:
         return None
@@ -288,6 +358,8 @@ def size_entry(
         primary,
         "the baseline's per-prompt counts: between-prompt spread x sqrt(2)",
         divergence,
+        units,
+        context,
     )
 
 
@@ -300,9 +372,12 @@ def size_prior(
     checks: int,
     primary: int,
     divergence: int = 0,
+    units: int | None = None,
+    context: ContextSweep | None = None,
 ) -> Sizing:
     """From the shipped per-prompt counts of the pair class `method` (PRIORS, else the default's), δ on
-    `base_al` (the prior's own AL when None); `why` says why a prior was needed."""
+    `base_al` (the prior's own AL when None); `why` says why a prior was needed. `units`: the prompts judged
+    (the config's or the baseline's own count; None: the prior's, said in the source)."""
     path = PRIORS.get(method, DEFAULT_PRIOR)
     prior = load_baseline(path)
     entry = next(e for e in prior.entries if e.prompts)
@@ -320,8 +395,12 @@ def size_prior(
         checks,
         primary,
         f"a stated prior ({why}): the per-prompt counts of {path.name} ({entry.build}/{entry.mode}, {same}) "
-        "x sqrt(2); a pilot run (size --run) measures the real spread",
+        "x sqrt(2)"
+        + (f", over {len(drafts)} prompts (the judged count is unknown)" if units is None else "")
+        + "; a pilot run (size --run) measures the real spread",
         divergence,
+        units,
+        context,
     )
 
 
@@ -332,22 +411,30 @@ def size_baseline(
     primary: int,
     divergence: int = 0,
     serving: bool | None = None,
+    units: int | None = None,
+    context: ContextSweep | None = None,
 ) -> list[Sizing]:
     """Every entry sized: from its own per-prompt counts, or (rates or pooled counts only) from the prior of
     its pair class, with the entry's own AL as δ's base. Always an answer, each saying where it came from.
-    `serving`: only the entries of that workload (a run is compared with those alone); None: every entry."""
+    `serving`: only the entries of that workload (a run is compared with those alone); None: every entry.
+    `units`: the prompts the run judges (a config's); None: the baseline's own (its per-prompt counts, else
+    its fingerprint's prompt_count)."""
     out = []
     for e in baseline.entries:
         if serving is not None and (e.serving is not None) != serving:
             continue
-        own = size_entry(e, gate, checks, primary, divergence)
+        own = size_entry(e, gate, checks, primary, divergence, units, context)
         if own is not None:
             out.append(own)
             continue
         base_al = 1.0 + sum(e.rates_pct) / 100 if e.rates_pct else None
         why = "the baseline has rates only" if e.counts is None else "the baseline has pooled counts only"
         name = f"{e.build}/{e.mode}"
-        out.append(size_prior(name, baseline.fingerprint.method, base_al, why, gate, checks, primary, divergence))
+        judged = units if units is not None else baseline.fingerprint.prompt_count
+        if units is None and e.serving is not None and e.serving.num_requests is not None:
+            judged = e.serving.num_requests  # a serving entry pools its requests, not the offline set's prompts
+        method = baseline.fingerprint.method
+        out.append(size_prior(name, method, base_al, why, gate, checks, primary, divergence, judged, context))
     return out
 
 

@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.judge.builds import reference_build
+from mtpbench.judge.builds import builds_table
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.drift import drift_findings, round_stats
 from mtpbench.judge.evidence import CellResult, cell_meta, changed_text
 from mtpbench.judge.figdata import BuildsView, CellView, HeatmapGrid, RoundsView
 from mtpbench.judge.findings import Kind
-from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.store.results import Run
 
 
@@ -30,8 +29,26 @@ def value_text(x: Any) -> str:
     return str(getattr(x, "value", x))
 
 
+def _reference_marks(comp: Comparison) -> dict[tuple[str, int], tuple[float | None, bool]]:
+    """(cell, position) → (the rate the weights give, whether the engine is below it): the reference's pooled
+    checks, for the cells no baseline check judged."""
+    if comp.reference is None:
+        return {}
+    return {
+        (a.cell, c.position): (c.reference, c.below)
+        for a in comp.reference.cells
+        for c in a.pooled()
+        if c.position >= 0
+    }
+
+
 def cell_views(comp: Comparison) -> list[CellView]:
     checks = {(x.cell, x.pos): x for x in comp.checks}
+    weights = _reference_marks(comp)
+    failing: dict[str, list[str]] = {}
+    for d in comp.diagnoses:
+        if value_text(d.severity) == "fail":
+            failing.setdefault(d.cell, []).append(d.name)
     out: list[CellView] = []
     for c in comp.cells:
         s = c.summary
@@ -43,6 +60,16 @@ def cell_views(comp: Comparison) -> list[CellView]:
             )
             for r in c.repeats
         ]
+        judged = any((c.cell, i) in checks for i in range(k))
+        held = not judged and any((c.cell, i) in weights for i in range(k))
+        if held:  # no baseline judged the cell: the weights' rates and the engine-below-reference verdict
+            baseline = [weights[(c.cell, i)][0] if (c.cell, i) in weights else None for i in range(k)]
+            verdicts = ["regression" if weights.get((c.cell, i), (None, False))[1] else "" for i in range(k)]
+            marks = "reference (weights)"
+        else:
+            baseline = [checks[(c.cell, i)].base_rate if (c.cell, i) in checks else None for i in range(k)]
+            verdicts = [value_text(checks[(c.cell, i)].verdict) if (c.cell, i) in checks else "" for i in range(k)]
+            marks = "baseline"
         out.append(
             CellView(
                 cell=c.cell,
@@ -50,11 +77,13 @@ def cell_views(comp: Comparison) -> list[CellView]:
                 mode_effective=c.effective.get("cudagraph_mode"),
                 rates=list(s.per_pos),
                 ci=[None if ci is None else (ci.low, ci.high) for ci in s.per_pos_ci],
-                baseline=[checks[(c.cell, i)].base_rate if (c.cell, i) in checks else None for i in range(k)],
-                verdicts=[value_text(checks[(c.cell, i)].verdict) if (c.cell, i) in checks else "" for i in range(k)],
+                baseline=baseline,
+                verdicts=verdicts,
                 repeats=reps,
                 drafts=s.counts.num_drafts,
                 patches=[f"{p.get('name')}: {p.get('status')}" for p in c.patches if isinstance(p, dict)],
+                marks=marks,
+                failed=list(dict.fromkeys(failing.get(c.cell, []))),
             )
         )
     return out
@@ -250,45 +279,7 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
     )
 
 
-def _rate_gap(rate: float | None, ref: float | None) -> float | None:
-    return None if rate is None or ref is None else rate - ref
-
-
 def builds_view(run: Run, comp: Comparison) -> BuildsView | None:
-    """The builds × positions view (judge/builds.py's pairing); None for a run of one build. The findings are
-    the comparison's own: drawn before the diagnoses exist (the painter step), every cell reads unflagged."""
-    ref = reference_build(run.typed.config, comp.cells)
-    if ref is None:
-        return None
-    builds = list(dict.fromkeys(c.build for c in comp.cells))
-    groups = list(dict.fromkeys(f"{c.mode}/{c.variant}" for c in comp.cells))
-    k = max((c.summary.counts.k for c in comp.cells), default=0)
-    by = {(f"{c.mode}/{c.variant}", c.build): c for c in comp.cells}
-    flags = {
-        d.cell: "inconclusive" if d.kind == Kind.INCONCLUSIVE else value_text(d.severity)
-        for d in comp.diagnoses
-        if isinstance(d.payload, BuildDivergence)
-    }
-
-    def rates(group: str, build: str) -> list[float | None]:
-        c = by.get((group, build))
-        return [None] * k if c is None else [c.summary.per_pos[i] if i < c.summary.counts.k else None for i in range(k)]
-
-    table = [[rates(g, b) for b in builds] for g in groups]
-    refs = [rates(g, ref) for g in groups]
-    return BuildsView(
-        reference_build=ref,
-        builds=builds,
-        groups=groups,
-        k=k,
-        rates=table,
-        deltas=[
-            [
-                [None] * k if b == ref else [_rate_gap(r, refs[gi][i]) for i, r in enumerate(table[gi][bi])]
-                for bi, b in enumerate(builds)
-            ]
-            for gi in range(len(groups))
-        ],
-        al=[[None if (g, b) not in by else by[(g, b)].summary.acceptance_length for b in builds] for g in groups],
-        flagged=[[flags.get(by[(g, b)].cell, "") if (g, b) in by else "" for b in builds] for g in groups],
-    )
+    """The builds × positions view (judge/builds.py's builds_table, which the Comparison carries); None for a
+    run of one build. Drawn before the diagnoses exist (the painter step), every cell reads unflagged."""
+    return comp.builds if comp.builds is not None else builds_table(run.typed.config, comp.cells, comp.diagnoses)

@@ -80,10 +80,10 @@ def _verdict_text(comp: Comparison) -> str:
 
 
 class Figures:
-    """The report's two figures, handed to a Painter as soon as their data are known: once the run's cells
-    are measured (the painter step of cli/judge_cmds.judge_run), before its diagnoses, which this process
-    then makes while the painter draws. The bars go first: the heat map's data take this process as long
-    to compute as the bars take the painter to draw."""
+    """The report's figures, handed to a Painter as soon as their data are known: the heat map (and the soak
+    and context figures) once the run's cells are measured (the painter step of cli/judge_cmds.judge_run),
+    before its diagnoses, which this process then makes while the painter draws; the bars and the builds
+    once the run is judged (`judged`), since they show its verdicts."""
 
     def __init__(self, painter: Painter, svg: bool, png_dir: Path | None) -> None:
         self.painter, self.svg, self.png_dir = painter, svg, png_dir
@@ -95,21 +95,27 @@ class Figures:
         self.painter.submit(Job(name, name, args, self.svg, png))
 
     def measured(self, run: Run, comp: Comparison) -> None:
-        title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
-        self._submit("acceptance", (views.cell_views(comp), title))
+        """The figures that need only the measured cells (the painter step, before the diagnoses)."""
         self.changed = changed_text(comp.cells)
         k = run.typed.k
         hm = views.heatmap(run, comp.cells, k, changed=self.changed)
         self.rows = hm.rows
         self._submit("heatmap", (hm.grid(k), page_words.heatmap_title(hm.rows)))
-        bv = views.builds_view(run, comp)
-        if bv is not None:  # a run of several builds: the builds side by side
-            self._submit("builds", (bv, f"builds against reference build {bv.reference_build}"))
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
         if comp.context:  # a context sweep: acceptance per context bucket (judge/context.py)
             self._submit("context", (comp.context, PLOT_TITLE))
+
+    def judged(self, run: Run, comp: Comparison) -> None:
+        """The figures that show verdicts, drawn from the judged comparison: the bars (a failing position red,
+        the baseline's or the weights' rates marked, a failing cell's findings in its title) and the builds
+        (each build's build-divergence): drawn before the diagnoses, a PNG carried no failure at all."""
+        title = f"run {comp.run_id}" + (f" vs {comp.baseline}" if comp.baseline else "")
+        self._submit("acceptance", (views.cell_views(comp), title))
+        bv = views.builds_view(run, comp)
+        if bv is not None:  # a run of several builds: the builds side by side
+            self._submit("builds", (bv, f"builds against reference build {bv.reference_build}"))
 
     def drawn(self) -> dict[str, Drawn]:
         return self.painter.results()
@@ -118,15 +124,18 @@ class Figures:
 def _diagnoses(comp: Comparison) -> str:
     if not comp.diagnoses:
         return "<p>No diagnoses: every check passed.</p>"
-    from mtpbench.render.words import cause_text, finding_message
+    from mtpbench.render.words import cause_text, finding_message, severity_word
 
     items = []
     for d in comp.diagnoses:
-        sev = enum_text(d.severity)
+        word = severity_word(d)
+        # An inconclusive finding (exit 5) wears the warning's colour, not the regression's.
+        sev = "warn" if word == "INCONCLUSIVE" else enum_text(d.severity)
+        name = "" if d.name == word.lower() else f" <b>{_e(d.name)}</b>"
         why = cause_text(d)
         cause = f'<br><span class="cause">likely cause: {_e(why)}</span>' if why else ""
         items.append(
-            f'<li><span class="sev sev-{_e(sev)}">{_e(sev.upper())}</span> <b>{_e(d.name)}</b> '
+            f'<li><span class="sev sev-{_e(sev)}">{_e(word)}</span>{name} '
             f"<code>{_e(d.cell)}</code>: {_e(finding_message(d))}{cause}</li>"
         )
     return '<ul class="diag">' + "".join(items) + "</ul>"
@@ -346,6 +355,8 @@ def write_report(
         figures = Figures(Painter(None), html_path is not None, png_dir)
     if not figures.painter.jobs:  # not measured yet: drawn here, in this process
         figures.measured(run, comp)
+    if not any(job.name == "acceptance" for job in figures.painter.jobs):  # not judged yet either
+        figures.judged(run, comp)
     drawn = figures.drawn()
     order = ["acceptance", "heatmap", "rounds", "builds", "context"]
     pngs = [p for p in (drawn[n].png for n in order if n in drawn) if p is not None]
@@ -362,36 +373,29 @@ def write_report(
     return Rendered(html_path, pngs)
 
 
-def _signed_pts(x: float | None) -> str:
-    return "" if x is None else f"{100 * x:+.1f}"
-
-
 def _builds_section(bv: BuildsView | None, svg: str | None) -> str:
     """The builds × positions table (and figure): per mode/variant and build, each position's acceptance and
     its gap to the reference build, the AL, and the build-divergence verdict (views.builds_view's numbers)."""
     if bv is None:
         return ""
+    from mtpbench.render.report import builds_rows
     from mtpbench.render.words.builds import BUILDS_CAPTION, BUILDS_TABLE_NOTE
 
     head = ["mode/variant", "build", *[f"pos{i} % (Δ pts)" for i in range(bv.k)], "AL pooled", "build-divergence"]
     th = "".join(f'<th class="l">{_e(h)}</th>' if n < 2 else f"<th>{_e(h)}</th>" for n, h in enumerate(head))
+    # The numbers are report.builds_rows', as the console and the Markdown show them.
+    _cols, table = builds_rows(bv)
+    names = [(group, build) for group in bv.groups for build in bv.builds]
     rows = []
-    for gi, group in enumerate(bv.groups):
-        for bi, build in enumerate(bv.builds):
-            flag = bv.flagged[gi][bi]
-            ref = " (reference)" if build == bv.reference_build else ""
-            al = bv.al[gi][bi]
-            pos = "".join(
-                f"<td>{_pct(bv.rates[gi][bi][i])}"
-                + (f" ({_e(_signed_pts(bv.deltas[gi][bi][i]))})" if bv.deltas[gi][bi][i] is not None else "")
-                + "</td>"
-                for i in range(bv.k)
-            )
-            cls = ' class="regression"' if flag == "fail" else ""
-            rows.append(
-                f'<tr><td class="l">{_e(group)}</td><td class="l"><code>{_e(build)}</code>{_e(ref)}</td>{pos}'
-                f"<td>{'–' if al is None else f'{al:.2f}'}</td><td{cls}>{_e(flag or 'none')}</td></tr>"
-            )
+    for (group, build), row in zip(names, table, strict=True):
+        *pos, (al, _, _), (flag, _, _) = row[2:]
+        ref = " (reference)" if build == bv.reference_build else ""
+        cells = "".join(f"<td>{_e(main)}" + (f" {_e(detail)}" if detail else "") + "</td>" for main, detail, _ in pos)
+        cls = ' class="regression"' if flag == "fail" else ""
+        rows.append(
+            f'<tr><td class="l">{_e(group)}</td><td class="l"><code>{_e(build)}</code>{_e(ref)}</td>{cells}'
+            f"<td>{_e(al)}</td><td{cls}>{_e(flag)}</td></tr>"
+        )
     figure = f'<figure id="fig-builds">{svg}<figcaption>{_e(BUILDS_CAPTION)}</figcaption></figure>' if svg else ""
     return (
         f'<section id="builds"><h2>Builds × positions</h2>{figure}'

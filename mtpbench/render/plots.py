@@ -121,8 +121,10 @@ def _layout(fig: Figure, suptitle: Text | None = None) -> None:
 
 
 def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
-    """One panel per cell: bars = pooled per-position acceptance, whiskers = its 95 % interval, black bar
-    = the baseline, dots = the repeats (fresh processes; a spread of dots is cross-process instability)."""
+    """One panel per cell: bars = pooled per-position acceptance (red where it failed), whiskers = its 95 %
+    interval, black bar = the baseline (or, for a run held against its weights, the rates the weights give),
+    dots = the repeats (fresh processes; a spread of dots is cross-process instability); a failing cell's
+    title names its failing findings."""
     plt = require()
     n = max(len(views), 1)
     ncols = min(n, 3)
@@ -144,7 +146,7 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
         base = [_pct(b) for b in v.baseline]
         if any(not math.isnan(b) for b in base):
             ax.hlines(
-                base, [x - 0.38 for x in xs], [x + 0.38 for x in xs], colors="black", lw=2.2, zorder=4, label="baseline"
+                base, [x - 0.38 for x in xs], [x + 0.38 for x in xs], colors="black", lw=2.2, zorder=4, label=v.marks
             )
         for j, (label, rates) in enumerate(v.repeats):
             off = (j - (len(v.repeats) - 1) / 2) * 0.09
@@ -163,7 +165,12 @@ def acceptance_figure(views: list[CellView], title: str = "") -> Figure:
         mode = v.mode_effective or "?"
         if v.mode_requested and v.mode_requested != v.mode_effective:
             mode = f"{v.mode_requested}→{v.mode_effective}"
-        ax.set_title(f"{v.cell}\n{mode}, {v.drafts} drafts", fontsize=8)
+        failed = f"\nFAIL {', '.join(v.failed)}" if v.failed else ""
+        ax.set_title(
+            f"{v.cell}\n{mode}, {v.drafts} drafts{failed}",
+            fontsize=8,
+            color=VERDICT_COLOR["regression"] if failed else "black",
+        )
         ax.legend(fontsize=6, loc="lower left", framealpha=0.7)
     axes[0][0].set_ylabel("acceptance %")
     _layout(fig, fig.suptitle(title, fontsize=10) if title else None)

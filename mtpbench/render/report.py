@@ -24,11 +24,13 @@ from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge.checks import LengthCheck
 from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
+from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings_context import ContextTable
 from mtpbench.render.reference import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
-from mtpbench.render.words import cause_text, finding_message, verdict_text
+from mtpbench.render.words import cause_text, finding_head, finding_message, severity_word, verdict_text
+from mtpbench.render.words.builds import BUILDS_TITLE, builds_outcome, builds_summary
 from mtpbench.render.words.context import BUCKET_HEADERS, bucket_cells
 from mtpbench.render.words.context import TABLE_TITLE as CONTEXT_TITLE
 from mtpbench.render.words.reference import reference_title
@@ -197,6 +199,51 @@ def context_rows(tables: list[ContextTable]) -> tuple[list[Column], list[list[Ce
     return cols, rows
 
 
+def builds_rows(bv: BuildsView) -> tuple[list[Column], list[list[Cell]]]:
+    """The builds × positions table (judge/builds.py's builds_table): per mode/variant and build, each
+    position's acceptance with its gap to the reference build, the AL and the build-divergence finding."""
+    cols: list[Column] = [("mode/variant", "", "left"), ("build", "", "left")]
+    cols += [(f"pos{i} %", "(Δ pts)", "right") for i in range(bv.k)]
+    cols += [("AL", "pooled", "right"), ("build-divergence", "", "left")]
+    rows: list[list[Cell]] = []
+    for gi, group in enumerate(bv.groups):
+        for bi, build in enumerate(bv.builds):
+            flag = bv.flagged[gi][bi]
+            ref = " (reference)" if build == bv.reference_build else ""
+            row: list[Cell] = [(group, "", ""), (build + ref, "", "")]
+            for i in range(bv.k):
+                delta = bv.deltas[gi][bi][i]
+                row.append((pct(bv.rates[gi][bi][i]), "" if delta is None else f"({pts(delta)})", ""))
+            al = bv.al[gi][bi]
+            style = "bold red" if flag == "fail" else "bold yellow" if flag == "inconclusive" else ""
+            row += [("–" if al is None else f"{al:.2f}", "", ""), (flag or "none", "", style)]
+            rows.append(row)
+    return cols, rows
+
+
+def builds_document(bv: BuildsView, tolerance_pts: float) -> dict[str, Any]:
+    """The JSON's `builds` section: the outcome, its sentence and the table, one row per mode/variant × build."""
+    return {
+        "reference_build": bv.reference_build,
+        "builds": bv.builds,
+        "divergence": builds_outcome(bv),
+        "summary": builds_summary(bv, tolerance_pts),
+        "rows": [
+            {
+                "group": group,
+                "build": build,
+                "reference": build == bv.reference_build,
+                "per_pos": _jsonable(bv.rates[gi][bi]),
+                "delta_vs_reference": _jsonable(bv.deltas[gi][bi]),
+                "acceptance_length": _jsonable(bv.al[gi][bi]),
+                "build_divergence": bv.flagged[gi][bi] or "none",
+            }
+            for gi, group in enumerate(bv.groups)
+            for bi, build in enumerate(bv.builds)
+        ],
+    }
+
+
 def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
     t = Table(
         title=title or None,
@@ -252,10 +299,12 @@ def checks_table(checks: list[PositionCheck], baseline: str | None, ci: bool = T
 def diagnosis_text(d: Finding, expected: bool = False) -> Text:
     """One finding; `expected`: a FAIL the caller injected on purpose (the selftest's fault), labelled so."""
     t = Text()
-    t.append(f"{d.severity.value.upper():4} ", style=STYLE.get(d.severity, ""))
+    word = severity_word(d)
+    t.append(f"{word:4} ", style="bold yellow" if word == "INCONCLUSIVE" else STYLE.get(d.severity, ""))
     if expected and d.severity == Severity.FAIL:
         t.append(f"{EXPECTED_FAIL} ", style="bold")
-    t.append(f"{d.name} ", style="bold")
+    if d.name != word.lower():
+        t.append(f"{d.name} ", style="bold")
     t.append(f"{d.cell}: {finding_message(d)}")
     if cause_text(d):
         t.append(f"\n       likely cause: {cause_text(d)}", style="dim")
@@ -290,6 +339,10 @@ def comparison_renderable(
         parts.append(rich_table(*reference_rows(comp.reference), reference_title(comp.run_id)))
     if comp.context:
         parts.append(rich_table(*context_rows(comp.context), CONTEXT_TITLE))
+    if comp.builds is not None:
+        parts.append(rich_table(*builds_rows(comp.builds), BUILDS_TITLE))
+        style = {"none": "green", "inconclusive": "bold yellow"}.get(builds_outcome(comp.builds), "bold red")
+        parts.append(Text(builds_summary(comp.builds, comp.gate.divergence_pts), style=style))
     parts.extend(diagnosis_text(d, d.cell in expected) for d in comp.diagnoses)
     parts.append(verdict_line(comp, expected))
     return Group(*parts)
@@ -341,6 +394,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
         **({"context": _jsonable(comp.context)} if comp.context else {}),
+        **({"builds": builds_document(comp.builds, comp.gate.divergence_pts)} if comp.builds is not None else {}),
         "findings": [
             {
                 "kind": f.name,
@@ -376,11 +430,14 @@ def comparison_markdown(comp: Comparison) -> str:
         lines += ["", f"**{reference_title(comp.run_id)}**", "", *markdown_table(*reference_rows(comp.reference))]
     if comp.context:
         lines += ["", f"**{CONTEXT_TITLE}**", "", *markdown_table(*context_rows(comp.context))]
+    if comp.builds is not None:
+        lines += ["", f"**{BUILDS_TITLE}**", "", *markdown_table(*builds_rows(comp.builds))]
+        lines += ["", builds_summary(comp.builds, comp.gate.divergence_pts)]
     if comp.diagnoses:
         lines.append("")
         for d in comp.diagnoses:
             cause = f" — likely cause: {cause_text(d)}" if cause_text(d) else ""
-            lines.append(f"- **{d.severity.value.upper()} {d.name}** `{d.cell}`: {finding_message(d)}{cause}")
+            lines.append(f"- **{finding_head(d)}** `{d.cell}`: {finding_message(d)}{cause}")
     return "\n".join(lines) + "\n"
 
 

@@ -19,12 +19,15 @@ def _num(p: PositionSize, x: float | None) -> str:
 
 
 def _check_name(p: PositionSize) -> str:
+    if p.context:
+        return f"context pos{p.pos} (decay)"
     if p.divergence:
         return f"graph pos{p.pos} (divergence)"
     return ("AL" if p.pos == AL else f"pos{p.pos}") + (" (primary)" if p.primary else " (diagnosis)")
 
 
-def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None) -> Group:
+def sizing_table(sizes: list[Sizing], gate: GateSpec, whose: str | None = None) -> Group:
+    """`whose`: whose prompts the rows judge, said in the last line ("the config's"); None: each entry's own."""
     if not sizes:
         return Group(Text("sizing: the pilot run has no checks with a spread to size from", style="yellow"))
     s0 = sizes[0]
@@ -35,27 +38,32 @@ def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None
     )
     sources = list(dict.fromkeys(s.source for s in sizes))
     floored = any(s.floored for s in sizes)
+    context = any(p.context for s in sizes for p in s.positions)
     head = Text(
         f"sizing: to certify {what} ({100 * gate.power:g} % power, {100 * gate.false_alarm:g} % false alarms per "
-        f"run over {s0.checks} checks, one-sided α {s0.split.primary:.2g} per primary check, "
-        f"{s0.split.diagnosis:.2g} per diagnosis; {100 * gate.confidence:g} % confidence); "
+        f"run over {s0.checks} checks, one-sided α "
+        + (f"{s0.split.primary:.2g} per primary check, " if s0.split.primary else "")
+        + f"{s0.split.diagnosis:.2g} per diagnosis; {100 * gate.confidence:g} % confidence); "
         f"spread from {'; '.join(sources)}"
         + (", floored by the spread bursty drafts give (benchmarks/gate_power.py's `bursty` level)" if floored else "")
         + ". Diagnosis rows: the prompts at which that check alone reaches the power; graph rows: the prompts at "
-        f"which a harmless graph cell stays within {gate.divergence_pts:g} pts of eager",
+        f"which a harmless graph cell stays within {gate.divergence_pts:g} pts of eager"
+        + (
+            f"; context rows: the prompts per bucket at which a harmless longer bucket stays within "
+            f"{gate.divergence_pts:g} pts of the first (context decay pairs one bucket's prompts)"
+            if context
+            else ""
+        ),
         style="bold",
     )
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("entry", "prompts", "drafts/prompt", "check", "δ", "se", "detectable", "prompts needed", ""):
         t.add_column(col, justify="left" if col in ("entry", "check", "") else "right")
-    have = prompts
     for s in sizes:
         for p in s.positions:
-            n = have if have is not None else s.prompts
-            ok = p.prompts_needed is not None and n >= p.prompts_needed
             t.add_row(
                 s.entry,
-                str(s.prompts),
+                f"{p.prompts} per bucket" if p.context else str(p.prompts),
                 f"{s.drafts_per_prompt:.0f}",
                 _check_name(p),
                 _num(p, p.drop),
@@ -63,26 +71,39 @@ def sizing_table(sizes: list[Sizing], gate: GateSpec, prompts: int | None = None
                 _num(p, p.detectable),
                 "–" if p.prompts_needed is None else str(p.prompts_needed),
                 Text(
-                    "enough" if ok else "too few",
-                    style="green" if ok else "yellow" if p.fails_harmless else "dim",
+                    "enough" if p.enough else "too few",
+                    style="green" if p.enough else "yellow" if p.fails_harmless else "dim",
                 ),
             )
-    return Group(head, t, Text(needed_line(sizes, prompts), style="bold"))
+    return Group(head, t, Text(needed_line(sizes, whose), style="bold"))
 
 
-def needed_line(sizes: list[Sizing], prompts: int | None = None) -> str:
-    """One line: the prompts the run needs (every check that can fail a harmless run) against what it has."""
-    needs = [s.prompts_needed for s in sizes]
-    if not needs or any(n is None for n in needs):
+def needed_line(sizes: list[Sizing], whose: str | None = None) -> str:
+    """One line: what the run needs (every check that can fail a harmless run, each in the units it pairs:
+    prompts, or a context sweep's prompts per bucket) against what it has."""
+    rows = [p for s in sizes for p in s.positions if p.fails_harmless]
+    if not rows or any(p.prompts_needed is None for p in rows):
         return "prompts needed: unknown (an entry has fewer than two prompts to size from)"
-    need = max(n for n in needs if n is not None)
-    which = "the primary endpoint" + (" and graph divergence" if any(p.divergence for p in sizes[0].positions) else "")
-    line = f"prompts needed: {need} ({which}: every check that can fail a harmless run)"
-    if prompts is None:
-        return line
-    if prompts >= need:
-        return f"{line}; the config's {prompts} prompts certify δ on a healthy build"
+    parts: list[str] = []
+    have: list[str] = []
+    whole = [p for p in rows if not p.context]
+    if whole:
+        need = max(p.prompts_needed or 0 for p in whole)
+        which = "the primary endpoint" if any(p.primary for p in whole) else ""
+        if any(p.divergence for p in whole):
+            which = f"{which} and graph divergence" if which else "graph divergence"
+        parts.append(f"{need} ({which})")
+        have.append(f"{whole[0].prompts} prompts")
+    bucket = [p for p in rows if p.context]
+    if bucket:
+        need = max(p.prompts_needed or 0 for p in bucket)
+        parts.append(f"{need} per context bucket (context decay)")
+        have.append(f"{bucket[0].prompts} prompts per bucket")
+    line = f"prompts needed: {', '.join(parts)}: every check that can fail a harmless run"
+    owner = whose or ("its" if len(sizes) == 1 else "each entry's")
+    if all(p.enough for p in rows):
+        return f"{line}; {owner} {' and '.join(have)} certify δ on a healthy build"
     return (
-        f"{line}; the config's {prompts} prompts are too few: a healthy build is expected to be inconclusive "
+        f"{line}; {owner} {' and '.join(have)} are too few: a healthy build is expected to be inconclusive "
         "(exit 5) here, while a collapse far beyond δ still fails (exit 1)"
     )

@@ -148,6 +148,9 @@ class BaselineFingerprint(Strict):
     method: str
     num_speculative_tokens: StrictInt = Field(gt=0, le=64)
     prompts_sha256: str | None = None
+    # How many prompts the numbers pool: what `mtpbench size` judges a baseline without per-prompt counts by
+    # (a published golden's prompt set). Null: unknown (its per-prompt counts, when it has them, say it).
+    prompt_count: StrictInt | None = Field(None, gt=0)
     sampling: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -43,7 +43,7 @@ def test_show_of_a_run_whose_config_names_a_baseline_says_so(make_run: Callable[
     named = invoke("show", make_run({"cpu/eager/stock": [GOOD, GOOD]}))  # the config names the published one
     assert "no baseline given" not in named.stdout
     assert f"not compared with the baseline the run's config names ({PUBLISHED})" in named.stdout
-    assert f"`mtpbench compare RUN {PUBLISHED}`" in named.stdout
+    assert f" --baseline {PUBLISHED}`" in named.stdout  # the command itself: tests/cli/test_verdict_words.py
 
 
 def test_show_of_a_run_without_a_baseline_still_says_none_was_given(

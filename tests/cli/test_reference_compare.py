@@ -94,3 +94,41 @@ def test_the_html_report_tables_the_reference(make_run: Callable[..., Path], tmp
     assert f'<td class="l">{CELL}</td>' in table
     assert '<td class="regression">90.9 / 100.0 ▼<br>Δ -9.1</td>' in table
     assert "engine-below-reference" in text
+
+
+def test_the_report_figure_of_a_run_below_its_weights_shows_the_reference_and_the_failure(
+    make_run: Callable[..., Path],
+) -> None:
+    # Issue 37 item 10: `report --png` of a run that failed engine-below-reference drew plain grey bars.
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    from mtpbench.judge.compare import analyze
+    from mtpbench.judge.views import cell_views
+    from mtpbench.render.plots import VERDICT_COLOR, acceptance_figure
+    from mtpbench.store.results import load_run
+
+    run = _replayed(make_run)
+    comp = analyze(load_run(run))  # no baseline given: the reference alone judges the run
+    assert comp.exit_code == 1
+    (view,) = cell_views(comp)
+    assert view.marks == "reference (weights)" and view.baseline == [1.0, 1.0, 1.0]
+    assert view.verdicts == ["", "", "regression"] and view.failed == ["engine-below-reference"]
+    fig = acceptance_figure([view])
+    ax = fig.axes[0]
+    assert "FAIL engine-below-reference" in ax.get_title()
+    assert "reference (weights)" in ax.get_legend_handles_labels()[1]
+    bars = [to_hex(p.get_facecolor()) for p in ax.patches]
+    assert bars[2] == VERDICT_COLOR["regression"] and bars[0] != VERDICT_COLOR["regression"]
+    # What `report` hands its painter is that view: drawn from the judged run, not from its cells alone.
+    from mtpbench.cli.judge_cmds import judge_run
+    from mtpbench.render.htmlreport import Figures
+    from mtpbench.render.painter import Painter
+
+    collector = Painter(None)
+    judge_run(load_run(run), None, figures=Figures(collector, svg=False, png_dir=run.parent / "png"))
+    (bars,) = [job.args[0] for job in collector.jobs if job.name == "acceptance"]
+    assert bars[0].marks == "reference (weights)" and bars[0].failed == ["engine-below-reference"]
+    png = run.parent / "png"
+    assert invoke("report", run, "--html", run.parent / "r.html", "--png", png).exit_code == 0
+    assert (png / "acceptance.png").stat().st_size > 0

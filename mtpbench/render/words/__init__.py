@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import Finding, Kind
 from mtpbench.render.words.builds import msg_build_divergence
 from mtpbench.render.words.causes import CAUSE_TEXT
@@ -79,11 +80,13 @@ __all__ = [
     "certified_text",
     "check_message",
     "ci_text",
+    "finding_head",
     "finding_line",
     "finding_message",
     "length_message",
     "pct",
     "pts",
+    "severity_word",
     "verdict_text",
 ]
 
@@ -133,6 +136,21 @@ def cause_text(f: Finding) -> str:
     return CAUSE_TEXT.get(f.cause, "")
 
 
+def severity_word(f: Finding) -> str:
+    """The word a finding is printed under: its severity, except that a failing finding whose exit is 5 is
+    INCONCLUSIVE, not FAIL (FAIL reads as a regression, exit 1)."""
+    if f.exit_code == ExitCode.INCONCLUSIVE:
+        return "INCONCLUSIVE"
+    return f.severity.value.upper()
+
+
+def finding_head(f: Finding) -> str:
+    """`FAIL graph-divergence`, `INCONCLUSIVE underpowered`, or `INCONCLUSIVE` alone for the kind
+    `inconclusive` (never "FAIL inconclusive")."""
+    word = severity_word(f)
+    return word if f.name == word.lower() else f"{word} {f.name}"
+
+
 def finding_line(f: Finding) -> str:
     """One line, e.g. for a CI annotation: severity, kind, cell, what was seen."""
-    return f"{f.severity.value.upper()} {f.name} {f.cell}: {finding_message(f)}"
+    return f"{finding_head(f)} {f.cell}: {finding_message(f)}"

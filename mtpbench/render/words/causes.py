@@ -27,6 +27,9 @@ CAUSE_TEXT: dict[Cause, str] = {
     "prompts (identical greedy repeats count once, so more repeats do not help)",
     Cause.NO_BASELINE_ENTRY: "a build or mode was renamed, or the baseline predates it",
     Cause.INCOMPLETE_REPEATS: "an engine crashed, timed out or was interrupted: see the run's logs/",
+    Cause.RECORDS_SHORT: "the run's records file (records.jsonl) holds fewer prompts than its manifest says these "
+    "repeats finished: the file was truncated or edited after the run (or a worker exited 0 without writing "
+    "them), not an engine crash; restore the file from a copy, or rerun the cells",
     Cause.PLATFORM_DOWNGRADE: "the platform has no such graph mode and vLLM ran NONE instead",
     Cause.ENGINE_FEATURE: "the draft path under this engine feature (prefix-cache hits skipping the drafter's "
     "prefill, chunked prefill splitting it, batching or async scheduling changing what the draft step reads): "

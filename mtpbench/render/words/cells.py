@@ -52,7 +52,13 @@ def msg_run_failed(n: RunFailed) -> str:
     if not n.excluded:
         return "the run did not finish"
     parts = [
-        f"r{e.repeat} (PYTHONHASHSEED={e.hash_seed}) {e.status}, {e.prompts}/{e.expected} prompts" for e in n.excluded
+        f"r{e.repeat} (PYTHONHASHSEED={e.hash_seed}) "
+        + (
+            f"finished by the manifest, but records.jsonl holds {e.prompts}/{e.expected} of its prompts"
+            if e.status == "ok"
+            else f"{e.status}, {e.prompts}/{e.expected} prompts"
+        )
+        for e in n.excluded
     ]
     return (
         f"{len(n.excluded)} of {n.repeats} repeats left out of every verdict: {'; '.join(parts)}; "

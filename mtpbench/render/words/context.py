@@ -54,14 +54,15 @@ def trend_text(buckets: list[ContextBucket]) -> str:
 def msg_context_decay(n: ContextDecay) -> str:
     return (
         f"acceptance falls with context: pos{n.pos} {pct(n.run_rate)} % behind {n.tokens} tokens vs "
-        f"{pct(n.reference_rate)} % behind {n.reference_tokens} ({pts(n.delta)} pts, CI {delta_ci(n.ci)}, "
+        f"{pct(n.reference_rate)} % in the {n.reference_tokens}-token bucket ({pts(n.delta)} pts, CI {delta_ci(n.ci)}, "
         f"{n.prompts} prompts paired, beyond the {n.tolerance_pts:g}-pt tolerance); {trend_text(n.buckets)}"
     )
 
 
 def msg_context_inconclusive(n: ContextDecay) -> str:
     return (
-        f"pos{n.pos} behind {n.tokens} tokens is {pts(n.delta)} pts below {n.reference_tokens}, beyond the "
+        f"pos{n.pos} behind {n.tokens} tokens is {abs(100 * n.delta):.1f} pts below the {n.reference_tokens}-token "
+        "bucket, beyond the "
         f"{n.tolerance_pts:g}-pt tolerance, but the data cannot support it (CI {delta_ci(n.ci)}, {n.prompts} "
         "prompts)"
     )

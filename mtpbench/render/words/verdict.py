@@ -4,11 +4,13 @@ and what a pass certifies (the drop ruled out, where, at what confidence). Its c
 
 from __future__ import annotations
 
+import shlex
+
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Comparison, Severity, Verdict
+from mtpbench.judge.compare import Cause, Comparison, Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
 
-__all__ = ["EXPECTED_FAIL", "certified_text", "reproduction_note", "verdict_text"]
+__all__ = ["EXPECTED_FAIL", "certified_text", "compare_command", "reproduction_note", "verdict_text"]
 
 # The label of a FAIL the selftest injected on purpose: its fault cells must fail for the selftest to pass.
 EXPECTED_FAIL = "(expected: the injected fault must fail)"
@@ -25,6 +27,11 @@ def reproduction_note(prompts: int) -> str:
     )
 
 
+def compare_command(run_path: str | None, baseline: str) -> str:
+    """The `compare` command line that judges a run against a baseline, as it runs when pasted."""
+    return shlex.join(["mtpbench", "compare", run_path or "RUN", "--baseline", baseline])
+
+
 def certified_text(comp: Comparison) -> str:
     """What a pass certifies, in words: the drop ruled out, where, and at what confidence over the run."""
     if not comp.checks and not comp.lengths and comp.baseline:
@@ -32,7 +39,7 @@ def certified_text(comp: Comparison) -> str:
     if not comp.checks and not comp.lengths and comp.config_baseline:
         return (
             f"not compared with the baseline the run's config names ({comp.config_baseline}), so no drop is "
-            f"ruled out here: `mtpbench compare RUN {comp.config_baseline}` judges the run against it"
+            f"ruled out here: `{compare_command(comp.run_path, comp.config_baseline)}` judges the run against it"
         )
     if not comp.checks and not comp.lengths:
         return "no baseline given, so no drop is ruled out"
@@ -88,4 +95,10 @@ def verdict_text(comp: Comparison) -> str:
             prompts = max((c.prompts_expected for c in comp.cells), default=0)
             line += f"; {reproduction_note(prompts)}"
         return line
+    failed = [d for d in comp.diagnoses if d.exit_code == ExitCode.RUN_FAILED]
+    if failed and all(d.cause == Cause.RECORDS_SHORT for d in failed):
+        return (
+            "INCOMPLETE: the records file holds fewer prompts than the manifest says the repeats finished; those "
+            "repeats were left out of the verdicts (exit 3)"
+        )
     return "INCOMPLETE: some repeats did not finish and were left out of the verdicts (exit 3)"

@@ -107,7 +107,7 @@ def test_acceptance_that_falls_with_context_beyond_the_tolerance_is_context_deca
     assert n["delta"] == pytest.approx(-0.18, abs=1e-6)
     assert [b["tokens"] for b in n["buckets"]] == BUCKETS
     text = finding_message(found[0])
-    assert "pos2 70.0 % behind 512 tokens vs 88.0 % behind 0" in text and "-18.0 pts" in text
+    assert "pos2 70.0 % behind 512 tokens vs 88.0 % in the 0-token bucket" in text and "-18.0 pts" in text
     assert "0 → 256 → 512 tokens" in text
     assert comp.exit_code == ExitCode.REGRESSION
 
@@ -139,6 +139,20 @@ def test_a_fall_beyond_the_tolerance_on_too_few_noisy_prompts_is_inconclusive(tm
     assert len(inc) == 1 and inc[0].numbers["tokens"] == 512
     assert "but the data cannot support it" in finding_message(inc[0])
     assert comp.exit_code == ExitCode.INCONCLUSIVE
+
+
+def test_an_inconclusive_context_fall_is_worded_inconclusive_below_the_first_bucket(tmp_path: Path) -> None:
+    # Issue 37 item 13: it read "FAIL inconclusive … -9.3 pts below 0" (exit 5; 0 meant the 0-token bucket).
+    from mtpbench.render.report import diagnosis_text
+    from mtpbench.render.words import finding_line
+
+    noisy = {0: [GOOD, GOOD, GOOD], 256: [GOOD, GOOD, GOOD], 512: [GOOD, GOOD, [90.0, 60.0, 30.0]]}
+    comp = judged(tmp_path, noisy)
+    (inc,) = [d for d in comp.diagnoses if d.kind == Kind.INCONCLUSIVE]
+    text = finding_message(inc)
+    assert "pts below the 0-token bucket" in text and "below 0," not in text and "is -" not in text
+    for line in (diagnosis_text(inc).plain, finding_line(inc), comparison_markdown(comp)):
+        assert "FAIL" not in line and "INCONCLUSIVE" in line
 
 
 def test_per_bucket_acceptance_is_in_the_comparison_json_and_markdown(tmp_path: Path) -> None:

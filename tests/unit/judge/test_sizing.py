@@ -153,3 +153,81 @@ def test_dry_run_of_the_seed_reproduction_says_a_healthy_build_is_inconclusive()
     cfg = ROOT / "configs" / "gemma4-mtp-ascend.yaml"
     dry = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env={"COLUMNS": "200"})
     assert "the config's 5 prompts are too few: a healthy build is expected to be inconclusive" in dry.stdout
+
+
+def _table_rows(out: str, check: str) -> list[list[str]]:
+    """The sizing table's rows of one check, split on runs of two or more spaces."""
+    import re
+
+    return [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if check in line]
+
+
+def test_the_context_sweep_is_sized_per_bucket_with_its_context_decay_rows() -> None:
+    # Issue 37 item 6: the dry-run said "the config's 64 prompts certify δ" (16 prompts × 4 buckets counted
+    # as 64), while context-decay pairs the 16 prompts of a bucket with the first bucket's.
+    cfg = ROOT / "configs" / "tiny-gemma4-mtp-context.yaml"
+    dry = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env={"COLUMNS": "220"})
+    assert dry.exit_code == 0, dry.output
+    assert "64 prompts certify" not in dry.stdout
+    rows = _table_rows(dry.stdout, "context pos")
+    assert [r[3] for r in rows] == ["context pos0 (decay)", "context pos1 (decay)", "context pos2 (decay)"]
+    assert all(r[1] == "16 per bucket" for r in rows)
+    needed = max(int(r[7]) for r in rows)
+    assert f"prompts needed: {needed} per context bucket (context decay)" in dry.stdout
+    verdict = "certify δ" if needed <= 16 else "are too few"
+    assert f"the config's 16 prompts per bucket {verdict}" in dry.stdout
+
+
+def test_the_shipped_release_sweep_certifies_what_its_verdict_claims() -> None:
+    # Issue 37 item 7: its dry-run said 150 prompts were too few (152 needed): a healthy release that is not
+    # bit-identical to the reference was expected inconclusive while the sweep is shown as "every release equal".
+    cfg = ROOT / "configs" / "tiny-gemma4-mtp-releases.yaml"
+    dry = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env={"COLUMNS": "220"})
+    assert dry.exit_code == 0, dry.output
+    assert "the config's 150 prompts certify δ on a healthy build" in dry.stdout
+    assert "too few: a healthy build" not in dry.stdout
+
+
+def test_sizing_shows_and_judges_the_configs_own_prompt_count_not_the_priors() -> None:
+    # Issue 37 item 8: the "prompts" column said 150 (the prior's HumanEval count) for a 5-prompt config.
+    cfg = ROOT / "configs" / "gemma4-mtp-ascend.yaml"
+    dry = CliRunner().invoke(app, ["run", str(cfg), "--dry-run"], env={"COLUMNS": "220"})
+    rows = _table_rows(dry.stdout, "(primary)")
+    assert rows and all(r[1] == "5" for r in rows), rows
+
+
+def test_size_judges_a_published_baseline_by_its_own_prompt_count() -> None:
+    # Issue 37 item 8: `size` of the Qwen3-8B EAGLE-3 golden (MT-Bench's 80 prompts) judged 150.
+    qwen = ROOT / "baselines" / "vllm-qwen3-8b-eagle3-mt-bench.yaml"
+    res = CliRunner().invoke(app, ["size", str(qwen)], env={"COLUMNS": "220"})
+    assert res.exit_code == 0, res.output
+    rows = _table_rows(res.stdout, "*/*")
+    assert rows and all(r[1] == "80" for r in rows), rows
+    al = next(r for r in rows if r[3] == "AL (primary)")
+    assert al[8] == ("enough" if int(al[7]) <= 80 else "too few")
+    assert "the baseline's 80 prompts" in res.stdout
+
+
+def test_a_rows_se_and_detectable_drop_are_at_the_judged_prompt_count() -> None:
+    # The prior's spread, measured over its 150 prompts, scaled to the 80 the baseline pooled (1/√G).
+    prior = size_baseline(load_baseline(PUBLISHED), GateSpec(), 11, 2, 3)[0]
+    judged = load_baseline(PUBLISHED).fingerprint.prompt_count
+    assert prior.prompts == judged
+    from mtpbench.judge.sizing import size_prior
+
+    at_150 = size_prior("x", "mtp", 2.26, "test", GateSpec(), 11, 2, 3)
+    ratio = prior.positions[0].se / at_150.positions[0].se  # type: ignore[operator]
+    assert ratio == pytest.approx(math.sqrt(150 / judged), rel=1e-9)
+
+
+def test_a_context_sweep_with_a_baseline_sizes_each_check_in_its_own_units() -> None:
+    # The baseline checks pair the run's 64 prompt ids (16 prompts × 4 buckets), context decay a bucket's 16.
+    from mtpbench.judge.sizing import ContextSweep
+
+    (size,) = size_baseline(load_baseline(HUMANEVAL), GateSpec(), 4 + 9, 1, 0, None, 64, ContextSweep(4, 16))[:1]
+    whole = [p for p in size.positions if not p.context]
+    bucket = [p for p in size.positions if p.context]
+    assert [p.pos for p in bucket] == [0, 1, 2] and all(p.prompts == 16 for p in bucket)
+    assert all(p.prompts == 64 for p in whole) and size.prompts == 64
+    assert size.bucket_prompts_needed == max(p.prompts_needed or 0 for p in bucket)
+    assert size.certifies == all(p.enough for p in size.positions if p.fails_harmless)

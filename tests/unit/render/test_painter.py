@@ -105,7 +105,8 @@ def test_what_the_painter_does_not_deliver_is_drawn_here(
 def test_a_job_the_child_fails_is_redrawn_here_and_fails_the_same_way(jobs: list[painter.Job], tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    job = painter.Job("heatmap", "heatmap", jobs[1].args, False, blocked / "heatmap.png")
+    (args,) = [j.args for j in jobs if j.name == "heatmap"]
+    job = painter.Job("heatmap", "heatmap", args, False, blocked / "heatmap.png")
     with painter.Painter.start() as p:
         p.submit(job)
         with pytest.raises(UserError, match="cannot write PNG"):
@@ -149,15 +150,20 @@ def test_the_painter_step_sees_the_cells_and_checks_before_any_diagnosis(tmp_pat
     shutil.copytree(STORED, tmp_path / "run")
     run = load_run(tmp_path / "run")
     seen: list[tuple[int, int, set[Kind], str | None]] = []
+    judged: list[set[Kind]] = []
 
     class Seen:
         def measured(self, run, comp) -> None:  # type: ignore[no-untyped-def]
             seen.append((len(comp.cells), len(comp.checks), {d.kind for d in comp.diagnoses}, comp.baseline))
 
+        def judged(self, run, comp) -> None:  # type: ignore[no-untyped-def]
+            judged.append({d.kind for d in comp.diagnoses})  # the figures that show verdicts (issue 37 item 10)
+
     painted = judge_run(run, BASELINE, figures=Seen())  # type: ignore[arg-type]
     # Once; the cells, the 2 × 3 checks and their findings made; no diagnosis yet (the fault's instability).
     assert seen == [(2, 6, {Kind.UNCHECKED, Kind.INCONCLUSIVE}, str(BASELINE))]
     assert Kind.INSTABILITY in {d.kind for d in painted.diagnoses}
+    assert len(judged) == 1 and Kind.INSTABILITY in judged[0]  # the bars are drawn from the judged run
     plain = compare(run, load_baseline(BASELINE), baseline_name=str(BASELINE), baseline_path=BASELINE)
     assert [(d.kind, d.cell, d.severity) for d in painted.diagnoses] == [
         (d.kind, d.cell, d.severity) for d in plain.diagnoses
