@@ -3,9 +3,9 @@
 checks its options before a run is loaded, asks judge/ for the verdict and render/ for its output, and
 returns the verdict's exit code (`report`, `history` and `size` exit 0 once written).
 
-`judge_run` is the one way the command line judges a run (`show`, `compare`, `report`, `size --run` and the
-end of `run` alike): the evidence collected once, the checks, then the diagnoses (judge/compare.py), with
-`report`'s painter handed the figures between the two.
+`judge_run` is how the command line's options reach the one judging (`show`, `compare`, `report`, `size --run`
+and the end of `run` alike): it changes the config's gate, admits the baseline and calls judge/compare.py
+`judge`, handing it `report`'s painter.
 
 Imports of judge/, store/, render/ and config stay inside the functions (or under TYPE_CHECKING): they bring
 pandas, scipy and pydantic, which `mtpbench --help` and the commands that do not judge must not pay for.
@@ -104,7 +104,8 @@ def judge_run(
     the signatures that need none. `baseline`: already loaded from `baseline_path`; `evidence`: already
     collected (`run` refreshes the history point from it first); `figures`: `report`'s painter, handed the
     cells and checks before the diagnoses are made, so that it draws while this process diagnoses."""
-    from mtpbench.judge import compare as judging
+    from mtpbench.judge.compare import judge
+    from mtpbench.judge.plan import admit
     from mtpbench.store.baseline import load_baseline
 
     opts = opts or JudgeOptions()
@@ -117,7 +118,7 @@ def judge_run(
     if baseline is None and baseline_path is not None:
         baseline = load_baseline(baseline_path)
     if baseline is not None:
-        against = judging.admit(  # refused (exit 4) before the evidence is collected
+        against = admit(  # refused (exit 4) before the evidence is collected
             run,
             baseline,
             None if baseline_path is None else str(baseline_path),
@@ -125,13 +126,7 @@ def judge_run(
             allow_unmatched=opts.allow_unmatched,
             accept_unchecked=opts.accept_unchecked,
         )
-    if evidence is None:
-        evidence = judging.collect_evidence(run, gate.confidence)
-    plan = judging.make_plan(evidence, gate, against)
-    checked = judging.check(plan)
-    if figures is not None:
-        figures.measured(run, judging.combine(plan, checked))  # the painter step: cells and checks are known
-    return judging.combine(plan, checked, judging.diagnose(plan, run_failed))
+    return judge(run, against, gate, run_failed=run_failed, evidence=evidence, painter=figures)
 
 
 def emit(comp: Comparison, as_json: bool, markdown: bool, junit: Path | None) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from mtpbench.cli.common import console, err_console, guarded, publish_github, say, wide
+from mtpbench.cli.common import console, err_console, guarded, publish_github, say
 from mtpbench.cli.dry_run import (
     blocking_models,
     model_statuses,
@@ -30,7 +30,7 @@ from mtpbench.cli.dry_run import (
     render_estimate,
     render_role,
 )
-from mtpbench.cli.judge_cmds import judge_run
+from mtpbench.cli.judge_cmds import emit, judge_run
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
 from mtpbench.run.bisect import GIT_BISECT_SKIP, git_bisect_code
@@ -363,8 +363,6 @@ def verdict(
 ) -> int:
     """The verdict at the end of `run`: the same judging and exit code as `compare` (or `show`, without a
     baseline), and a serving run's load table."""
-    from mtpbench.render import report
-    from mtpbench.render.serving import serving_table
     from mtpbench.store.results import load_run
 
     r = load_run(run) if isinstance(run, Path) else run
@@ -377,11 +375,9 @@ def verdict(
     )
     if comp.fix_headline:
         console.print(Text(comp.fix_headline, style="bold red"), soft_wrap=True)
-    console.print(report.comparison_renderable(comp, ci=wide()))
-    if comp.serving:  # serving runs: the load's own table (requests, req/s, latencies, both AL definitions)
-        console.print(serving_table(comp.serving))
+    code = emit(comp, as_json=False, markdown=False, junit=None)  # the table `compare` shows, serving's load too
     publish_github(comp, False)
-    return int(comp.exit_code)
+    return code
 
 
 def _prompts_per_cell(cfg: ExperimentConfig, prompts: int) -> int:

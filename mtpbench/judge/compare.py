@@ -1,7 +1,7 @@
 """Pure verdicts: a run's cells against a baseline, against each other, and across their repeats.
 
-One judging is one pass, each step a plain call (`judge` makes them in order; `mtpbench report` makes them
-itself, to hand the figures to its painter between the checks and the diagnoses):
+One judging is one pass, each step a plain call, and `judge` is the one composition of them (`mtpbench report`
+hands it a painter, which gets the cells and checks between the checks and the diagnoses):
 
 1. `plan.admit`: the baseline is comparable or refused (exit 4), before anything is collected;
 2. `evidence.collect_evidence`: the run's records turned into per-cell evidence, once;
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mtpbench.errors import ExitCode, combine_exit_codes
 from mtpbench.judge import serving_summary, upstream
@@ -52,7 +52,7 @@ from mtpbench.judge.findings import (
     Verdict,
 )
 from mtpbench.judge.findings_context import ContextTable
-from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
+from mtpbench.judge.plan import Against, Levels, Plan, admit, make_plan
 from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
@@ -70,6 +70,7 @@ __all__ = [
     "Comparison",
     "Finding",
     "Kind",
+    "PainterHook",
     "PositionCheck",
     "RepeatResult",
     "Severity",
@@ -88,7 +89,7 @@ __all__ = [
 
 
 @dataclass
-class Comparison:
+class Comparison(Levels):
     run_id: str
     cells: list[CellResult]
     checks: list[PositionCheck] = field(default_factory=list)
@@ -123,25 +124,6 @@ class Comparison:
     @property
     def findings(self) -> list[Finding]:
         return self.diagnoses
-
-    @property
-    def split(self) -> AlphaSplit:
-        return split_alpha(self.gate.false_alarm, self.primary, self.family - self.primary)
-
-    @property
-    def alpha(self) -> float:
-        """One diagnosis check's share of the run's false-alarm rate (one-sided)."""
-        return self.split.diagnosis
-
-    @property
-    def primary_alpha(self) -> float:
-        """One primary check's share of the run's false-alarm rate (one-sided)."""
-        return self.split.primary
-
-    @property
-    def cert_alpha(self) -> float:
-        """One primary check's share of 1 − confidence: the one-sided level of the lower bound a pass needs."""
-        return (1.0 - self.gate.confidence) / max(self.primary, 1)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -266,6 +248,13 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
     )
 
 
+class PainterHook(Protocol):
+    """What `judge` hands the cells and checks to before the diagnoses are made: `mtpbench report`'s
+    painter (render/htmlreport.py `Figures`), which draws in another process while this one diagnoses."""
+
+    def measured(self, run: Run, comp: Comparison) -> None: ...
+
+
 def judge(
     run: Run,
     against: Against | None = None,
@@ -273,13 +262,18 @@ def judge(
     *,
     run_failed: bool = False,
     evidence: Evidence | None = None,
+    painter: PainterHook | None = None,
 ) -> Comparison:
     """The one judging every command makes (`show`, `compare`, `run`, `report`, `size --run`, the selftest):
-    the evidence (collected here unless the caller has it), the checks and the diagnoses, combined."""
+    the evidence (collected here unless the caller has it), the checks and the diagnoses, combined.
+    `painter`: handed the cells and checks between the checks and the diagnoses (`report`)."""
     gate = gate or run.typed.config.gate
     evidence = collect_evidence(run, gate.confidence) if evidence is None else evidence
     plan = make_plan(evidence, gate, against)
-    return combine(plan, check(plan), diagnose(plan, run_failed))
+    checked = check(plan)
+    if painter is not None:
+        painter.measured(run, combine(plan, checked))
+    return combine(plan, checked, diagnose(plan, run_failed))
 
 
 def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) -> Comparison:

@@ -81,7 +81,7 @@ def _verdict_text(comp: Comparison) -> str:
 
 class Figures:
     """The report's two figures, handed to a Painter as soon as their data are known: once the run's cells
-    are measured (the painter step of cli/judge_cmds.judge_run), before its diagnoses, which this process
+    are measured (the painter step of judge/compare.judge), before its diagnoses, which this process
     then makes while the painter draws. The bars go first: the heat map's data take this process as long
     to compute as the bars take the painter to draw."""
 
