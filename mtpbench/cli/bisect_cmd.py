@@ -205,11 +205,11 @@ class _Session:
             base = baseline_of_run(load_run(good_run), f"build {self.good}", variant)
             build = next(iter(run.typed.config.builds))
             emap = {f"{build}/{m}": f"{self.good}/{m}" for m in self.cfg.modes}
-            comp = cmp.compare(run, base, baseline_name=f"build {self.good}", entry_map=emap, accept_unchecked=True)
+            comp = cmp.judge(run, base, baseline_name=f"build {self.good}", entry_map=emap, accept_unchecked=True)
         elif self.cfg.baseline:
-            comp = cmp.compare(run, load_baseline(self.cfg.baseline), baseline_path=self.cfg.baseline)
+            comp = cmp.judge(run, load_baseline(self.cfg.baseline), baseline_path=self.cfg.baseline)
         else:
-            comp = cmp.analyze(run)
+            comp = cmp.judge(run)
         return comp.exit_code, _evidence(comp)
 
 

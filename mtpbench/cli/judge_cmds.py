@@ -105,7 +105,6 @@ def judge_run(
     collected (`run` refreshes the history point from it first); `figures`: `report`'s painter, handed the
     cells and checks before the diagnoses are made, so that it draws while this process diagnoses."""
     from mtpbench.judge.compare import judge
-    from mtpbench.judge.plan import admit
     from mtpbench.store.baseline import load_baseline
 
     opts = opts or JudgeOptions()
@@ -114,19 +113,20 @@ def judge_run(
         gate = gate.model_copy(update={"tolerance_pts": opts.tolerance})
     if opts.fail_underpowered:
         gate = gate.model_copy(update={"fail_on_underpowered": True})
-    against = None
     if baseline is None and baseline_path is not None:
         baseline = load_baseline(baseline_path)
-    if baseline is not None:
-        against = admit(  # refused (exit 4) before the evidence is collected
-            run,
-            baseline,
-            None if baseline_path is None else str(baseline_path),
-            baseline_path=baseline_path,
-            allow_unmatched=opts.allow_unmatched,
-            accept_unchecked=opts.accept_unchecked,
-        )
-    return judge(run, against, gate, run_failed=run_failed, evidence=evidence, painter=figures)
+    return judge(
+        run,
+        baseline,
+        gate,
+        baseline_name=None if baseline_path is None else str(baseline_path),
+        baseline_path=baseline_path,
+        allow_unmatched=opts.allow_unmatched,
+        accept_unchecked=opts.accept_unchecked,
+        run_failed=run_failed,
+        evidence=evidence,
+        painter=figures,
+    )
 
 
 def emit(comp: Comparison, as_json: bool, markdown: bool, junit: Path | None) -> int:

@@ -37,11 +37,8 @@ from mtpbench.judge.checks import (
 )
 from mtpbench.judge.context import context_table
 from mtpbench.judge.diagnoses import Diagnosed, diagnose
-from mtpbench.judge.evidence import CellResult, Evidence, RepeatResult, collect, collect_evidence
+from mtpbench.judge.evidence import CellResult, Evidence, collect_evidence
 from mtpbench.judge.findings import (
-    FAIL,
-    INFO,
-    WARN,
     Cause,
     Finding,
     Kind,
@@ -59,33 +56,7 @@ from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
 
-__all__ = [
-    "FAIL",
-    "INFO",
-    "WARN",
-    "Against",
-    "Cause",
-    "CellResult",
-    "Checked",
-    "Comparison",
-    "Finding",
-    "Kind",
-    "PainterHook",
-    "PositionCheck",
-    "RepeatResult",
-    "Severity",
-    "Verdict",
-    "admit",
-    "analyze",
-    "check",
-    "collect",
-    "collect_evidence",
-    "combine",
-    "compare",
-    "diagnose",
-    "judge",
-    "make_plan",
-]
+__all__ = ["Checked", "Comparison", "PainterHook", "check", "combine", "judge"]
 
 
 @dataclass
@@ -257,50 +228,38 @@ class PainterHook(Protocol):
 
 def judge(
     run: Run,
-    against: Against | None = None,
+    baseline: Baseline | None = None,
     gate: GateSpec | None = None,
     *,
+    baseline_name: str | None = None,
+    baseline_path: str | Path | None = None,
+    entry_map: dict[str, str] | None = None,
+    allow_unmatched: bool = False,
+    accept_unchecked: bool = False,
     run_failed: bool = False,
     evidence: Evidence | None = None,
     painter: PainterHook | None = None,
 ) -> Comparison:
-    """The one judging every command makes (`show`, `compare`, `run`, `report`, `size --run`, the selftest):
-    the evidence (collected here unless the caller has it), the checks and the diagnoses, combined.
-    `painter`: handed the cells and checks between the checks and the diagnoses (`report`)."""
+    """The one judging every command makes (`show`, `compare`, `run`, `report`, `size --run`, `bisect`, the
+    selftest): the baseline admitted first (NotComparableError, exit 4, before anything is collected), the
+    evidence (collected here unless the caller has it), the checks and the diagnoses, combined. Without a
+    baseline: the cells and the diagnoses that need none. `painter`: handed the cells and checks between
+    the checks and the diagnoses (`report`)."""
     gate = gate or run.typed.config.gate
+    against = None
+    if baseline is not None:
+        against = admit(
+            run,
+            baseline,
+            baseline_name,
+            baseline_path=baseline_path,
+            entry_map=entry_map,
+            allow_unmatched=allow_unmatched,
+            accept_unchecked=accept_unchecked,
+        )
     evidence = collect_evidence(run, gate.confidence) if evidence is None else evidence
     plan = make_plan(evidence, gate, against)
     checked = check(plan)
     if painter is not None:
         painter.measured(run, combine(plan, checked))
     return combine(plan, checked, diagnose(plan, run_failed))
-
-
-def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) -> Comparison:
-    """The run's cells and the diagnoses that need no baseline."""
-    return judge(run, None, gate, run_failed=run_failed)
-
-
-def compare(
-    run: Run,
-    baseline: Baseline,
-    gate: GateSpec | None = None,
-    baseline_name: str | None = None,
-    *,
-    baseline_path: str | Path | None = None,
-    entry_map: dict[str, str] | None = None,
-    allow_unmatched: bool = False,
-    accept_unchecked: bool = False,
-    run_failed: bool = False,
-) -> Comparison:
-    """The run against a baseline (admitted first: NotComparableError, exit 4, before anything is collected)."""
-    against = admit(
-        run,
-        baseline,
-        baseline_name,
-        baseline_path=baseline_path,
-        entry_map=entry_map,
-        allow_unmatched=allow_unmatched,
-        accept_unchecked=accept_unchecked,
-    )
-    return judge(run, against, gate, run_failed=run_failed)

@@ -5,7 +5,8 @@ and what a pass certifies (the drop ruled out, where, at what confidence). Its c
 from __future__ import annotations
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Comparison, Severity, Verdict
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.findings import Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
 
 __all__ = ["EXPECTED_FAIL", "certified_text", "reproduction_note", "verdict_text"]
