@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mtpbench.cli.common import console, guarded, say
+from mtpbench.cli.common import console, say
 from mtpbench.errors import ExitCode, UserError
 
 _H_GOOD = "A build known good (default: the config's first)."
@@ -26,7 +26,6 @@ _H_BAD = "A build known bad (default: the config's last)."
 _H_OUT = "Folder for the builds' runs; complete runs of this config already there are reused."
 
 
-@guarded
 def bisect(
     config: Annotated[str, typer.Argument(metavar="CONFIG", help="Config file, or a shipped config's name.")],
     good: Annotated[str | None, typer.Option(help=_H_GOOD)] = None,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtpbench.cli.common import console, err_console, guarded, make_parent, publish_github, wide
+from mtpbench.cli.common import console, err_console, make_parent, publish_github, wide
 from mtpbench.errors import NotComparableError, UserError
 
 if TYPE_CHECKING:
@@ -155,7 +155,6 @@ _H_UNMATCHED_VERDICT = "A cell with no baseline entry warns instead of making th
 _H_UNDERPOWERED_VERDICT = "A cell that could not detect a tolerance-sized drop makes the verdict inconclusive."
 
 
-@guarded
 def show(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
@@ -168,7 +167,6 @@ def show(
     return emit(judge_run(load_run(run_dir), None), as_json, markdown, None)
 
 
-@guarded
 def compare_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
@@ -216,7 +214,6 @@ def compare_cmd(
     return code
 
 
-@guarded
 def size(
     baseline: Annotated[
         Path, typer.Argument(help="A baseline (per-prompt counts as baseline save keeps them; else a stated prior).")
@@ -250,7 +247,6 @@ def size(
     return 0
 
 
-@guarded
 def report_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
@@ -288,7 +284,6 @@ def report_cmd(
             console.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
-@guarded
 def history_cmd(
     runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from mtpbench.cli.common import console, err_console, guarded, publish_github, say
+from mtpbench.cli.common import console, err_console, publish_github, say
 from mtpbench.cli.dry_run import (
     blocking_models,
     model_statuses,
@@ -56,7 +56,6 @@ _H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the buil
 _H_GIT_BISECT = "Exit as `git bisect run` reads it: 0 good, 1 bad, 125 cannot test (install or engine failed)."
 
 
-@guarded
 def run(
     config: Annotated[Path | None, typer.Argument(help=_H_CONFIG)] = None,
     out: Annotated[Path, typer.Option(help="Folder for run results.")] = Path("runs"),
