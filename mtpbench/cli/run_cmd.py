@@ -268,13 +268,14 @@ def _resume(
 ) -> int:
     from mtpbench.run import runner
 
-    manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    stored = runner.load_for_resume(run_dir)
+    cfg = stored.cfg
     _need_ray(opts.executor or cfg.executor)
     base_path, base_obj = _baseline_of(cfg, baseline, no_compare)
-    todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
-    console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    todo = len(stored.todo)
+    console.print(f"resuming {run_dir}: {todo} of {len(stored.typed.cells)} cell-repeats to run", highlight=False)
     return _execute(
-        todo, cfg, prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
+        todo, cfg, stored.prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
     )
 
 
