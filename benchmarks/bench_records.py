@@ -231,6 +231,7 @@ def main() -> None:
     ]
     # In-process stages of one compare from the copy.
     from mtpbench.judge import compare as cmp
+    from mtpbench.judge import evidence
     from mtpbench.store.baseline import load_baseline
     from mtpbench.store.results import load_run
 
@@ -239,11 +240,11 @@ def main() -> None:
     r = load_run(run)
     stages.append(("load_run (manifest + records.parquet → frame)", (time.perf_counter() - t, _self_cpu() - c)))
     t, c = time.perf_counter(), _self_cpu()
-    cells = cmp.collect(r)
-    stages.append(("compare.collect (frame → cells)", (time.perf_counter() - t, _self_cpu() - c)))
+    cells = evidence.collect(r)
+    stages.append(("evidence.collect (frame → cells)", (time.perf_counter() - t, _self_cpu() - c)))
     t, c = time.perf_counter(), _self_cpu()
-    cmp.compare(r, load_baseline(base), accept_unchecked=True)
-    stages.append(("compare.compare (collect + verdicts)", (time.perf_counter() - t, _self_cpu() - c)))
+    cmp.judge(r, load_baseline(base), accept_unchecked=True)
+    stages.append(("compare.judge (collect + verdicts)", (time.perf_counter() - t, _self_cpu() - c)))
     import pandas
     import pyarrow
 

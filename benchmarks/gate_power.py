@@ -5,7 +5,7 @@ A Monte-Carlo through the real judging path. Each simulated run is written in mt
 `current/graph/stock`, a graph mode whose reference is eager, so graph divergence is checked too) and read
 back with `load_run`; its baseline is another, independent simulated run saved with the real `baseline save`
 path (`baseline_of_run`: per-prompt counts, so the comparison is prompt-paired); the run is judged by
-`mtpbench.judge.compare.compare` with the gate its config resolves to (the defaults of `GateSpec`), and the
+`mtpbench.judge.compare.judge` with the gate its config resolves to (the defaults of `GateSpec`), and the
 outcome is `comparison.exit_code`. Nothing of the rule is reimplemented here: the script measures whatever
 rule the checkout it sits in implements, and the report names the commit and the gate's fields.
 
@@ -53,7 +53,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mtpbench.judge.compare import compare  # noqa: E402
+from mtpbench.judge import compare as judging  # noqa: E402
 from mtpbench.judge.save import baseline_of_run  # noqa: E402
 from mtpbench.judge.stats import wilson  # noqa: E402
 from mtpbench.schema import CellStatus, RunStatus  # noqa: E402
@@ -281,7 +281,7 @@ def drop_scale(t: Truth, pos: int, pts: float) -> np.ndarray:
     return s
 
 
-# --- runs on disk, judged by compare() ---------------------------------------------------------------
+# --- runs on disk, judged by judging.judge() ---------------------------------------------------------
 
 
 def write_run(path: Path, t: Truth, cells: dict[str, tuple[np.ndarray, np.ndarray]], baseline: str) -> Path:
@@ -342,7 +342,7 @@ class Outcome:
 
 
 def judge(run_dir: Path, baseline: Any) -> Outcome:
-    comp = compare(load_run(run_dir), baseline, baseline_name="gate-power-baseline")
+    comp = judging.judge(load_run(run_dir), baseline, baseline_name="gate-power-baseline")
     kinds = sorted({str(getattr(f.kind, "value", f.kind)) for f in comp.diagnoses if f.exit_code != 0})
     under_f = any(str(getattr(f.kind, "value", f.kind)) == "underpowered" for f in comp.diagnoses)
     under_c = any(getattr(c, "underpowered", False) for c in comp.checks)
@@ -581,7 +581,7 @@ def _preamble(data: dict[str, Any]) -> list[str]:
         f"each table gives its runs; {data['minutes']:.1f} min on this 2-core box) at commit "
         f"`{data['commit']}`{dirty}. "
         "Raw figures: `gate-power-report.json` beside this file. Every run below is written in mtpbench's "
-        "on-disk format and judged by `mtpbench.judge.compare.compare` with the gate's defaults "
+        "on-disk format and judged by `mtpbench.judge.compare.judge` with the gate's defaults "
         "(`GateSpec()` of this checkout): the rule measured is the one the code implements, not a copy of it.",
         "",
         f"Gate: δ = {drop:g} pts ({data['gate_drop_field']}), "

@@ -1,7 +1,7 @@
 """Exit codes, the one policy that combines them, and the exceptions that map to them.
 
 The CLI turns a `UserError` into one line on stderr and its exit code, never a traceback; any other
-exception becomes exit 3 with the traceback in a log file (cli/common.py `guarded`, the one place either is
+exception becomes exit 3 with the traceback in a log file (cli/__init__.py's root command, the one place either is
 caught). Exit 1 means "regression" to every CI, so nothing but a finding of the gate ever produces it; the
 code a failing finding gives is declared with its kind (judge/findings.py `Kind`).
 """

@@ -183,6 +183,61 @@ class PromptRecord(_PromptFields, total=False):
     requests: int  # the pooled record
 
 
+def _prompt_fields(*names: str) -> tuple[str, ...]:
+    """A selection of PromptRecord's keys, refused at import if one is not a key: a field is defined once, by
+    the record's type above, and the store's column lists can only name what it defines."""
+    unknown = [n for n in names if n not in PromptRecord.__required_keys__ | PromptRecord.__optional_keys__]
+    if unknown:
+        raise TypeError(f"not fields of PromptRecord: {', '.join(unknown)}")
+    return names
+
+
+# The prompt frame's columns (store/records.py: one row per prompt record, what judging reads), in order.
+PROMPT_FRAME_COLUMNS = _prompt_fields(
+    "cell",
+    "build",
+    "mode",
+    "variant",
+    "repeat",
+    "hash_seed",
+    "prompt_id",
+    "prompt_index",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "accepted_per_pos",
+    "num_generated_tokens",
+    "output_sha256",
+    "wall_s",
+    "round",
+)
+
+# The scalar fields the columnar copy keeps as columns (store/columnar.py); the rest of a record goes to its
+# `extra_json` column. Changing this changes the copy's layout: bump columnar.COPY_VERSION with it.
+PROMPT_SCALAR_COLUMNS = _prompt_fields(
+    "cell",
+    "build",
+    "mode",
+    "variant",
+    "repeat",
+    "hash_seed",
+    "prompt_id",
+    "prompt_index",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_prompt_tokens",
+    "num_generated_tokens",
+    "finish_reason",
+    "output_sha256",
+    "output_head",
+    "wall_s",
+    "source",
+    "attempt",
+    "round",
+)
+
+
 class _RequestFields(RecordBase):
     prompt_id: str  # <prompt id>#<request index>
     base_prompt_id: str

@@ -6,7 +6,12 @@ cli/dry_run.py and cli/progress.py), cli/judge_cmds.py (`show`, `compare`, `size
 cli/tool_cmds.py (`baseline save`, `doctor`, `selftest`; with cli/selftest.py), cli/reference_cmd.py
 (`reference`: the acceptance recomputed from the weights, held against the engine's counts),
 cli/build_cmds.py (`build prepare|list|remove`), cli/bisect_cmd.py (`bisect`). cli/common.py holds the
-consoles and `guarded`, the one error handler every command goes through.
+consoles and the mapping of a command's outcome to its exit code.
+
+Errors are handled here and only here (asv's main.py): `_Root.invoke`, the root command every command runs
+under, turns what a command returned or raised into its exit code (cli/common.py `command_exit_code`), so the
+console script and typer's test runner see the same codes and lines; `main()` adds what happens outside any
+command (a usage error, the help asked for by no arguments, a closed stdout).
 
 Exit codes (errors.py, DESIGN.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
 internal error, 4 not comparable, 5 inconclusive. A command returns its exit code; a `UserError` becomes one
@@ -22,7 +27,7 @@ import gc
 import os
 import sys
 import warnings
-from typing import Annotated
+from typing import Annotated, Any
 
 # numpy asks the kernel for transparent huge pages for every large array (madvise) unless told not to,
 # once, when it is imported. A command reads a run once and exits: on this project's 2-core VM the kernel's
@@ -37,15 +42,27 @@ if "numpy" not in sys.modules and "NUMPY_MADVISE_HUGEPAGE" not in os.environ:
         del os.environ["NUMPY_MADVISE_HUGEPAGE"]
 
 import typer
+from typer.core import TyperGroup
 
 from mtpbench import __version__
 from mtpbench.cli import bisect_cmd, build_cmds, judge_cmds, reference_cmd, run_cmd, tool_cmds
-from mtpbench.cli.common import clickx, console, say, show_warning
+from mtpbench.cli.common import clickx, command_exit_code, console, say, show_warning
 from mtpbench.errors import ExitCode
 
 __all__ = ["app", "main"]
 
+
+class _Root(TyperGroup):
+    """The root command: every command runs inside its `invoke`, which ends each one with typer.Exit(its exit
+    code): a UserError one line and its code, anything unexpected exit 3 (cli/common.py command_exit_code)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        code = command_exit_code(lambda: super(_Root, self).invoke(ctx))
+        raise typer.Exit(code)
+
+
 app = typer.Typer(
+    cls=_Root,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mtpbench.cli.common import console, guarded, say
+from mtpbench.cli.common import console, say
 from mtpbench.errors import ExitCode, UserError
 
 _H_GOOD = "A build known good (default: the config's first)."
@@ -26,7 +26,6 @@ _H_BAD = "A build known bad (default: the config's last)."
 _H_OUT = "Folder for the builds' runs; complete runs of this config already there are reused."
 
 
-@guarded
 def bisect(
     config: Annotated[str, typer.Argument(metavar="CONFIG", help="Config file, or a shipped config's name.")],
     good: Annotated[str | None, typer.Option(help=_H_GOOD)] = None,
@@ -205,11 +204,11 @@ class _Session:
             base = baseline_of_run(load_run(good_run), f"build {self.good}", variant)
             build = next(iter(run.typed.config.builds))
             emap = {f"{build}/{m}": f"{self.good}/{m}" for m in self.cfg.modes}
-            comp = cmp.compare(run, base, baseline_name=f"build {self.good}", entry_map=emap, accept_unchecked=True)
+            comp = cmp.judge(run, base, baseline_name=f"build {self.good}", entry_map=emap, accept_unchecked=True)
         elif self.cfg.baseline:
-            comp = cmp.compare(run, load_baseline(self.cfg.baseline), baseline_path=self.cfg.baseline)
+            comp = cmp.judge(run, load_baseline(self.cfg.baseline), baseline_path=self.cfg.baseline)
         else:
-            comp = cmp.analyze(run)
+            comp = cmp.judge(run)
         return comp.exit_code, _evidence(comp)
 
 

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mtpbench.cli.common import console, guarded, say
+from mtpbench.cli.common import console, say
 from mtpbench.errors import UserError
 
 
@@ -18,7 +18,6 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.0f}"
 
 
-@guarded
 def prepare(
     config: Annotated[str, typer.Argument(metavar="CONFIG", help="Config file, or a shipped config's name.")],
     build: Annotated[list[str] | None, typer.Option(help="Only this build (repeatable).")] = None,
@@ -45,7 +44,6 @@ def prepare(
     return 0
 
 
-@guarded
 def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document instead of the table.")] = False,
 ) -> int:
@@ -88,7 +86,6 @@ def list_cmd(
     return 0
 
 
-@guarded
 def remove(
     keys: Annotated[
         list[str] | None, typer.Argument(metavar="KEY...", help="Keys (or their first 6+ characters).")

@@ -1,6 +1,6 @@
-"""What every command module shares: the consoles, the one error handler `guarded` every command goes
-through (the only place a `UserError` is caught: commands raise it, never catch it), the one-line
-warnings, and the few output helpers more than one command group uses (an output file's folder, the
+"""What every command module shares: the consoles, `command_exit_code` (how the root command turns a command's
+outcome into its exit code: the only place a `UserError` is caught, commands raise it and never catch it),
+the one-line warnings, and the few output helpers more than one command group uses (an output file's folder, the
 GitHub Actions publication of a verdict).
 
 Exit codes (errors.py, DESIGN.md): a command returns its exit code; a `UserError` becomes one line on stderr
@@ -11,7 +11,6 @@ never 1, which means "regression" to every CI.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import sys
 import tempfile
@@ -41,9 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "clickx",
+    "command_exit_code",
     "console",
     "err_console",
-    "guarded",
     "make_parent",
     "publish_github",
     "say",
@@ -80,33 +79,29 @@ def _crash_log(exc: BaseException) -> str:
     return f"traceback: {path}"
 
 
-def guarded(fn: Callable[..., int | None]) -> Callable[..., None]:
-    """The one error handler and exit path of every command (asv's main.py pattern): a command returns its
-    exit code (or raises typer.Exit); a UserError is one line and its code; anything else is exit 3."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            code = int(fn(*args, **kwargs) or 0)
-        except (typer.Exit, typer.Abort, clickx.ClickException):
-            raise
-        except UserError as exc:
-            say(f"mtpbench: error: {exc}")
-            code = int(exc.exit_code)
-        except KeyboardInterrupt as exc:
-            # runner.RunInterrupted (a KeyboardInterrupt) carries the signal's code: 130 / 143 / 129.
-            where = getattr(exc, "path", None)
-            say("mtpbench: interrupted" + (f"; finished cell-repeats are kept in {where}" if where else ""))
-            code = int(getattr(exc, "exit_code", 130))
-        except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
-            if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
-                raise  # stdout closed (`show --json | head`): main()'s quiet exit 3, for every command alike
-            first = (str(exc).splitlines() or [""])[0][:300]
-            say(f"mtpbench: internal error: {type(exc).__name__}: {first} ({_crash_log(exc)})")
-            code = int(ExitCode.RUN_FAILED)
-        raise typer.Exit(code)
-
-    return wrapper
+def command_exit_code(run: Callable[[], Any]) -> int:
+    """A command's outcome as its exit code (asv's main.py pattern), for the root command's `invoke` (cli/__init__.py),
+    the one place every command's errors are handled: a command returns its exit code (or raises typer.Exit);
+    a UserError is one line and its code; an interrupt says what was kept; anything else is exit 3 with the
+    traceback in a log file."""
+    try:
+        return int(run() or 0)
+    except (typer.Exit, typer.Abort, clickx.ClickException):
+        raise
+    except UserError as exc:
+        say(f"mtpbench: error: {exc}")
+        return int(exc.exit_code)
+    except KeyboardInterrupt as exc:
+        # runner.RunInterrupted (a KeyboardInterrupt) carries the signal's code: 130 / 143 / 129.
+        where = getattr(exc, "path", None)
+        say("mtpbench: interrupted" + (f"; finished cell-repeats are kept in {where}" if where else ""))
+        return int(getattr(exc, "exit_code", 130))
+    except Exception as exc:  # the point: nothing unexpected may exit 1 or show a traceback
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            raise  # stdout closed (`show --json | head`): main()'s quiet exit 3, for every command alike
+        first = (str(exc).splitlines() or [""])[0][:300]
+        say(f"mtpbench: internal error: {type(exc).__name__}: {first} ({_crash_log(exc)})")
+        return int(ExitCode.RUN_FAILED)
 
 
 _default_showwarning = warnings.showwarning

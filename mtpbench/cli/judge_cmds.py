@@ -3,9 +3,9 @@
 checks its options before a run is loaded, asks judge/ for the verdict and render/ for its output, and
 returns the verdict's exit code (`report`, `history` and `size` exit 0 once written).
 
-`judge_run` is the one way the command line judges a run (`show`, `compare`, `report`, `size --run` and the
-end of `run` alike): the evidence collected once, the checks, then the diagnoses (judge/compare.py), with
-`report`'s painter handed the figures between the two.
+`judge_run` is how the command line's options reach the one judging (`show`, `compare`, `report`, `size --run`
+and the end of `run` alike): it changes the config's gate, admits the baseline and calls judge/compare.py
+`judge`, handing it `report`'s painter.
 
 Imports of judge/, store/, render/ and config stay inside the functions (or under TYPE_CHECKING): they bring
 pandas, scipy and pydantic, which `mtpbench --help` and the commands that do not judge must not pay for.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtpbench.cli.common import console, err_console, guarded, make_parent, publish_github, wide
+from mtpbench.cli.common import console, err_console, make_parent, publish_github, wide
 from mtpbench.errors import NotComparableError, UserError
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def judge_run(
     the signatures that need none. `baseline`: already loaded from `baseline_path`; `evidence`: already
     collected (`run` refreshes the history point from it first); `figures`: `report`'s painter, handed the
     cells and checks before the diagnoses are made, so that it draws while this process diagnoses."""
-    from mtpbench.judge import compare as judging
+    from mtpbench.judge.compare import judge
     from mtpbench.store.baseline import load_baseline
 
     opts = opts or JudgeOptions()
@@ -113,28 +113,20 @@ def judge_run(
         gate = gate.model_copy(update={"tolerance_pts": opts.tolerance})
     if opts.fail_underpowered:
         gate = gate.model_copy(update={"fail_on_underpowered": True})
-    against = None
     if baseline is None and baseline_path is not None:
         baseline = load_baseline(baseline_path)
-    if baseline is not None:
-        against = judging.admit(  # refused (exit 4) before the evidence is collected
-            run,
-            baseline,
-            None if baseline_path is None else str(baseline_path),
-            baseline_path=baseline_path,
-            allow_unmatched=opts.allow_unmatched,
-            accept_unchecked=opts.accept_unchecked,
-        )
-    if evidence is None:
-        evidence = judging.collect_evidence(run, gate.confidence)
-    plan = judging.make_plan(evidence, gate, against)
-    checked = judging.check(plan)
-    if figures is not None:
-        figures.measured(run, judging.combine(plan, checked))  # the painter step: cells and checks are known
-    comp = judging.combine(plan, checked, judging.diagnose(plan, run_failed))
-    if figures is not None:
-        figures.judged(run, comp)  # the figures that show the verdicts
-    return comp
+    return judge(
+        run,
+        baseline,
+        gate,
+        baseline_name=None if baseline_path is None else str(baseline_path),
+        baseline_path=baseline_path,
+        allow_unmatched=opts.allow_unmatched,
+        accept_unchecked=opts.accept_unchecked,
+        run_failed=run_failed,
+        evidence=evidence,
+        painter=figures,
+    )
 
 
 def emit(comp: Comparison, as_json: bool, markdown: bool, junit: Path | None) -> int:
@@ -163,7 +155,6 @@ _H_UNMATCHED_VERDICT = "A cell with no baseline entry warns instead of making th
 _H_UNDERPOWERED_VERDICT = "A cell that could not detect a tolerance-sized drop makes the verdict inconclusive."
 
 
-@guarded
 def show(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table.")] = False,
@@ -176,7 +167,6 @@ def show(
     return emit(judge_run(load_run(run_dir), None), as_json, markdown, None)
 
 
-@guarded
 def compare_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path, typer.Option(help="Baseline file (baselines/*.yaml).")],
@@ -224,7 +214,6 @@ def compare_cmd(
     return code
 
 
-@guarded
 def size(
     baseline: Annotated[
         Path, typer.Argument(help="A baseline (per-prompt counts as baseline save keeps them; else a stated prior).")
@@ -258,7 +247,6 @@ def size(
     return 0
 
 
-@guarded
 def report_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     baseline: Annotated[Path | None, typer.Option(help="Baseline file to judge the run by.")] = None,
@@ -296,7 +284,6 @@ def report_cmd(
             console.print(f"wrote {path}", highlight=False, soft_wrap=True)
 
 
-@guarded
 def history_cmd(
     runs: Annotated[list[Path] | None, typer.Argument(metavar="RUN...", help="Run folders, in any order.")] = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs", help="A folder of run folders (runs/).")] = None,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mtpbench.cli.common import console, err_console, guarded
+from mtpbench.cli.common import console, err_console
 from mtpbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["reference_cmd"]
 
 
-@guarded
 def reference_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     device: Annotated[str, typer.Option(help="torch device of the replay: cpu, cuda, cuda:1, npu, …")] = "cpu",

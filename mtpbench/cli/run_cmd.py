@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.text import Text
 
-from mtpbench.cli.common import console, err_console, guarded, publish_github, say, wide
+from mtpbench.cli.common import console, err_console, publish_github, say
 from mtpbench.cli.dry_run import (
     blocking_models,
     model_statuses,
@@ -30,7 +30,7 @@ from mtpbench.cli.dry_run import (
     render_estimate,
     render_role,
 )
-from mtpbench.cli.judge_cmds import judge_run
+from mtpbench.cli.judge_cmds import emit, judge_run
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
 from mtpbench.run.bisect import GIT_BISECT_SKIP, git_bisect_code
@@ -56,7 +56,6 @@ _H_RAYRES = "Ray resource one device is: GPU, NPU or CPU (default: from the buil
 _H_GIT_BISECT = "Exit as `git bisect run` reads it: 0 good, 1 bad, 125 cannot test (install or engine failed)."
 
 
-@guarded
 def run(
     config: Annotated[Path | None, typer.Argument(help=_H_CONFIG)] = None,
     out: Annotated[Path, typer.Option(help="Folder for run results.")] = Path("runs"),
@@ -269,13 +268,14 @@ def _resume(
 ) -> int:
     from mtpbench.run import runner
 
-    manifest, cfg, prompts = runner.load_for_resume(run_dir)
+    stored = runner.load_for_resume(run_dir)
+    cfg = stored.cfg
     _need_ray(opts.executor or cfg.executor)
     base_path, base_obj = _baseline_of(cfg, baseline, no_compare)
-    todo = sum(1 for c in manifest["cells"] if c.get("status", "pending") in runner.RERUN)
-    console.print(f"resuming {run_dir}: {todo} of {len(manifest['cells'])} cell-repeats to run", highlight=False)
+    todo = len(stored.todo)
+    console.print(f"resuming {run_dir}: {todo} of {len(stored.typed.cells)} cell-repeats to run", highlight=False)
     return _execute(
-        todo, cfg, prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
+        todo, cfg, stored.prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
     )
 
 
@@ -363,8 +363,6 @@ def verdict(
 ) -> int:
     """The verdict at the end of `run`: the same judging and exit code as `compare` (or `show`, without a
     baseline), and a serving run's load table."""
-    from mtpbench.render import report
-    from mtpbench.render.serving import serving_table
     from mtpbench.store.results import load_run
 
     r = load_run(run) if isinstance(run, Path) else run
@@ -377,11 +375,9 @@ def verdict(
     )
     if comp.fix_headline:
         console.print(Text(comp.fix_headline, style="bold red"), soft_wrap=True)
-    console.print(report.comparison_renderable(comp, ci=wide()))
-    if comp.serving:  # serving runs: the load's own table (requests, req/s, latencies, both AL definitions)
-        console.print(serving_table(comp.serving))
+    code = emit(comp, as_json=False, markdown=False, junit=None)  # the table `compare` shows, serving's load too
     publish_github(comp, False)
-    return int(comp.exit_code)
+    return code
 
 
 def _prompts_per_cell(cfg: ExperimentConfig, prompts: int) -> int:

@@ -30,9 +30,9 @@ from pathlib import Path
 from mtpbench import shipped
 from mtpbench.config import ExperimentConfig, config_prompts, load_config
 from mtpbench.errors import UserError
-from mtpbench.judge.compare import CellResult, Comparison, Kind, Severity, analyze, compare
-from mtpbench.judge.evidence import collect_evidence
-from mtpbench.judge.findings import Instability
+from mtpbench.judge.compare import Comparison, judge
+from mtpbench.judge.evidence import CellResult, collect_evidence
+from mtpbench.judge.findings import Instability, Kind, Severity
 from mtpbench.judge.findings_probes import MetadataBinding
 from mtpbench.judge.findings_reference import ReferenceBelow
 from mtpbench.judge.findings_soak import Drift
@@ -242,7 +242,7 @@ def run_soak_selftest(
     view = make_view(len(cells), SOAK_ROUNDS * SOAK_PROMPTS) if make_view else (lambda kind, payload: None)
     ensure_out_dir(out)
     outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
-    comp = analyze(load_run(outcome.path))
+    comp = judge(load_run(outcome.path))
     passed, lines = evaluate_soak(comp)
     lines.insert(0, f"soak selftest run: {outcome.path}")
     return SelftestResult(comp, passed and not outcome.failed, lines)
@@ -285,7 +285,7 @@ def run_selftest(
     ensure_out_dir(out)
     cfg.name = f"{cfg.name}-selftest"
     outcome = runner.execute(cfg, prompts, out, str(config), cells, view)
-    comp = compare(load_run(outcome.path), baseline, baseline_name=str(cfg.baseline))
+    comp = judge(load_run(outcome.path), baseline, baseline_name=str(cfg.baseline))
     passed, lines = evaluate(comp)
     lines.insert(0, f"selftest run: {outcome.path}")
     held, reference_lines = run_reference_check(outcome.path)

@@ -12,14 +12,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mtpbench.cli.common import console, guarded, make_parent, wide
+from mtpbench.cli.common import console, make_parent, wide
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import ExitCode, UserError
 
 __all__ = ["baseline_save", "doctor", "selftest"]
 
 
-@guarded
 def baseline_save(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder (runs/<id>).")],
     out: Annotated[Path, typer.Option(help="Baseline file to write.")],
@@ -43,7 +42,6 @@ def baseline_save(
 DOCTOR_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
 
-@guarded
 def doctor(
     python: Annotated[str | None, typer.Option(help="Interpreter of the build to check (default: this one).")] = None,
     engine: Annotated[bool, typer.Option(help="Also start an engine on the embedded tiny pair.")] = True,
@@ -79,7 +77,6 @@ def doctor(
     return int(ExitCode.RUN_FAILED) if failed else 0
 
 
-@guarded
 def selftest(
     out: Annotated[Path, typer.Option(help="Folder for the selftest's run.")] = Path("runs"),
 ) -> int:

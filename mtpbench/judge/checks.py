@@ -1,7 +1,7 @@
 """A run's cells against a baseline, position by position, fail-closed: the baseline must be comparable
 (a recorded mismatch of method, k, identity or sampling is refused; fields it cannot vouch for are named),
 each cell is judged by one resolved entry, and each position's drop is decided by the gate's rule (`decide`:
-regression, pass, improvement, or `inconclusive` when the data cannot support either). compare.compare
+regression, pass, improvement, or `inconclusive` when the data cannot support either). compare.judge
 calls these; the checks become structured findings here. Nothing here prints.
 """
 

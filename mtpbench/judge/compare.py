@@ -1,7 +1,7 @@
 """Pure verdicts: a run's cells against a baseline, against each other, and across their repeats.
 
-One judging is one pass, each step a plain call (`judge` makes them in order; `mtpbench report` makes them
-itself, to hand the figures to its painter between the checks and the diagnoses):
+One judging is one pass, each step a plain call, and `judge` is the one composition of them (`mtpbench report`
+hands it a painter, which gets the cells and checks between the checks and the diagnoses):
 
 1. `plan.admit`: the baseline is comparable or refused (exit 4), before anything is collected;
 2. `evidence.collect_evidence`: the run's records turned into per-cell evidence, once;
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mtpbench.errors import ExitCode, combine_exit_codes
 from mtpbench.judge import serving_summary, upstream
@@ -38,12 +38,9 @@ from mtpbench.judge.checks import (
 )
 from mtpbench.judge.context import context_table
 from mtpbench.judge.diagnoses import Diagnosed, diagnose
-from mtpbench.judge.evidence import CellResult, Evidence, RepeatResult, collect, collect_evidence
+from mtpbench.judge.evidence import CellResult, Evidence, collect_evidence
 from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings import (
-    FAIL,
-    INFO,
-    WARN,
     Cause,
     Finding,
     Kind,
@@ -54,43 +51,18 @@ from mtpbench.judge.findings import (
     Verdict,
 )
 from mtpbench.judge.findings_context import ContextTable
-from mtpbench.judge.plan import Against, AlphaSplit, Plan, admit, make_plan, split_alpha
+from mtpbench.judge.plan import Against, Levels, Plan, admit, make_plan
 from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
 
-__all__ = [
-    "FAIL",
-    "INFO",
-    "WARN",
-    "Against",
-    "Cause",
-    "CellResult",
-    "Checked",
-    "Comparison",
-    "Finding",
-    "Kind",
-    "PositionCheck",
-    "RepeatResult",
-    "Severity",
-    "Verdict",
-    "admit",
-    "analyze",
-    "check",
-    "collect",
-    "collect_evidence",
-    "combine",
-    "compare",
-    "diagnose",
-    "judge",
-    "make_plan",
-]
+__all__ = ["Checked", "Comparison", "PainterHook", "check", "combine", "judge"]
 
 
 @dataclass
-class Comparison:
+class Comparison(Levels):
     run_id: str
     cells: list[CellResult]
     checks: list[PositionCheck] = field(default_factory=list)
@@ -129,25 +101,6 @@ class Comparison:
     @property
     def findings(self) -> list[Finding]:
         return self.diagnoses
-
-    @property
-    def split(self) -> AlphaSplit:
-        return split_alpha(self.gate.false_alarm, self.primary, self.family - self.primary)
-
-    @property
-    def alpha(self) -> float:
-        """One diagnosis check's share of the run's false-alarm rate (one-sided)."""
-        return self.split.diagnosis
-
-    @property
-    def primary_alpha(self) -> float:
-        """One primary check's share of the run's false-alarm rate (one-sided)."""
-        return self.split.primary
-
-    @property
-    def cert_alpha(self) -> float:
-        """One primary check's share of 1 − confidence: the one-sided level of the lower bound a pass needs."""
-        return (1.0 - self.gate.confidence) / max(self.primary, 1)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -275,47 +228,53 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
     )
 
 
+class PainterHook(Protocol):
+    """What `judge` hands the cells and checks to before the diagnoses are made, and the whole verdict after:
+    `mtpbench report`'s painter (render/htmlreport.py `Figures`), which draws in another process while this
+    one diagnoses, then draws the figures that show the verdicts."""
+
+    def measured(self, run: Run, comp: Comparison) -> None: ...
+
+    def judged(self, run: Run, comp: Comparison) -> None: ...
+
+
 def judge(
     run: Run,
-    against: Against | None = None,
+    baseline: Baseline | None = None,
     gate: GateSpec | None = None,
     *,
-    run_failed: bool = False,
-    evidence: Evidence | None = None,
-) -> Comparison:
-    """The one judging every command makes (`show`, `compare`, `run`, `report`, `size --run`, the selftest):
-    the evidence (collected here unless the caller has it), the checks and the diagnoses, combined."""
-    gate = gate or run.typed.config.gate
-    evidence = collect_evidence(run, gate.confidence) if evidence is None else evidence
-    plan = make_plan(evidence, gate, against)
-    return combine(plan, check(plan), diagnose(plan, run_failed))
-
-
-def analyze(run: Run, gate: GateSpec | None = None, run_failed: bool = False) -> Comparison:
-    """The run's cells and the diagnoses that need no baseline."""
-    return judge(run, None, gate, run_failed=run_failed)
-
-
-def compare(
-    run: Run,
-    baseline: Baseline,
-    gate: GateSpec | None = None,
     baseline_name: str | None = None,
-    *,
     baseline_path: str | Path | None = None,
     entry_map: dict[str, str] | None = None,
     allow_unmatched: bool = False,
     accept_unchecked: bool = False,
     run_failed: bool = False,
+    evidence: Evidence | None = None,
+    painter: PainterHook | None = None,
 ) -> Comparison:
-    """The run against a baseline (admitted first: NotComparableError, exit 4, before anything is collected)."""
-    against = admit(
-        run,
-        baseline,
-        baseline_name,
-        baseline_path=baseline_path,
-        entry_map=entry_map,
-        allow_unmatched=allow_unmatched,
-        accept_unchecked=accept_unchecked,
-    )
-    return judge(run, against, gate, run_failed=run_failed)
+    """The one judging every command makes (`show`, `compare`, `run`, `report`, `size --run`, `bisect`, the
+    selftest): the baseline admitted first (NotComparableError, exit 4, before anything is collected), the
+    evidence (collected here unless the caller has it), the checks and the diagnoses, combined. Without a
+    baseline: the cells and the diagnoses that need none. `painter`: handed the cells and checks between
+    the checks and the diagnoses (`report`)."""
+    gate = gate or run.typed.config.gate
+    against = None
+    if baseline is not None:
+        against = admit(
+            run,
+            baseline,
+            baseline_name,
+            baseline_path=baseline_path,
+            entry_map=entry_map,
+            allow_unmatched=allow_unmatched,
+            accept_unchecked=accept_unchecked,
+        )
+    evidence = collect_evidence(run, gate.confidence) if evidence is None else evidence
+    plan = make_plan(evidence, gate, against)
+    checked = check(plan)
+    if painter is not None:
+        painter.measured(run, combine(plan, checked))
+    comp = combine(plan, checked, diagnose(plan, run_failed))
+    if painter is not None:
+        painter.judged(run, comp)
+    return comp

@@ -61,6 +61,38 @@ def split_alpha(false_alarm: float, primary: int, diagnoses: int) -> AlphaSplit:
     )
 
 
+class Levels:
+    """The levels of a judging's checks, defined once for the Plan and the Comparison made from it: a class
+    with a `gate`, a `family` (the run's statistical checks) and a `primary` count (the checks a pass
+    certifies) gets the false-alarm split and every per-check level from here."""
+
+    gate: GateSpec
+    family: int
+    primary: int
+
+    @property
+    def split(self) -> AlphaSplit:
+        return split_alpha(self.gate.false_alarm, self.primary, self.family - self.primary)
+
+    @property
+    def alpha(self) -> float:
+        """One diagnosis check's share of the run's false-alarm rate (one-sided)."""
+        return self.split.diagnosis
+
+    @property
+    def primary_alpha(self) -> float:
+        """One primary check's share of the run's false-alarm rate (one-sided)."""
+        return self.split.primary
+
+    def alpha_of(self, primary: bool) -> float:
+        return self.split.primary if primary else self.split.diagnosis
+
+    @property
+    def cert_alpha(self) -> float:
+        """One primary check's share of 1 − confidence: the one-sided level of the lower bound a pass needs."""
+        return (1.0 - self.gate.confidence) / max(self.primary, 1)
+
+
 def count_family(k: int, cells: int, graph_pairs_k: int, primary: str, *, against: bool = True) -> tuple[int, int]:
     """(the run's checks, its primary ones): against a baseline every cell's AL and each of its k positions is
     one check (a cell without an entry too: it fails anyway), the primary ones per cell its AL (or its k
@@ -118,7 +150,7 @@ def admit(
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Levels):
     evidence: Evidence
     gate: GateSpec
     greedy: bool
@@ -142,28 +174,6 @@ class Plan:
     @property
     def cells(self) -> list[CellResult]:
         return self.evidence.cells
-
-    @property
-    def split(self) -> AlphaSplit:
-        return split_alpha(self.gate.false_alarm, self.primary, self.family - self.primary)
-
-    @property
-    def alpha(self) -> float:
-        """One diagnosis check's share of the run's false-alarm rate (one-sided)."""
-        return self.split.diagnosis
-
-    @property
-    def primary_alpha(self) -> float:
-        """One primary check's share of the run's false-alarm rate (one-sided)."""
-        return self.split.primary
-
-    def alpha_of(self, primary: bool) -> float:
-        return self.split.primary if primary else self.split.diagnosis
-
-    @property
-    def cert_alpha(self) -> float:
-        """One primary check's share of 1 − confidence: the one-sided level of the lower bound a pass needs."""
-        return (1.0 - self.gate.confidence) / max(self.primary, 1)
 
 
 def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against | None = None) -> Plan:

@@ -259,7 +259,7 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
     cells = [(c, st) for c, st in cells if st]
     if not cells:
         return None
-    # Drawn before the diagnoses exist (`report`'s painter step, cli/judge_cmds.judge_run): the drift
+    # Drawn before the diagnoses exist (`report`'s painter step, judge/compare.judge): the drift
     # judgement is asked here, as is.
     alpha = comp.gate.false_alarm / len(cells)
     first = {

@@ -81,7 +81,7 @@ def _verdict_text(comp: Comparison) -> str:
 
 class Figures:
     """The report's figures, handed to a Painter as soon as their data are known: the heat map (and the soak
-    and context figures) once the run's cells are measured (the painter step of cli/judge_cmds.judge_run),
+    and context figures) once the run's cells are measured (the painter step of judge/compare.judge),
     before its diagnoses, which this process then makes while the painter draws; the bars and the builds
     once the run is judged (`judged`), since they show its verdicts."""
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from mtpbench.errors import ExitCode, NotComparableError
-from mtpbench.judge.compare import Comparison, Kind, Severity, Verdict
-from mtpbench.judge.findings import LengthChecks, PositionChecks
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.findings import Kind, LengthChecks, PositionChecks, Severity, Verdict
 from mtpbench.render.words import (
     cause_text,
     check_message,

@@ -22,9 +22,11 @@ from rich.text import Text
 
 from mtpbench import __version__
 from mtpbench.errors import ExitCode, NotComparableError
-from mtpbench.judge.checks import LengthCheck
-from mtpbench.judge.compare import CellResult, Comparison, Finding, PositionCheck, Severity, Verdict
+from mtpbench.judge.checks import LengthCheck, PositionCheck
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.figdata import BuildsView
+from mtpbench.judge.findings import Finding, Severity, Verdict
 from mtpbench.judge.findings_context import ContextTable
 from mtpbench.render.reference import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN

@@ -13,7 +13,6 @@ stop the others.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import queue
 import signal
@@ -36,7 +35,7 @@ from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_
 from mtpbench.run.raycluster import RayDeadlines, RaySettings
 from mtpbench.schema import CellStatus, RunStatus
 from mtpbench.store.baseline import model_identity
-from mtpbench.store.manifest import MANIFEST, now_iso
+from mtpbench.store.manifest import MANIFEST, Manifest, ManifestCell, now_iso, read_manifest
 from mtpbench.store.results import refresh_copy
 from mtpbench.store.writer import CELL_KEYS, RunWriter
 
@@ -408,30 +407,45 @@ def _finish(run: RunWriter, failed: list[str]) -> None:
     refresh_copy(run.path)
 
 
-def load_for_resume(run_dir: Path) -> tuple[dict[str, Any], ExperimentConfig, PromptSet]:
+@dataclass(frozen=True)
+class Resumable:
+    """A stored run as `--resume` reads it back: the manifest's raw dict (what the RunWriter goes on writing),
+    its typed model (store/manifest.py, the one reader of manifest.json), the run's own config and prompts."""
+
+    manifest: dict[str, Any]
+    typed: Manifest
+    cfg: ExperimentConfig
+    prompts: PromptSet
+
+    @property
+    def todo(self) -> list[int]:
+        """The cell-repeats a resume runs again (pending, failed, timed out, interrupted, or `running`)."""
+        return [i for i, c in enumerate(self.typed.cells) if c.status in RERUN]
+
+
+def _stored_seed(c: ManifestCell) -> int:
+    # A cell-repeat is run again with the PYTHONHASHSEED it was planned with: a manifest without one cannot resume.
+    if c.hash_seed is None:
+        raise UserError(f"manifest cell {c.cell} r{c.repeat}: no hash_seed to run it again with")
+    return c.hash_seed
+
+
+def load_for_resume(run_dir: Path) -> Resumable:
     """The run's own config and prompts, refused if the prompt file changed since the run began."""
     from pydantic import ValidationError
 
     from mtpbench.config import config_prompts, format_validation_error
 
     mpath = run_dir / MANIFEST
-    if not mpath.is_file():
-        raise UserError(f"{run_dir}: not a mtpbench run (no {MANIFEST})")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{mpath}: unreadable manifest: {exc}") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
-        raise UserError(f"{mpath}: not a mtpbench manifest (no cells)")
+    manifest, typed = read_manifest(mpath)
     try:
         cfg = ExperimentConfig.model_validate(manifest.get("config"))
     except ValidationError as exc:
         raise UserError(format_validation_error(mpath, exc).replace(": ", ": config.", 1)) from None
     prompts = config_prompts(cfg)
-    want = (manifest.get("prompts") or {}).get("sha256")
-    if prompts.sha256() != want:
+    if prompts.sha256() != typed.prompts.sha256:
         raise UserError(f"{cfg.prompts}: the prompts changed since run {run_dir.name} began; start a new run")
-    return manifest, cfg, prompts
+    return Resumable(manifest, typed, cfg, prompts)
 
 
 def resume(
@@ -449,25 +463,18 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         raise UserError(f"{run_dir}: no such run folder")
     lock = _lock(run_dir)
     try:
-        manifest, cfg, prompts = load_for_resume(run_dir)
-        run = RunWriter(run_dir, manifest)
+        stored = load_for_resume(run_dir)
+        prompts, todo = stored.prompts, stored.todo
+        run = RunWriter(run_dir, stored.manifest)
         # The environments of builds from pins, as the run had them: from the cache (the same key), or
         # installed again when `mtpbench build remove` took them away since.
-        rerun = {c["build"] for c in run.cells if c.get("status", CellStatus.PENDING) in RERUN}
-        cfg, _ = resolve_builds(cfg, rerun)
+        cfg, _ = resolve_builds(stored.cfg, {stored.typed.cells[i].build for i in todo})
         cells = [
-            Cell(
-                build=c["build"],
-                mode=c["mode"],
-                variant=c["variant"],
-                repeat=int(c["repeat"]),
-                hash_seed=int(c["hash_seed"]),
-            )
-            for c in run.cells
+            Cell(build=c.build, mode=c.mode, variant=c.variant, repeat=c.repeat, hash_seed=_stored_seed(c))
+            for c in stored.typed.cells
         ]
         setup = _setup(cfg, cells, opts)
         plans = plan(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
-        todo = [i for i, c in enumerate(run.cells) if c.get("status", CellStatus.PENDING) in RERUN]
         if not todo:  # nothing left to run: the manifest (its status, finished time, resumes) stays as it was
             return RunOutcome(path=run_dir, manifest=run.manifest)
         # Ray refused or unreachable: the manifest stays as it was (nothing of this resume ran).
@@ -518,6 +525,7 @@ __all__ = [
     "CellPlan",
     "Estimate",
     "EventCallback",
+    "Resumable",
     "RunInterrupted",
     "RunOptions",
     "RunOutcome",

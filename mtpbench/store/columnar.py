@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mtpbench.schema import PROMPT_SCALAR_COLUMNS
 from mtpbench.store.files import share_mode
 
 COPY = "records.parquet"
@@ -32,29 +33,8 @@ COPY_VERSION = 5  # 2: dictionaries of any size (see write_copy); 3: the reader'
 # 4: written only from records the reader checked for duplicates and other runs' records; 5: a soak's `round`
 _META_KEY = b"mtpbench.columnar"
 
-# Scalar prompt fields kept as columns (anything else of a prompt record goes to `extra_json`).
-_SCALARS = (
-    "cell",
-    "build",
-    "mode",
-    "variant",
-    "repeat",
-    "hash_seed",
-    "prompt_id",
-    "prompt_index",
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "num_prompt_tokens",
-    "num_generated_tokens",
-    "finish_reason",
-    "output_sha256",
-    "output_head",
-    "wall_s",
-    "source",
-    "attempt",
-    "round",
-)
+# Scalar prompt fields kept as columns (anything else of a prompt record goes to `extra_json`): schema.py.
+_SCALARS = PROMPT_SCALAR_COLUMNS
 
 
 _NOT_LOADED = ("output_head", "extra_json")

@@ -19,28 +19,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from mtpbench.errors import UserError
-from mtpbench.schema import SCHEMA_VERSION, schema_problem
+from mtpbench.schema import PROMPT_FRAME_COLUMNS, SCHEMA_VERSION, schema_problem
 
 RECORDS = "records.jsonl"
 
-PROMPT_COLUMNS = [
-    "cell",
-    "build",
-    "mode",
-    "variant",
-    "repeat",
-    "hash_seed",
-    "prompt_id",
-    "prompt_index",
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
-    "accepted_per_pos",
-    "num_generated_tokens",
-    "output_sha256",
-    "wall_s",
-    "round",
-]
+PROMPT_COLUMNS = list(PROMPT_FRAME_COLUMNS)  # schema.py names them, from PromptRecord's fields
 
 # Bounds that no real run comes near, so that 10**30 or a bool is a typed error, not a silent number:
 # counts stay exact as JSON numbers (2**53), repeats and PYTHONHASHSEED within what the runner can set.

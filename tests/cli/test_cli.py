@@ -399,14 +399,14 @@ def test_doctor_engine_check_that_cannot_start_is_exit_3(monkeypatch: pytest.Mon
 
 def test_selftest_command_renders_its_verdict(make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import mtpbench.cli.selftest as st
-    from mtpbench.judge.compare import compare
+    from mtpbench.judge.compare import judge
     from mtpbench.store.baseline import load_baseline
     from mtpbench.store.results import load_run
 
     run = make_run({"cpu/eager/stock": [GOOD, GOOD], "cpu/eager/fault": [[76.2, 61.0, 50.2], [39.2, 14.4, 10.1]]})
     any_mode = run.parent / "any-mode.yaml"
     any_mode.write_text(PUBLISHED.read_text().replace("mode: NONE", 'mode: "*"'))
-    comp = compare(load_run(run), load_baseline(any_mode), accept_unchecked=True)
+    comp = judge(load_run(run), load_baseline(any_mode), accept_unchecked=True)
     # A synthetic run carries no metadata-binding probe records: the probe's part of the verdict has its own
     # tests (tests/unit/judge/test_binding.py, the engine's selftest); this one is about the command's rendering.
     monkeypatch.setattr(st, "_localised", lambda comp, stock, fault, lines: True)

@@ -151,3 +151,20 @@ def test_a_resume_with_nothing_to_do_leaves_the_manifest_untouched(tmp_path: Pat
     assert res.exit_code == 0, res.output
     assert "0 of 1 cell-repeats to run" in res.stdout
     assert manifest.read_bytes() == before, json.loads(manifest.read_text()).get("resumed")
+
+
+def test_a_resume_reads_its_manifest_through_the_typed_reader(tmp_path: Path) -> None:
+    # Issue 36: `run --resume` walked manifest["cells"] with .get("status", "pending"), so a status no run writes
+    # counted as finished and the resume said "0 of 1 to run". The manifest is read by store/manifest.py's one
+    # typed reader, which names the bad key.
+    from runfake import execute, fake_config
+
+    outcome = execute(fake_config(tmp_path, {"b": {}}), tmp_path / "runs")
+    manifest = outcome.path / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["cells"][0]["status"] = "finished-ish"
+    manifest.write_text(json.dumps(data))
+    res = invoke("run", "--resume", outcome.path, "--no-compare")
+    assert res.exit_code == 2, res.output
+    line = one_error_line(res)
+    assert "cells.0.status" in line and "0 of 1" not in res.stdout

@@ -11,7 +11,7 @@ from conftest import PUBLISHED
 from probefake import add_probe_records, faulty_by_seed
 
 from mtpbench.cli.selftest import evaluate
-from mtpbench.judge.compare import compare
+from mtpbench.judge.compare import judge
 from mtpbench.run.doctor import checks_from_probe
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
@@ -74,7 +74,7 @@ def _selftest_run(
     # The published figures as an any-mode baseline: the selftest compares its eager cells with it.
     any_mode = run.parent / "any-mode.yaml"
     any_mode.write_text(PUBLISHED.read_text().replace("mode: NONE", 'mode: "*"'))
-    return compare(load_run(run), load_baseline(any_mode))
+    return judge(load_run(run), load_baseline(any_mode))
 
 
 def test_selftest_passes_when_fault_is_regression_and_instability_with_same_text(make_run: Callable[..., Path]) -> None:

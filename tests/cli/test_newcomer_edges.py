@@ -57,14 +57,14 @@ def test_selftest_labels_its_expected_fail_lines(
     make_run: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import mtpbench.cli.selftest as st
-    from mtpbench.judge.compare import compare
+    from mtpbench.judge.compare import judge
     from mtpbench.store.baseline import load_baseline
     from mtpbench.store.results import load_run
 
     run = make_run({"cpu/eager/stock": [GOOD, GOOD], "cpu/eager/fault": [[76.2, 61.0, 50.2], [39.2, 14.4, 10.1]]})
     any_mode = run.parent / "any-mode.yaml"
     any_mode.write_text(PUBLISHED.read_text().replace("mode: NONE", 'mode: "*"'))
-    comp = compare(load_run(run), load_baseline(any_mode), accept_unchecked=True)
+    comp = judge(load_run(run), load_baseline(any_mode), accept_unchecked=True)
     monkeypatch.setattr(st, "_localised", lambda comp, stock, fault, lines: True)
     ok, lines = st.evaluate(comp)
     monkeypatch.setattr(st, "run_selftest", lambda out, make_view=None: st.SelftestResult(comp, ok, lines))

@@ -103,13 +103,13 @@ def test_the_report_figure_of_a_run_below_its_weights_shows_the_reference_and_th
     pytest.importorskip("matplotlib")
     from matplotlib.colors import to_hex
 
-    from mtpbench.judge.compare import analyze
+    from mtpbench.judge.compare import judge
     from mtpbench.judge.views import cell_views
     from mtpbench.render.plots import VERDICT_COLOR, acceptance_figure
     from mtpbench.store.results import load_run
 
     run = _replayed(make_run)
-    comp = analyze(load_run(run))  # no baseline given: the reference alone judges the run
+    comp = judge(load_run(run))  # no baseline given: the reference alone judges the run
     assert comp.exit_code == 1
     (view,) = cell_views(comp)
     assert view.marks == "reference (weights)" and view.baseline == [1.0, 1.0, 1.0]

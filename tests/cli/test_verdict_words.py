@@ -79,12 +79,12 @@ def test_an_inconclusive_verdict_is_not_printed_as_fail(make_run: Callable[..., 
 def test_bisects_evidence_line_gives_every_position_beside_the_al(make_run: Callable[..., Path]) -> None:
     # Issue 37 item 11: it read `… AL 3.79 → 3.02 (…)` only; docs/builds.md promises positions too.
     from mtpbench.cli.bisect_cmd import _evidence
-    from mtpbench.judge.compare import compare
+    from mtpbench.judge.compare import judge
     from mtpbench.store.baseline import load_baseline
     from mtpbench.store.results import load_run
 
     run = load_run(make_run({"cpu/NONE/stock": [PLANTED, PLANTED]}))
-    comp = compare(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
+    comp = judge(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
     assert comp.exit_code == 1
     line = _evidence(comp)
     assert line.startswith("cpu/NONE/stock AL 3.84 → 3.38 (") and line.count("cpu/NONE/stock") == 1, line

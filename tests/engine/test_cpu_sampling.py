@@ -169,7 +169,7 @@ def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.engine
 def test_patched_sampled_acceptance_is_not_collapsed(sampled_run: Path) -> None:
-    from mtpbench.judge.compare import collect
+    from mtpbench.judge.evidence import collect
     from mtpbench.store.results import load_run
 
     run = load_run(sampled_run)

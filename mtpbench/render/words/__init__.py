@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Finding, Kind
+from mtpbench.judge.findings import Finding, Kind
 from mtpbench.render.words.builds import msg_build_divergence
 from mtpbench.render.words.causes import CAUSE_TEXT
 from mtpbench.render.words.cells import (

@@ -6,8 +6,7 @@ and the CI annotations. Sentences only: the numbers are the judge's.
 
 from __future__ import annotations
 
-from mtpbench.judge.checks import LengthCheck
-from mtpbench.judge.compare import PositionCheck
+from mtpbench.judge.checks import LengthCheck, PositionCheck
 from mtpbench.judge.findings import Divergence, LengthChecks, PositionChecks
 from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.judge.findings_context import ContextDecay

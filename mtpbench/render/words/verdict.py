@@ -7,7 +7,8 @@ from __future__ import annotations
 import shlex
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Cause, Comparison, Severity, Verdict
+from mtpbench.judge.compare import Comparison
+from mtpbench.judge.findings import Cause, Severity, Verdict
 from mtpbench.schema import COUNTERS_ONLY
 
 __all__ = ["EXPECTED_FAIL", "certified_text", "compare_command", "reproduction_note", "verdict_text"]

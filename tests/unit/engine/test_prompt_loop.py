@@ -2,7 +2,7 @@
 writes for a plain repeat, conversations and soak rounds, sequential and batched, key for key in the order
 they were written before the loop was one (issue 27), checked against the record schema (schema.py); the test
 hook that holds a loop at a known prompt; and the stage's shape (no module handed to another, no helper passed
-as a callback, a face that names what other stages use)."""
+as a callback)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 
-import mtpbench.engine
 from mtpbench import schema
 from mtpbench.engine import chat, records, soak
 from mtpbench.engine.records import PromptLoop, run_prompts
 
 K = 3
-PKG = Path(mtpbench.engine.__file__).resolve().parents[1]
+PKG = Path(records.__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parents[2]
 BASE = dict(
     records.base_record(
@@ -306,11 +305,3 @@ def test_no_private_engine_name_is_imported_across_modules() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mtpbench.engine"):
                 bad += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
     assert bad == []
-
-
-def test_the_engine_face_names_what_other_stages_use() -> None:
-    face = mtpbench.engine
-    assert sorted(face.__all__) == face.__all__ and all(getattr(face, name) for name in face.__all__)
-    assert face.append_record is records.append_record and face.EVENT_PREFIX == "@@mtpbench "
-    with pytest.raises(AttributeError):
-        face.no_such_name  # noqa: B018

@@ -18,7 +18,8 @@ from mtpbench.engine import procs
 from mtpbench.engine import server as server_mod
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge import serving_summary as ss
-from mtpbench.judge.compare import FAIL, WARN, analyze, compare
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import FAIL, WARN
 from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
@@ -267,13 +268,13 @@ def test_serving_interval_is_the_offline_tables_clustered_t_interval(tmp_path: P
     assert ci is not None
     half = 3.182446305284263 * (4 / 3 * 2 / 400) ** 0.5
     assert (ci.low, ci.high) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
-    (offline,) = analyze(run).cells
+    (offline,) = judge(run).cells
     assert offline.summary.per_pos_ci[0] == ci
 
 
 def test_a_failed_request_fails_the_gate(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, failed=1))
-    comp = analyze(run)
+    comp = judge(run)
     (d,) = [d for d in comp.diagnoses if d.kind == "failed-requests"]
     assert d.severity == FAIL and "3/4 requests ok" in finding_message(d) and "HTTP 500" in finding_message(d)
     assert comp.exit_code != ExitCode.OK
@@ -281,13 +282,13 @@ def test_a_failed_request_fails_the_gate(tmp_path: Path) -> None:
 
 def test_missing_requests_fail_the_gate(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, total=300))
-    (d,) = [d for d in analyze(run).diagnoses if d.kind == "failed-requests"]
+    (d,) = [d for d in judge(run).diagnoses if d.kind == "failed-requests"]
     assert "4/300 requests ok" in finding_message(d) and "296 not finished" in finding_message(d)
 
 
 def test_metrics_vs_per_request_mismatch_is_shown(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, mismatch=True))
-    (d,) = [d for d in analyze(run).diagnoses if d.kind == "count-mismatch"]
+    (d,) = [d for d in judge(run).diagnoses if d.kind == "count-mismatch"]
     assert d.severity == WARN and d.numbers["metrics_delta"]["num_drafts"] == 41
     head, rows = rs.serving_rows(ss.summarize_serving(run))
     assert rows[0][head.index("/metrics\n= sum")] == "NO"
@@ -297,12 +298,12 @@ def test_serving_run_is_never_compared_with_an_offline_baseline(tmp_path: Path) 
     run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}))
     offline = load_baseline(REPO / "baselines" / "tiny-gemma4-mtp-cpu.yaml")
     with pytest.raises(NotComparableError, match=r"serving run .* only offline entries"):
-        compare(run, offline)
+        judge(run, offline)
 
 
 def test_offline_run_ignores_the_serving_entries(make_run: Any) -> None:
     run = load_run(make_run({"b/NONE/stock": [[98.2, 96.3, 89.9]] * 3}))
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = judge(run, load_baseline(PUBLISHED))
     assert {ch.base_rate for ch in comp.checks} == {0.982, 0.963, 0.899}
 
 
@@ -311,7 +312,7 @@ def test_published_serving_entry_checks_rates_and_lists_what_it_cannot(tmp_path:
     reqs = [([82 if i < 240 else 81, 60, 49 if i < 150 else 48], 100) for i in range(300)]
     run = load_run(write_serving_run(tmp_path, {"b/FULL_DECODE_ONLY/fixed": reqs}, wall_s=300 / 1.99))
     # Published figures cannot check model, drafter or prompts: used knowingly (compare.py refuses otherwise).
-    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
+    comp = judge(run, load_baseline(PUBLISHED), accept_unchecked=True)
     assert all(ch.verdict == "pass" for ch in comp.checks), comp.checks
     assert {ch.base_rate for ch in comp.checks} == {0.816, 0.602, 0.485}
     for field in ("prompts_sha256", "workload.max_tokens", "serving.prompts"):
@@ -322,13 +323,13 @@ def test_published_serving_entry_checks_rates_and_lists_what_it_cannot(tmp_path:
 def test_other_concurrency_is_not_comparable(tmp_path: Path) -> None:
     run = load_run(write_serving_run(tmp_path, {"b/NONE/stock": GOOD}, concurrency=8))
     with pytest.raises(NotComparableError, match=r"workload\.concurrency=8 vs baseline 16"):
-        compare(run, load_baseline(PUBLISHED))
+        judge(run, load_baseline(PUBLISHED))
 
 
 def test_throughput_drop_is_reported_not_failed(tmp_path: Path) -> None:
     reqs = [([82, 60, 49], 100)] * 300
     run = load_run(write_serving_run(tmp_path, {"b/NONE/stock": reqs}, wall_s=300 / 1.0))  # 1.0 vs 1.99 req/s
-    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
+    comp = judge(run, load_baseline(PUBLISHED), accept_unchecked=True)
     (d,) = [d for d in comp.diagnoses if d.kind == "throughput-drop"]
     assert d.severity == WARN and "1.00 req/s vs baseline 1.99 req/s" in finding_message(d)
     assert comp.exit_code == ExitCode.OK
@@ -419,6 +420,6 @@ def test_throughput_is_judged_by_the_entry_that_judged_acceptance(tmp_path: Path
         update={"build": "slow", "mode": "NONE", "serving": e.serving.model_copy(update={"req_per_s": 1.0})}
     )
     base = published.model_copy(update={"entries": [*published.entries, slow]})
-    comp = compare(run, base, accept_unchecked=True, entry_map={"b/NONE/stock": "slow/NONE"})
+    comp = judge(run, base, accept_unchecked=True, entry_map={"b/NONE/stock": "slow/NONE"})
     assert {ch.entry for ch in comp.checks} == {"slow/NONE"}
     assert not [d for d in comp.diagnoses if d.kind == "throughput-drop"], comp.diagnoses

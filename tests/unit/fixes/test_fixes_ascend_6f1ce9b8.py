@@ -389,10 +389,10 @@ def _run_with_unapplied_fix(make_run: Callable[..., Path], outcome: dict[str, An
 
 
 def test_verdict_diagnoses_fix_not_applied(make_run: Callable[..., Path]) -> None:
-    from mtpbench.judge.compare import analyze
+    from mtpbench.judge.compare import judge
     from mtpbench.store.results import load_run
 
-    comp = analyze(load_run(_run_with_unapplied_fix(make_run)))
+    comp = judge(load_run(_run_with_unapplied_fix(make_run)))
     # A typed finding (findings.PatchNotApplied), worded by words.finding_message.
     (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
     assert d.cell == "b/FULL_DECODE_ONLY/fixed" and d.severity == "warn"
@@ -517,11 +517,11 @@ def test_preflight_skips_patches_without_a_check() -> None:
 
 
 def test_a_fix_that_raised_fails_the_gate(make_run: Callable[..., Path]) -> None:
-    from mtpbench.judge.compare import analyze
+    from mtpbench.judge.compare import judge
     from mtpbench.store.results import load_run
 
     failed = {"name": PATCH, "status": "failed", "detail": "RuntimeError: boom"}
-    comp = analyze(load_run(_run_with_unapplied_fix(make_run, failed)))
+    comp = judge(load_run(_run_with_unapplied_fix(make_run, failed)))
     (d,) = [d for d in comp.diagnoses if d.name == FIX_NOT_APPLIED]
     assert d.severity == "fail" and "RuntimeError: boom" in finding_message(d)
     assert int(comp.exit_code) == 1

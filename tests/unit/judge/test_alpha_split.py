@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpbench.judge.compare import compare
+from mtpbench.judge.compare import judge
 from mtpbench.judge.plan import PRIMARY_SHARE, count_family, split_alpha
 from mtpbench.judge.save import baseline_of_run
 from mtpbench.judge.stats import detectable_drop
@@ -46,7 +46,7 @@ def test_the_al_check_is_decided_at_the_primary_share_and_positions_at_the_diagn
     cells = {"b/eager/stock": [[0, 0, 0]], "b/graph/stock": [[0, 0, 0]]}
     base_run = load_run(make_run(cells, per_prompt={c: [BASE] for c in cells}, baseline=None))
     run = load_run(make_run(cells, per_prompt={c: [RUN] for c in cells}, baseline=None))
-    comp = compare(run, baseline_of_run(base_run, "base"), accept_unchecked=True)
+    comp = judge(run, baseline_of_run(base_run, "base"), accept_unchecked=True)
     assert (comp.family, comp.primary) == (11, 2)
     gate = GateSpec()
     for length in comp.lengths:

@@ -25,7 +25,7 @@ import pytest
 from probefake import ALL_FULL, ALL_SLIDING, FULL, GROUPS, OWN, SLIDING, add_probe_records, faulty_by_seed, snapshot
 
 from mtpbench.judge.binding import binding_findings, bindings_from
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import cell_meta
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_probes import MetadataBinding
@@ -272,7 +272,7 @@ def probed_run(make_run: Callable[..., Path]) -> Path:
 
 def test_every_format_shows_the_binding(probed_run: Path) -> None:
     run = load_run(probed_run)
-    comp = analyze(run)
+    comp = judge(run)
     assert int(comp.exit_code) == 1
     doc = json.loads(report.comparison_json(comp))
     assert doc["metadata_binding"]["b/eager/stock"]["verified"] is True

@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Cause, Kind, Severity, analyze
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import Cause, Kind, Severity
 from mtpbench.render.report import comparison_json
 from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.store.results import load_run
@@ -37,7 +38,7 @@ def test_a_build_that_accepts_less_than_the_reference_build_fails_naming_it(make
             baseline=None,
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     div = found(comp, Kind.BUILD_DIVERGENCE)
     assert [d.cell for d in div] == ["v0.28.0/eager/stock"] and div[0].severity == Severity.FAIL
     n = div[0].numbers
@@ -58,7 +59,7 @@ def test_a_build_that_accepts_less_than_the_reference_build_fails_naming_it(make
 
 def test_identical_builds_pass(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"v0.27.1/eager/stock": [GOOD], "v0.32.0/eager/stock": [GOOD]}, baseline=None))
-    comp = analyze(run)
+    comp = judge(run)
     assert not found(comp, Kind.BUILD_DIVERGENCE) and not found(comp, Kind.INCONCLUSIVE)
     assert comp.exit_code == ExitCode.OK
 
@@ -67,13 +68,13 @@ def test_reference_build_names_the_build_the_others_are_held_against(make_run: C
     run = load_run(
         make_run({"old/eager/stock": [PLANTED], "new/eager/stock": [GOOD]}, baseline=None, reference_build="new")
     )
-    div = found(analyze(run), Kind.BUILD_DIVERGENCE)
+    div = found(judge(run), Kind.BUILD_DIVERGENCE)
     assert [d.cell for d in div] == ["old/eager/stock"] and div[0].numbers["reference_build"] == "new"
 
 
 def test_a_build_that_accepts_more_is_told_not_failed(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"old/eager/stock": [GOOD], "new/eager/stock": [BETTER]}, baseline=None))
-    comp = analyze(run)
+    comp = judge(run)
     div = found(comp, Kind.BUILD_DIVERGENCE)
     assert len(div) == 1 and div[0].severity == Severity.WARN and div[0].numbers["delta"] > 0.05
     assert "accepts more than reference build old" in finding_message(div[0])
@@ -93,7 +94,7 @@ def test_each_mode_is_held_against_the_reference_builds_same_mode(make_run: Call
             baseline=None,
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     div = found(comp, Kind.BUILD_DIVERGENCE)
     assert [(d.cell, d.numbers["reference"]) for d in div] == [("b/compiled/stock", "a/compiled/stock")]
 
@@ -109,7 +110,7 @@ def test_only_the_prompts_that_moved_are_named(make_run: Callable[..., Path]) ->
             per_prompt={"a/eager/stock": [same], "b/eager/stock": [moved]},
         )
     )
-    div = found(analyze(run), Kind.BUILD_DIVERGENCE) + found(analyze(run), Kind.INCONCLUSIVE)
+    div = found(judge(run), Kind.BUILD_DIVERGENCE) + found(judge(run), Kind.INCONCLUSIVE)
     assert len(div) == 1
     n = div[0].numbers
     assert n["pos"] == 2 and n["prompts_differing"] == 2 and sorted(n["differing"]) == ["class", "unit-test"]
@@ -119,14 +120,14 @@ def test_sampled_runs_pair_builds_by_prompt_too(make_run: Callable[..., Path]) -
     run = load_run(
         make_run({"a/eager/stock": [GOOD, GOOD], "b/eager/stock": [PLANTED, PLANTED]}, baseline=None, temperature=1.0)
     )
-    div = found(analyze(run), Kind.BUILD_DIVERGENCE)
+    div = found(judge(run), Kind.BUILD_DIVERGENCE)
     assert [d.cell for d in div] == ["b/eager/stock"] and div[0].severity == Severity.FAIL
     assert div[0].cause == Cause.NONE  # sampled text differs by chance: no cause named from it
 
 
 def test_build_pairs_count_in_the_family(make_run: Callable[..., Path]) -> None:
-    one = analyze(load_run(make_run({"a/eager/stock": [GOOD]}, baseline=None)))
-    two = analyze(load_run(make_run({"a/eager/stock": [GOOD], "b/eager/stock": [GOOD]}, baseline=None)))
+    one = judge(load_run(make_run({"a/eager/stock": [GOOD]}, baseline=None)))
+    two = judge(load_run(make_run({"a/eager/stock": [GOOD], "b/eager/stock": [GOOD]}, baseline=None)))
     assert one.family == 0 and two.family == 3  # k = 3 checks for the one build pair
 
 

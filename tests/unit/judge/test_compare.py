@@ -10,7 +10,9 @@ import pytest
 from conftest import PUBLISHED
 
 from mtpbench.errors import ExitCode, NotComparableError, UserError
-from mtpbench.judge.compare import Cause, Kind, Severity, Verdict, analyze, collect, compare
+from mtpbench.judge.compare import judge
+from mtpbench.judge.evidence import collect
+from mtpbench.judge.findings import Cause, Kind, Severity, Verdict
 from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import baseline_from_cells, load_baseline, write_baseline
@@ -56,7 +58,7 @@ def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
 @pytest.mark.parametrize("rates", [BROKEN_A, BROKEN_B])
 def test_published_baseline_flags_seed_regression(make_run: Callable[..., Path], rates: list[float]) -> None:
     run = load_run(make_run({"ascend/FULL_DECODE_ONLY/stock": [rates]}))
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = judge(run, load_baseline(PUBLISHED))
     assert comp.exit_code == ExitCode.REGRESSION
     assert kinds(comp) == {"regression"}
     assert [c.verdict for c in comp.checks] == [Verdict.REGRESSION] * 3
@@ -67,7 +69,7 @@ def test_published_baseline_flags_seed_regression(make_run: Callable[..., Path],
 
 def test_two_disagreeing_repeats_are_regression_and_exact_instability(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"ascend/FULL_DECODE_ONLY/stock": [BROKEN_A, BROKEN_B]}, seeds=[2, 0]))
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = judge(run, load_baseline(PUBLISHED))
     assert comp.exit_code == ExitCode.REGRESSION
     assert kinds(comp) == {"regression", "cross-process-instability"}
     inst = next(d for d in comp.diagnoses if d.kind == Kind.INSTABILITY)
@@ -81,7 +83,7 @@ def test_two_disagreeing_repeats_are_regression_and_exact_instability(make_run: 
 
 def test_selftest_fault_instability_is_exact_and_decisive_on_the_frozen_real_run() -> None:
     # Issue 8: the old chi-square gave p=0.039 at one position; under greedy the evidence is exact.
-    comp = compare(load_run(FROZEN), load_baseline(TINY))
+    comp = judge(load_run(FROZEN), load_baseline(TINY))
     inst = next(d for d in comp.diagnoses if d.kind == Kind.INSTABILITY)
     assert inst.cell == "current/eager/fault" and inst.severity == Severity.FAIL
     assert inst.numbers["method"] == "exact" and inst.numbers["prompts_differing"] == 5 and inst.numbers["same_text"]
@@ -115,16 +117,16 @@ def test_rerun_identical_within_noise_passes(make_run: Callable[..., Path]) -> N
             text={"ascend/NONE/stock": ["a", "b", "c"]},
         )
     )
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = judge(run, load_baseline(PUBLISHED))
     assert {c.verdict for c in comp.checks} == {Verdict.PASS}
     assert "regression" not in kinds(comp)
 
 
 def test_drop_within_tolerance_passes_and_beyond_fails(make_run: Callable[..., Path]) -> None:
     baseline = load_baseline(PUBLISHED)
-    ok = compare(load_run(make_run({"ascend/NONE/stock": [[94.0, 92.0, 86.0]]})), baseline)
+    ok = judge(load_run(make_run({"ascend/NONE/stock": [[94.0, 92.0, 86.0]]})), baseline)
     assert ok.exit_code == ExitCode.OK  # 4.2 / 4.3 / 3.9 points down, tolerance 5
-    bad = compare(load_run(make_run({"ascend/NONE/stock": [[92.0, 92.0, 89.9]]})), baseline)
+    bad = judge(load_run(make_run({"ascend/NONE/stock": [[92.0, 92.0, 89.9]]})), baseline)
     assert [c.verdict for c in bad.checks] == [Verdict.REGRESSION, Verdict.PASS, Verdict.PASS]
 
 
@@ -132,7 +134,7 @@ def test_big_drop_without_support_is_inconclusive_not_pass(make_run: Callable[..
     # Issue 8: a 23-point drop on 3 drafts read "pass". It is beyond the tolerance, unsupported: exit 5.
     base = save_baseline(make_run({"cpu/eager/stock": [[90.0, 80.0, 70.0]]}, drafts=100), tmp_path / "b.yaml")
     small = load_run(make_run({"cpu/eager/stock": [[66.7, 66.7, 66.7]]}, drafts=3))
-    comp = compare(small, load_baseline(base))
+    comp = judge(small, load_baseline(base))
     assert comp.checks[0].delta is not None and comp.checks[0].delta < -0.2
     assert comp.checks[0].verdict == Verdict.INCONCLUSIVE
     assert "inconclusive" in kinds(comp) and comp.exit_code == ExitCode.INCONCLUSIVE
@@ -150,7 +152,7 @@ def test_a_check_that_cannot_certify_states_its_smallest_detectable_drop(
     cell = "cpu/eager/stock"
     base = load_baseline(save_baseline(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), tmp_path / "b.yaml"))
     moved_run = load_run(make_run({cell: [GOOD]}, per_prompt={cell: [SWAPPED]}))
-    moved = compare(moved_run, base, GateSpec(primary="positions"))
+    moved = judge(moved_run, base, GateSpec(primary="positions"))
     assert all(x.verdict == Verdict.INCONCLUSIVE and x.underpowered for x in moved.checks)
     assert all(x.mde is not None and x.mde > moved.gate.tolerance_pts / 100 for x in moved.checks)
     (d,) = [d for d in moved.diagnoses if d.kind == Kind.INCONCLUSIVE and d.severity == Severity.FAIL]
@@ -158,7 +160,7 @@ def test_a_check_that_cannot_certify_states_its_smallest_detectable_drop(
     assert moved.exit_code == ExitCode.INCONCLUSIVE
     # The default gate certifies acceptance length: the same pooled AL, but its paired spread cannot exclude a
     # 5 % drop, so the AL check is the failing one and the positions are an info-level diagnosis.
-    moved = compare(moved_run, base)
+    moved = judge(moved_run, base)
     (al,) = moved.lengths
     assert al.verdict == Verdict.INCONCLUSIVE and al.underpowered and al.delta == pytest.approx(0.0)
     assert al.mde is not None and al.mde > al.tolerance == pytest.approx(0.05 * al.base_al)
@@ -167,7 +169,7 @@ def test_a_check_that_cannot_certify_states_its_smallest_detectable_drop(
     (info,) = [d for d in moved.diagnoses if d.kind == Kind.INCONCLUSIVE and d.severity == Severity.INFO]
     assert info.numbers["check"] == "positions" and moved.exit_code == ExitCode.INCONCLUSIVE
     # A bit-identical rerun, prompt by prompt: the paired spread is zero, a drop of δ is excluded, no warning.
-    same = compare(load_run(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]})), base)
+    same = judge(load_run(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]})), base)
     assert all(x.verdict == Verdict.PASS and not x.underpowered and x.mde == 0 for x in same.checks + same.lengths)
     assert same.exit_code == ExitCode.OK and not [d for d in same.diagnoses if d.severity != Severity.INFO]
 
@@ -176,13 +178,13 @@ def test_paired_against_a_baseline_with_prompt_counts(make_run: Callable[..., Pa
     cells = {"cpu/eager/stock": [GOOD]}
     base = save_baseline(make_run(cells, per_prompt={"cpu/eager/stock": [HETERO]}), tmp_path / "b.yaml")
     assert load_baseline(base).entries[0].prompts is not None
-    same = compare(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [HETERO]})), load_baseline(base))
+    same = judge(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [HETERO]})), load_baseline(base))
     assert {x.method for x in same.checks} == {"paired"}
     assert same.exit_code == ExitCode.OK and same.checks[0].ci is not None and same.checks[0].ci.low == 0.0
     # Every prompt loses 8 points: paired, the drop is plain even with one hard prompt among five (unpaired,
     # the hard prompt's 40-point gap to the others would swamp it).
     lower = [(d, [x - 8 for x in a]) for d, a in HETERO]
-    worse = compare(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [lower]})), load_baseline(base))
+    worse = judge(load_run(make_run(cells, per_prompt={"cpu/eager/stock": [lower]})), load_baseline(base))
     assert [x.verdict for x in worse.checks] == [Verdict.REGRESSION] * 3
 
 
@@ -197,7 +199,7 @@ def test_per_prompt_counts_that_disagree_with_the_rates_are_bad_input(
 
 
 def test_legacy_pooled_baseline_without_prompts_still_compares() -> None:
-    comp = compare(load_run(FROZEN), load_baseline(TINY))
+    comp = judge(load_run(FROZEN), load_baseline(TINY))
     assert {x.method for x in comp.checks} == {"pooled-baseline"}
 
 
@@ -206,10 +208,10 @@ def test_improvement_is_reported_not_failed(make_run: Callable[..., Path], tmp_p
     (tmp_path / "stale.yaml").write_text(text)
     run = load_run(make_run({"ascend/NONE/stock": [GOOD]}, baseline=str(tmp_path / "stale.yaml")))
     stale = load_baseline(tmp_path / "stale.yaml")
-    comp = compare(run, stale, baseline_path=tmp_path / "stale.yaml")
+    comp = judge(run, stale, baseline_path=tmp_path / "stale.yaml")
     assert comp.exit_code == ExitCode.OK
     assert "improvement" in kinds(comp, "info")
-    strict = compare(run, stale, comp.gate.model_copy(update={"fail_on_improvement": True}), accept_unchecked=True)
+    strict = judge(run, stale, comp.gate.model_copy(update={"fail_on_improvement": True}), accept_unchecked=True)
     assert strict.exit_code == ExitCode.REGRESSION
 
 
@@ -220,7 +222,7 @@ def test_graph_divergence_against_eager_reference(make_run: Callable[..., Path])
             requested={"NONE": {"cudagraph_mode": "NONE"}, "FULL_DECODE_ONLY": {"cudagraph_mode": "FULL_DECODE_ONLY"}},
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     div = [d for d in comp.diagnoses if d.kind == Kind.GRAPH_DIVERGENCE]
     assert len(div) == 1 and div[0].cell == "ascend/FULL_DECODE_ONLY/stock"
     assert div[0].numbers["reference"] == "ascend/NONE/stock"
@@ -233,7 +235,7 @@ def test_fixed_variant_compares_against_the_same_baseline_and_passes(make_run: C
     run = load_run(
         make_run({"ascend/FULL_DECODE_ONLY/stock": [BROKEN_A, BROKEN_B], "ascend/FULL_DECODE_ONLY/fixed": [GOOD, GOOD]})
     )
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = judge(run, load_baseline(PUBLISHED))
     by_cell = {d.cell for d in comp.diagnoses if d.severity == Severity.FAIL}
     assert by_cell == {"ascend/FULL_DECODE_ONLY/stock"}
     fixed = [c for c in comp.checks if c.cell.endswith("/fixed")]
@@ -249,7 +251,7 @@ def test_downgraded_graph_mode_is_warned(make_run: Callable[..., Path]) -> None:
             effective={"FULL_DECODE_ONLY": {"cudagraph_mode": "NONE", "device_type": "cpu"}},
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     warn = [d for d in comp.diagnoses if d.kind == Kind.GRAPH_DOWNGRADED]
     assert warn and "FULL_DECODE_ONLY ran as NONE on cpu" in finding_message(warn[0])
     assert comp.exit_code == ExitCode.OK
@@ -257,7 +259,7 @@ def test_downgraded_graph_mode_is_warned(make_run: Callable[..., Path]) -> None:
 
 def test_text_change_under_greedy_is_named(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"cpu/eager/stock": [GOOD, GOOD]}, text={"cpu/eager/stock": ["x", "y"]}))
-    comp = analyze(run)
+    comp = judge(run)
     assert "text-changed" in kinds(comp, "warn")
 
 
@@ -269,7 +271,7 @@ def test_not_comparable_is_its_own_exit_code(make_run: Callable[..., Path], kw: 
     rates = [90.0] * kw.get("k", 3)
     run = load_run(make_run({"ascend/NONE/stock": [rates]}, **kw))
     with pytest.raises(NotComparableError, match=needle) as exc:
-        compare(run, load_baseline(PUBLISHED))
+        judge(run, load_baseline(PUBLISHED))
     assert exc.value.exit_code == ExitCode.NOT_COMPARABLE
 
 
@@ -278,11 +280,11 @@ def test_not_comparable_is_its_own_exit_code(make_run: Callable[..., Path], kw: 
 
 def test_zero_drafts_is_speculation_off_exit_1(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"ascend/NONE/stock": [[0.0, 0.0, 0.0]]}, drafts=0))
-    comp = compare(run, load_baseline(PUBLISHED))
+    comp = judge(run, load_baseline(PUBLISHED))
     off = [d for d in comp.diagnoses if d.kind == Kind.SPECULATION_OFF]
     assert off and off[0].severity == Severity.FAIL and off[0].cell == "ascend/NONE/stock"
     assert comp.exit_code == ExitCode.REGRESSION
-    assert analyze(run).exit_code == ExitCode.REGRESSION  # no baseline needed to see it
+    assert judge(run).exit_code == ExitCode.REGRESSION  # no baseline needed to see it
 
 
 def test_one_repeat_without_drafts_is_speculation_off(make_run: Callable[..., Path]) -> None:
@@ -293,35 +295,35 @@ def test_one_repeat_without_drafts_is_speculation_off(make_run: Callable[..., Pa
             per_prompt={"ascend/NONE/stock": [HETERO, [(0, [0, 0, 0])] * 5]},
         )
     )
-    off = next(d for d in analyze(run).diagnoses if d.kind == Kind.SPECULATION_OFF)
+    off = next(d for d in judge(run).diagnoses if d.kind == Kind.SPECULATION_OFF)
     assert off.numbers["hash_seeds"] == [7] and not off.numbers["all"]
 
 
 def test_cell_without_baseline_entry_is_not_comparable(make_run: Callable[..., Path], tmp_path: Path) -> None:
     base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
     renamed = load_run(make_run({"cpu/eager2/stock": [GOOD]}))  # a mode renamed in the config
-    comp = compare(renamed, load_baseline(base))
+    comp = judge(renamed, load_baseline(base))
     assert comp.exit_code == ExitCode.NOT_COMPARABLE
     assert [d.kind for d in comp.diagnoses if d.severity == Severity.FAIL] == [Kind.NO_BASELINE]
     assert {x.verdict for x in comp.checks} == {Verdict.NO_BASELINE}
-    assert compare(renamed, load_baseline(base), allow_unmatched=True).exit_code == ExitCode.OK
+    assert judge(renamed, load_baseline(base), allow_unmatched=True).exit_code == ExitCode.OK
 
 
 @pytest.mark.parametrize("key", ["cpu/eager2", "cpu/eager2/stock"])
 def test_config_baseline_entry_map_names_the_entry(make_run: Callable[..., Path], tmp_path: Path, key: str) -> None:
     base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
     run = load_run(make_run({"cpu/eager2/stock": [GOOD]}, baseline_entry={key: "cpu/eager"}))
-    comp = compare(run, load_baseline(base))
+    comp = judge(run, load_baseline(base))
     assert comp.exit_code == ExitCode.OK and {x.entry for x in comp.checks} == {"cpu/eager"}
     bad = load_run(make_run({"cpu/eager2/stock": [GOOD]}, baseline_entry={key: "cpu/nope"}))
     with pytest.raises(UserError, match="not an entry of baseline"):
-        compare(bad, load_baseline(base))
+        judge(bad, load_baseline(base))
 
 
 def test_wildcard_mode_entry_applies_to_every_mode_of_a_build(make_run: Callable[..., Path], tmp_path: Path) -> None:
     base = save_baseline(make_run({"cpu/eager/stock": [GOOD]}), tmp_path / "b.yaml")
     (tmp_path / "any.yaml").write_text(base.read_text().replace("mode: eager", "mode: '*'"))
-    comp = compare(load_run(make_run({"cpu/eager2/stock": [GOOD]})), load_baseline(tmp_path / "any.yaml"))
+    comp = judge(load_run(make_run({"cpu/eager2/stock": [GOOD]})), load_baseline(tmp_path / "any.yaml"))
     assert comp.exit_code == ExitCode.OK
 
 
@@ -338,7 +340,7 @@ def test_partial_repeat_is_left_out_and_gives_exit_3(make_run: Callable[..., Pat
             per_prompt={cell: [HETERO] * 3},
         )
     )
-    comp = compare(run, load_baseline(base))
+    comp = judge(run, load_baseline(base))
     assert kinds(comp) == {"run-failed"} and comp.exit_code == ExitCode.RUN_FAILED
     failed = next(d for d in comp.diagnoses if d.kind == Kind.RUN_FAILED)
     assert failed.numbers["excluded"] == [
@@ -350,7 +352,7 @@ def test_partial_repeat_is_left_out_and_gives_exit_3(make_run: Callable[..., Pat
 def test_repeat_marked_ok_with_missing_prompts_is_partial(make_run: Callable[..., Path]) -> None:
     cell = "ascend/NONE/stock"
     run = load_run(make_run({cell: [GOOD, GOOD]}, recorded={cell: [5, 3]}))
-    comp = analyze(run)
+    comp = judge(run)
     assert comp.exit_code == ExitCode.RUN_FAILED
     assert [r.complete for r in comp.cells[0].repeats] == [True, False]
 
@@ -358,7 +360,7 @@ def test_repeat_marked_ok_with_missing_prompts_is_partial(make_run: Callable[...
 def test_regression_outranks_partial(make_run: Callable[..., Path]) -> None:
     cell = "ascend/NONE/stock"
     run = load_run(make_run({cell: [BROKEN_B, BROKEN_B]}, statuses={cell: ["ok", "failed"]}))
-    assert compare(run, load_baseline(PUBLISHED)).exit_code == ExitCode.REGRESSION
+    assert judge(run, load_baseline(PUBLISHED)).exit_code == ExitCode.REGRESSION
 
 
 def test_unchecked_baseline_is_refused_unless_named(make_run: Callable[..., Path]) -> None:
@@ -371,7 +373,7 @@ def test_unchecked_baseline_is_refused_unless_named(make_run: Callable[..., Path
         )
     )
     with pytest.raises(NotComparableError, match="cannot check model_config_sha256, drafter_config_sha256") as exc:
-        compare(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
+        judge(run, load_baseline(PUBLISHED), baseline_path=PUBLISHED)
     assert exc.value.unchecked == [
         "model_config_sha256",
         "drafter_config_sha256",
@@ -379,7 +381,7 @@ def test_unchecked_baseline_is_refused_unless_named(make_run: Callable[..., Path
         "drafter_weights_sha256",
         "prompts_sha256",
     ]
-    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
+    comp = judge(run, load_baseline(PUBLISHED), accept_unchecked=True)
     info = next(d for d in comp.diagnoses if d.kind == Kind.UNCHECKED)
     assert info.numbers["accepted_by"] == "flag" and comp.exit_code == ExitCode.OK
 
@@ -390,7 +392,7 @@ def test_records_without_output_hash_are_bad_input_not_a_crash(make_run: Callabl
     rec = path / "records.jsonl"
     rec.write_text("\n".join(line.replace('"output_sha256"', '"x_sha"') for line in rec.read_text().splitlines()))
     with pytest.raises(UserError, match=r"records\.jsonl:2: .*output_sha256"):
-        analyze(load_run(path))
+        judge(load_run(path))
 
 
 def test_sampled_instability_uses_a_prompt_level_permutation_test(make_run: Callable[..., Path]) -> None:
@@ -406,7 +408,7 @@ def test_sampled_instability_uses_a_prompt_level_permutation_test(make_run: Call
             per_prompt={cell: [HETERO, p2, HETERO]},
         )
     )
-    inst = next(d for d in analyze(shifted).diagnoses if d.kind == Kind.INSTABILITY)
+    inst = next(d for d in judge(shifted).diagnoses if d.kind == Kind.INSTABILITY)
     assert inst.numbers["method"] == "permutation" and inst.severity == Severity.FAIL
     # Same processes, prompt-level noise only (each prompt wobbles ±1 draft): no finding.
     p3 = [(d, [a[0] + (1 if i % 2 else -1), *a[1:]]) for i, (d, a) in enumerate(HETERO)]
@@ -419,7 +421,7 @@ def test_sampled_instability_uses_a_prompt_level_permutation_test(make_run: Call
             per_prompt={cell: [HETERO, p3, HETERO]},
         )
     )
-    assert not [d for d in analyze(calm).diagnoses if d.kind == Kind.INSTABILITY]
+    assert not [d for d in judge(calm).diagnoses if d.kind == Kind.INSTABILITY]
 
 
 def test_collect_is_vectorised(tmp_path: Path) -> None:
@@ -475,7 +477,7 @@ def test_collect_is_vectorised(tmp_path: Path) -> None:
         ],
     }
     t0 = time.perf_counter()
-    comp = analyze(BigRun(tmp_path, manifest, []))
+    comp = judge(BigRun(tmp_path, manifest, []))
     elapsed = time.perf_counter() - t0
     assert len(comp.cells) == cells and comp.cells[0].summary.prompts == per
     assert elapsed < 20, elapsed
@@ -492,9 +494,9 @@ def test_the_default_gate_certifies_acceptance_length_and_keeps_positions_as_dia
     base = load_baseline(save_baseline(make_run({cell: [GOOD]}, per_prompt={cell: [HETERO]}), tmp_path / "b.yaml"))
     moved = [(d, [a0, a1, a2 + s]) for (d, [a0, a1, a2]), s in zip(HETERO, [-6, -5, 6, 0, 5], strict=True)]
     run = load_run(make_run({cell: [GOOD]}, per_prompt={cell: [moved]}))
-    by_positions = compare(run, base, GateSpec(primary="positions"))
+    by_positions = judge(run, base, GateSpec(primary="positions"))
     assert by_positions.exit_code == ExitCode.INCONCLUSIVE
-    comp = compare(run, base)
+    comp = judge(run, base)
     assert comp.exit_code == ExitCode.OK, [(d.kind, d.severity) for d in comp.diagnoses]
     (al,) = comp.lengths
     assert al.verdict == Verdict.PASS and al.bound is not None and al.bound > -al.tolerance
@@ -502,7 +504,7 @@ def test_the_default_gate_certifies_acceptance_length_and_keeps_positions_as_dia
     assert info.severity == Severity.INFO and info.numbers["positions"] == [2]
     # A significant drop at one position still fails the default gate, though AL alone is within δ.
     dropped = [(d, [a0, a1, a2 - 10]) for d, [a0, a1, a2] in HETERO]
-    comp = compare(load_run(make_run({cell: [GOOD]}, per_prompt={cell: [dropped]})), base)
+    comp = judge(load_run(make_run({cell: [GOOD]}, per_prompt={cell: [dropped]})), base)
     assert comp.lengths[0].verdict == Verdict.PASS and comp.exit_code == ExitCode.REGRESSION
     (reg,) = [d for d in comp.diagnoses if d.kind == Kind.REGRESSION]
     assert reg.numbers["positions"] == [2]

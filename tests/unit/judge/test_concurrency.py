@@ -12,9 +12,10 @@ from pydantic import ValidationError
 
 from mtpbench.errors import ExitCode, NotComparableError
 from mtpbench.judge import serving_summary as ss
-from mtpbench.judge.compare import FAIL, analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.concurrency import sweep_levels
 from mtpbench.judge.evidence import collect_evidence
+from mtpbench.judge.findings import FAIL
 from mtpbench.judge.findings_features import FeatureChange
 from mtpbench.judge.plan import make_plan
 from mtpbench.judge.sizing import family_of_config
@@ -34,7 +35,7 @@ COLLAPSED = [([9, 1 + i % PROMPTS % 2, 0], 10) for i in range(16)]
 
 def test_a_collapsed_level_is_a_mode_divergence_naming_the_level(tmp_path: Path) -> None:
     run = load_run(write_sweep_run(tmp_path, {1: CLEAN, 4: CLEAN, 16: COLLAPSED}, prompts=PROMPTS))
-    comp = analyze(run)
+    comp = judge(run)
     found = [d for d in comp.diagnoses if d.kind == "mode-divergence"]
     (d,) = found  # level 4 accepted as level 1 did: only 16 is named
     assert d.severity == FAIL and d.cell == "current/eager/stock"
@@ -48,7 +49,7 @@ def test_a_collapsed_level_is_a_mode_divergence_naming_the_level(tmp_path: Path)
 
 def test_a_clean_sweep_passes(tmp_path: Path) -> None:
     run = load_run(write_sweep_run(tmp_path, {1: CLEAN, 4: CLEAN, 16: CLEAN}, prompts=PROMPTS))
-    comp = analyze(run)
+    comp = judge(run)
     assert not [d for d in comp.diagnoses if d.kind in ("mode-divergence", "inconclusive")], comp.diagnoses
     assert comp.exit_code == ExitCode.OK
 
@@ -116,6 +117,6 @@ def test_a_baseline_of_another_sweep_is_not_comparable(tmp_path: Path) -> None:
 
 def test_the_finding_names_the_feature_in_its_payload(tmp_path: Path) -> None:
     run = load_run(write_sweep_run(tmp_path, {1: CLEAN, 16: COLLAPSED}, prompts=PROMPTS))
-    comp = analyze(run)
+    comp = judge(run)
     (d,) = [d for d in comp.diagnoses if d.kind == "mode-divergence"]
     assert d.payload.features == [FeatureChange(name="concurrency", reference=1, mode=16)]

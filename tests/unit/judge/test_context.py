@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Comparison, Kind, Severity, analyze
+from mtpbench.judge.compare import Comparison, judge
+from mtpbench.judge.findings import Kind, Severity
 from mtpbench.render.report import comparison_document, comparison_markdown
 from mtpbench.render.words import finding_message
 from mtpbench.schema import CellStatus
@@ -91,7 +92,7 @@ FALLEN = [96.0, 85.0, 70.0]  # pos2 -18 pts behind the longest context
 
 
 def judged(tmp_path: Path, rates: dict[int, list[list[float]]], **kw: Any) -> Comparison:
-    return analyze(load_run(write_sweep(tmp_path / "run", rates, **kw)))
+    return judge(load_run(write_sweep(tmp_path / "run", rates, **kw)))
 
 
 def decays(comp: Comparison) -> list[Any]:
@@ -170,7 +171,7 @@ def test_per_bucket_acceptance_is_in_the_comparison_json_and_markdown(tmp_path: 
 
 
 def test_a_run_that_is_no_context_sweep_has_no_bucket_table(make_run: Any) -> None:
-    comp = analyze(load_run(make_run({CELL: [GOOD]}, baseline=None)))
+    comp = judge(load_run(make_run({CELL: [GOOD]}, baseline=None)))
     assert comp.context == [] and "context" not in comparison_document(comp)
     assert not decays(comp)
 
@@ -181,7 +182,7 @@ def test_the_html_report_has_the_bucket_table_and_the_plot(tmp_path: Path) -> No
 
     path = write_sweep(tmp_path / "run", {0: spread(GOOD, 5), 256: spread(GOOD, 5), 512: spread(FALLEN, 5)})
     run = load_run(path)
-    comp = analyze(run)
+    comp = judge(run)
     html = tmp_path / "report.html"
     write_report(run, comp, html, None)
     page = html.read_text()

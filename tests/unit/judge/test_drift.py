@@ -18,7 +18,7 @@ import pytest
 from mtpbench.cli.selftest import evaluate_soak
 from mtpbench.config import load_config
 from mtpbench.errors import UserError
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.drift import change_point_pvalue, round_stats
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
@@ -74,12 +74,12 @@ def soak_run(
 
 
 def findings(path: Path, kind: Kind) -> list[Any]:
-    return [d for d in analyze(load_run(path)).diagnoses if d.kind == kind]
+    return [d for d in judge(load_run(path)).diagnoses if d.kind == kind]
 
 
 def test_stable_greedy_soak_has_no_drift_and_one_round_stat_per_round(make_run: Callable[..., Path]) -> None:
     path = soak_run(make_run)
-    comp = analyze(load_run(path))
+    comp = judge(load_run(path))
     assert comp.exit_code == 0 and not comp.diagnoses
     stats = round_stats(comp.cells[0])
     assert [s.round for s in stats] == [0, 1, 2, 3] and len({s.mean for s in stats}) == 1
@@ -106,7 +106,7 @@ def test_greedy_drift_names_the_first_round_and_the_prompts_that_moved(make_run:
         [2, 3],
     )
     assert n.same_text and n.rate_after is not None and n.rate_before is not None and n.rate_after < n.rate_before
-    assert analyze(load_run(path)).exit_code == 1
+    assert judge(load_run(path)).exit_code == 1
     assert "first at round 2" in finding_message(d)
 
 
@@ -140,7 +140,7 @@ def test_a_stalled_round_is_its_own_finding_not_a_failed_run(make_run: Callable[
 
     ends = {2: {"stalled": True, "unfinished": ["unit-test", "parsing"], "deadline_s": 30.0, "wall_s": 31.0}}
     path = soak_run(make_run, rounds=3, edit=edit, ends=ends)
-    comp = analyze(load_run(path))
+    comp = judge(load_run(path))
     (s,) = [d for d in comp.diagnoses if d.kind == Kind.STALL]
     assert isinstance(s.payload, Stall) and (s.payload.round, s.payload.unfinished) == (2, 2)
     assert s.payload.first_unfinished == ["parsing", "unit-test"]
@@ -243,9 +243,9 @@ def test_the_soak_selftest_fails_when_the_fault_is_not_seen_or_seen_late(make_ru
     def at_one(r: int, rec: dict[str, Any]) -> dict[str, Any]:
         return late(r + 1, rec)
 
-    ok, lines = evaluate_soak(analyze(load_run(soak_run(make_run, rounds=3, edit=at_one, cells=cells))))
+    ok, lines = evaluate_soak(judge(load_run(soak_run(make_run, rounds=3, edit=at_one, cells=cells))))
     assert ok, lines
-    ok, lines = evaluate_soak(analyze(load_run(soak_run(make_run, rounds=3, edit=late, cells=cells))))
+    ok, lines = evaluate_soak(judge(load_run(soak_run(make_run, rounds=3, edit=late, cells=cells))))
     assert not ok and any("FAIL] fault" in line and "at round 2" in line for line in lines)
-    ok, lines = evaluate_soak(analyze(load_run(soak_run(make_run, rounds=3, cells=cells))))
+    ok, lines = evaluate_soak(judge(load_run(soak_run(make_run, rounds=3, cells=cells))))
     assert not ok  # no drift at all: the gate would have missed the fault

@@ -17,8 +17,9 @@ import pytest
 from servingfake import GOOD, write_serving_run
 
 from mtpbench.judge import history, serving_summary
-from mtpbench.judge.compare import Kind, analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import CellResult, changed_text, collect
+from mtpbench.judge.findings import Kind
 from mtpbench.judge.save import baseline_of_run
 from mtpbench.judge.views import heatmap
 from mtpbench.store.manifest import MANIFEST
@@ -136,7 +137,7 @@ def test_heatmap_rows_are_the_evidence_of_the_prompt_they_name(run: Run) -> None
 
 
 def test_text_changes_are_one_rule(run: Run) -> None:
-    comp = analyze(run)
+    comp = judge(run)
     pairs = changed_text(comp.cells)
     said = {p for d in comp.diagnoses if d.kind == Kind.TEXT_CHANGED for p in d.numbers["prompts"]}
     assert said == {p for _, p in pairs}

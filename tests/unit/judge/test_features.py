@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Cause, Kind, Severity, analyze
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import Cause, Kind, Severity
 from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.store.results import load_run
 
@@ -59,7 +60,7 @@ def test_a_prefix_caching_mode_that_diverges_is_a_mode_divergence_naming_the_fea
             effective=PREFIX_EFFECTIVE,
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     div = found(comp, Kind.MODE_DIVERGENCE)
     assert len(div) == 1 and div[0].cell == "cpu/prefix-cache/stock" and div[0].severity == Severity.FAIL
     assert not found(comp, Kind.GRAPH_DIVERGENCE)
@@ -84,7 +85,7 @@ def test_a_prefix_caching_mode_that_accepts_as_the_reference_has_no_finding(make
             effective=PREFIX_EFFECTIVE,
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     assert not [d for d in comp.diagnoses if d.severity != Severity.INFO]
     assert comp.exit_code == ExitCode.OK
 
@@ -102,7 +103,7 @@ def test_the_reference_value_a_mode_leaves_unset_is_the_one_its_engine_read_back
             effective={"eager": effective(max_num_seqs=256), "seqs-1": effective(max_num_seqs=1)},
         )
     )
-    div = found(analyze(run), Kind.MODE_DIVERGENCE)
+    div = found(judge(run), Kind.MODE_DIVERGENCE)
     assert div and finding_message(div[0]).startswith("max_num_seqs=256 → 1: mode seqs-1")
 
 
@@ -115,7 +116,7 @@ def test_a_graph_mode_keeps_its_graph_divergence_when_the_modes_are_recorded(mak
             requested={"NONE": {"cudagraph_mode": "NONE"}, "FULL_DECODE_ONLY": {"cudagraph_mode": "FULL_DECODE_ONLY"}},
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     div = found(comp, Kind.GRAPH_DIVERGENCE)
     assert len(div) == 1 and not found(comp, Kind.MODE_DIVERGENCE)
     assert div[0].numbers["check"] == "graph-divergence" and "features" not in div[0].numbers
@@ -137,7 +138,7 @@ def test_a_graph_mode_with_a_feature_names_both(make_run: Callable[..., Path]) -
             effective={"eager": effective(), "chunked-graph": effective()},
         )
     )
-    div = found(analyze(run), Kind.MODE_DIVERGENCE)
+    div = found(judge(run), Kind.MODE_DIVERGENCE)
     names = [f["name"] for f in div[0].numbers["features"]]
     assert names == ["enable_chunked_prefill", "max_num_batched_tokens", "enforce_eager", "cudagraph_mode"]
 
@@ -153,7 +154,7 @@ def test_an_async_scheduling_mode_the_platform_turned_off_is_a_warning(make_run:
             effective={"eager": effective(async_scheduling=False), "async": effective(async_scheduling=False)},
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     warn = found(comp, Kind.FEATURE_IGNORED)
     assert len(warn) == 1 and warn[0].cell == "cpu/async/stock" and warn[0].severity == Severity.WARN
     assert warn[0].numbers["features"] == [{"name": "async_scheduling", "requested": True, "effective": False}]
@@ -171,7 +172,7 @@ def test_a_feature_not_read_back_is_a_warning_not_a_silent_pass(make_run: Callab
             effective={"chunked": effective(max_num_batched_tokens=32)},
         )
     )
-    warn = found(analyze(run), Kind.FEATURE_IGNORED)
+    warn = found(judge(run), Kind.FEATURE_IGNORED)
     assert [f["name"] for f in warn[0].numbers["features"]] == ["enable_chunked_prefill"]
     assert "enable_chunked_prefill=true was not read back" in finding_message(warn[0])
 
@@ -190,7 +191,7 @@ def test_an_inconclusive_mode_divergence_names_the_feature(make_run: Callable[..
             per_prompt={"cpu/eager/stock": [good], "cpu/prefix-cache/stock": [noisy]},
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     inc = [d for d in found(comp, Kind.INCONCLUSIVE) if d.cell == "cpu/prefix-cache/stock"]
     assert inc and inc[0].numbers["check"] == "mode-divergence"
     assert finding_message(inc[0]).startswith("enable_prefix_caching: prefix-cache differs from eager by -8.0 pts")
@@ -211,7 +212,7 @@ def test_a_mode_that_asks_for_the_engines_default_is_still_a_feature_mode(make_r
             },
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     assert not found(comp, Kind.GRAPH_DIVERGENCE)
     div = found(comp, Kind.MODE_DIVERGENCE)
     assert div and finding_message(div[0]).startswith("enable_prefix_caching=true → true: mode prefix-caching-on")

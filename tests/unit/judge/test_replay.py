@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_probes import GraphReplay
 from mtpbench.patches import replay
@@ -222,7 +222,7 @@ def _run(make_run: Callable[..., Path], requested: str, effective: str, obs: dic
                 seen = {"graph-replay": obs}
                 out.append({**{k: rec[k] for k in keys}, "type": "cell_end", "patch_observations": seen})
     (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
-    return analyze(load_run(path))
+    return judge(load_run(path))
 
 
 def _proof(comp: Any) -> Any:

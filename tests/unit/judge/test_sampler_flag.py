@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mtpbench.engine import worker
-from mtpbench.judge.compare import Kind, Severity, analyze
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import Kind, Severity
 from mtpbench.render.words import finding_message
 from mtpbench.store.records import RECORDS
 from mtpbench.store.results import load_run
@@ -32,7 +33,7 @@ def _with_probe(path: Path, status: str) -> Path:
 
 def test_a_broken_expand_kernel_fails_a_sampled_run(make_run: Callable[..., Path]) -> None:
     run = load_run(_with_probe(make_run({"cpu/eager/stock": [GOOD, GOOD]}, temperature=0.2), "broken"))
-    comp = analyze(run)
+    comp = judge(run)
     (d,) = [d for d in comp.diagnoses if d.kind == Kind.SAMPLER_BROKEN]
     assert d.severity == Severity.FAIL and comp.exit_code == 1
     assert "leftover memory" in finding_message(d) and len(d.numbers["hash_seeds"]) == 2
@@ -40,7 +41,7 @@ def test_a_broken_expand_kernel_fails_a_sampled_run(make_run: Callable[..., Path
 
 def test_a_working_or_patched_kernel_is_no_finding(make_run: Callable[..., Path]) -> None:
     run = load_run(_with_probe(make_run({"cpu/eager/stock": [GOOD]}, temperature=0.2), "ok"))
-    assert not [d for d in analyze(run).diagnoses if d.kind == Kind.SAMPLER_BROKEN]
+    assert not [d for d in judge(run).diagnoses if d.kind == Kind.SAMPLER_BROKEN]
 
 
 def test_the_worker_probes_sampled_jobs_only(monkeypatch: pytest.MonkeyPatch) -> None:

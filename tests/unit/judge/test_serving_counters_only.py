@@ -19,7 +19,8 @@ from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.judge import serving_summary as ss
-from mtpbench.judge.compare import FAIL, WARN, analyze, compare
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import FAIL, WARN
 from mtpbench.render import serving as rs
 from mtpbench.render.report import check_rows
 from mtpbench.render.words import cause_text, finding_message
@@ -278,7 +279,7 @@ def test_counters_only_table_keeps_latencies_and_names_the_method(tmp_path: Path
     assert rows[0][head.index("/metrics\n= sum")] == "n/a" and rows[0][head.index("pos0 %\n[95% CI]")] == "81.6"
     assert "counters-only: pooled over the load, no per-request clustering" in rs.serving_markdown([c])
     # No failed-requests or count-mismatch finding, and the single pooled record makes the repeat complete.
-    comp = analyze(run)
+    comp = judge(run)
     assert not [d for d in comp.diagnoses if d.severity == FAIL], comp.diagnoses
     (cell,) = comp.cells
     assert cell.complete and cell.counters_only and cell.evidence.g == 1 and cell.prompts_expected == 1
@@ -286,7 +287,7 @@ def test_counters_only_table_keeps_latencies_and_names_the_method(tmp_path: Path
 
 def test_counters_only_collapse_fails_the_gate_with_exit_1(tmp_path: Path) -> None:
     run = load_run(write_counters_only_run(tmp_path, *COLLAPSED))
-    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
+    comp = judge(run, load_baseline(PUBLISHED), accept_unchecked=True)
     assert comp.exit_code == ExitCode.REGRESSION
     assert {ch.verdict for ch in comp.checks} == {"regression"}
     assert all(ch.method == "counters-only" and ch.ci is None for ch in comp.checks)
@@ -302,7 +303,7 @@ def test_counters_only_collapse_fails_the_gate_with_exit_1(tmp_path: Path) -> No
 
 def test_counters_only_within_tolerance_passes_but_says_so(tmp_path: Path) -> None:
     run = load_run(write_counters_only_run(tmp_path, [8100, 6000, 4800], 10000, repeats=2))
-    comp = compare(run, load_baseline(PUBLISHED), accept_unchecked=True)
+    comp = judge(run, load_baseline(PUBLISHED), accept_unchecked=True)
     assert comp.exit_code == ExitCode.OK
     assert {ch.verdict for ch in comp.checks} == {"pass"} and all(ch.underpowered for ch in comp.checks)
     (weak,) = [d for d in comp.diagnoses if d.kind == "underpowered"]
@@ -312,14 +313,14 @@ def test_counters_only_within_tolerance_passes_but_says_so(tmp_path: Path) -> No
     assert comp.cells[0].evidence.g == 1 and comp.cells[0].summary.per_pos_ci[0] is None
     # Never a pass the data could not support under the strict gate: exit 5, not 0.
     strict = GateSpec(fail_on_underpowered=True)
-    assert compare(run, load_baseline(PUBLISHED), strict, accept_unchecked=True).exit_code == ExitCode.INCONCLUSIVE
+    assert judge(run, load_baseline(PUBLISHED), strict, accept_unchecked=True).exit_code == ExitCode.INCONCLUSIVE
 
 
 def test_counters_only_graph_divergence_fails_with_exit_1_on_the_point_estimate(tmp_path: Path) -> None:
     # The seed's signature without a baseline: the graph mode collapses against eager, both counters-only.
     # The paired rule had one "prompt" (the pooled load) and no interval: `inconclusive` (exit 5).
     run = load_run(write_counters_only_run(tmp_path, [], 0, modes={"NONE": GOOD, "FULL_DECODE_ONLY": COLLAPSED}))
-    comp = analyze(run)
+    comp = judge(run)
     (div,) = [d for d in comp.diagnoses if d.kind == "graph-divergence"]
     assert div.severity == FAIL and div.cell == "b/FULL_DECODE_ONLY/fixed" and comp.exit_code == ExitCode.REGRESSION
     assert div.numbers["method"] == "counters-only" and div.numbers["pos"] == 0  # the widest gap: 81.6 -> 12.0 %
@@ -332,7 +333,7 @@ def test_counters_only_graph_divergence_fails_with_exit_1_on_the_point_estimate(
 def test_counters_only_modes_within_the_divergence_tolerance_pass(tmp_path: Path) -> None:
     near = ([8000, 5900, 4800], 10000)  # 1.6 pts at most from GOOD
     run = load_run(write_counters_only_run(tmp_path, [], 0, modes={"NONE": GOOD, "FULL_DECODE_ONLY": near}))
-    comp = analyze(run)
+    comp = judge(run)
     assert not [d for d in comp.diagnoses if d.kind in ("graph-divergence", "inconclusive")]
     assert comp.exit_code == ExitCode.OK
 
@@ -344,7 +345,7 @@ def test_a_per_request_cell_against_a_counters_only_one_is_still_compared(tmp_pa
             tmp_path, [], 0, n=9, modes={"NONE": GOOD, "FULL_DECODE_ONLY": COLLAPSED}, per_request=frozenset({"NONE"})
         )
     )
-    comp = analyze(run)
+    comp = judge(run)
     assert [c.counters_only for c in comp.cells] == [False, True]
     (div,) = [d for d in comp.diagnoses if d.kind == "graph-divergence"]
     assert div.numbers["same_text"] is None and div.cause == ""  # nothing to compare the text by

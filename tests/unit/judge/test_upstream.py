@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from mtpbench.errors import ExitCode, UserError
-from mtpbench.judge.compare import Kind, Severity, compare
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.stats import PromptCounts
 from mtpbench.judge.upstream import measure
 from mtpbench.render.words import finding_message
@@ -62,7 +63,7 @@ def upstream_finding(comp: Any) -> Any:
 
 
 def test_eagle3_golden_passes_its_own_rule_at_the_golden(make_run: Callable[..., Path]) -> None:
-    comp = compare(run_for(make_run, LLAMA, even([0.7296, 0.5208, 0.3545])), load_baseline(LLAMA))
+    comp = judge(run_for(make_run, LLAMA, even([0.7296, 0.5208, 0.3545])), load_baseline(LLAMA))
     f = upstream_finding(comp)
     n = f.numbers
     assert n["upstream"] == "pass" and n["failed"] == [] and n["definition"] == "pooled"
@@ -78,7 +79,7 @@ def test_eagle3_golden_passes_its_own_rule_at_the_golden(make_run: Callable[...,
 
 def test_eagle3_position_below_its_floor_fails_upstream(make_run: Callable[..., Path]) -> None:
     # pos2 at 0.336 < 0.3545 x 0.95 = 0.3368, while AL 2.58 stays within 5 % of 2.60.
-    comp = compare(run_for(make_run, LLAMA, even([0.7296, 0.5208, 0.336])), load_baseline(LLAMA))
+    comp = judge(run_for(make_run, LLAMA, even([0.7296, 0.5208, 0.336])), load_baseline(LLAMA))
     f = upstream_finding(comp)
     assert f.numbers["upstream"] == "fail" and f.numbers["failed"] == ["pos2"]
     assert f.severity == Severity.FAIL and comp.exit_code == ExitCode.REGRESSION
@@ -88,7 +89,7 @@ def test_eagle3_position_below_its_floor_fails_upstream(make_run: Callable[..., 
 
 def test_eagle3_acceptance_length_is_two_sided_upstream(make_run: Callable[..., Path]) -> None:
     # An AL 10 % above the golden fails upstream's abs(actual - expected) / expected <= 0.05.
-    comp = compare(run_for(make_run, LLAMA, even([0.80, 0.60, 0.46])), load_baseline(LLAMA))
+    comp = judge(run_for(make_run, LLAMA, even([0.80, 0.60, 0.46])), load_baseline(LLAMA))
     f = upstream_finding(comp)
     assert f.numbers["failed"] == ["al"] and f.numbers["upstream"] == "fail"
     assert f.numbers["statistical"] == "improvement" and f.numbers["disagree"]
@@ -115,7 +116,7 @@ def test_per_request_mean_al_matches_a_hand_computation() -> None:
 
 
 def test_gemma4_per_request_golden_is_judged_in_its_own_definition(make_run: Callable[..., Path]) -> None:
-    comp = compare(run_for(make_run, GEMMA_MT, REQUESTS), load_baseline(GEMMA_MT))
+    comp = judge(run_for(make_run, GEMMA_MT, REQUESTS), load_baseline(GEMMA_MT))
     f = upstream_finding(comp)
     assert f.numbers["definition"] == "per-request-mean"
     assert f.numbers["al"] == pytest.approx(2.38)  # not the pooled 2.617
@@ -130,7 +131,7 @@ def test_gemma4_per_request_golden_is_judged_in_its_own_definition(make_run: Cal
 
 def test_gemma4_per_request_golden_fails_below_its_floor(make_run: Callable[..., Path]) -> None:
     # Every prompt at AL 2.1 < 2.28 x 0.95 = 2.166.
-    comp = compare(run_for(make_run, GEMMA_MT, [(100, [60, 50])] * 5), load_baseline(GEMMA_MT))
+    comp = judge(run_for(make_run, GEMMA_MT, [(100, [60, 50])] * 5), load_baseline(GEMMA_MT))
     f = upstream_finding(comp)
     assert f.numbers["al"] == pytest.approx(2.1) and f.numbers["upstream"] == "fail" and f.numbers["failed"] == ["al"]
     assert f.numbers["statistical"] == "regression" and not f.numbers["disagree"]
@@ -138,7 +139,7 @@ def test_gemma4_per_request_golden_fails_below_its_floor(make_run: Callable[...,
 
 
 def test_gemma4_per_request_golden_passes_at_the_golden(make_run: Callable[..., Path]) -> None:
-    comp = compare(run_for(make_run, GEMMA_MT, [(100, [70, 58])] * 5), load_baseline(GEMMA_MT))
+    comp = judge(run_for(make_run, GEMMA_MT, [(100, [70, 58])] * 5), load_baseline(GEMMA_MT))
     f = upstream_finding(comp)
     assert f.numbers["al"] == pytest.approx(2.28) and f.numbers["upstream"] == "pass"
     assert f.numbers["statistical"] == "pass" and comp.exit_code == ExitCode.OK
@@ -158,7 +159,7 @@ def test_gemma4_per_request_golden_passes_at_the_golden(make_run: Callable[..., 
 def test_ascend_golden_absolute_margin_as_upstream_writes_it(
     make_run: Callable[..., Path], rates: list[float], failed: list[str]
 ) -> None:
-    comp = compare(run_for(make_run, ASCEND, even(rates, 1000)), load_baseline(ASCEND))
+    comp = judge(run_for(make_run, ASCEND, even(rates, 1000)), load_baseline(ASCEND))
     f = upstream_finding(comp)
     assert f.numbers["failed"] == failed
     assert f.numbers["upstream"] == ("fail" if failed else "pass")

@@ -247,7 +247,7 @@ def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.engine
 def test_real_engine_recovers_the_configured_rates(synthetic_run: Path) -> None:
-    from mtpbench.judge.compare import collect
+    from mtpbench.judge.evidence import collect
     from mtpbench.store.results import load_run
 
     run = load_run(synthetic_run)

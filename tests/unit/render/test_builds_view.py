@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.views import builds_view
 from mtpbench.store.results import load_run
 from tests.clihelp import invoke
@@ -23,7 +23,7 @@ def test_builds_view_holds_each_build_against_the_reference(make_run: Callable[.
     run = load_run(
         make_run({"v1/eager/stock": [GOOD], "v2/eager/stock": [PLANTED], "v3/eager/stock": [GOOD]}, baseline=None)
     )
-    bv = builds_view(run, analyze(run))
+    bv = builds_view(run, judge(run))
     assert bv is not None and bv.reference_build == "v1" and bv.builds == ["v1", "v2", "v3"]
     assert bv.groups == ["eager/stock"] and bv.k == 3
     assert bv.deltas[0][0] == [None, None, None]  # the reference build against itself: nothing
@@ -33,7 +33,7 @@ def test_builds_view_holds_each_build_against_the_reference(make_run: Callable[.
 
 def test_one_build_has_no_builds_view(make_run: Callable[..., Path]) -> None:
     run = load_run(make_run({"v1/eager/stock": [GOOD]}, baseline=None))
-    assert builds_view(run, analyze(run)) is None
+    assert builds_view(run, judge(run)) is None
 
 
 def test_the_html_report_shows_builds_by_positions(make_run: Callable[..., Path], tmp_path: Path) -> None:

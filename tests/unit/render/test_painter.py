@@ -21,7 +21,7 @@ from mtpbench.cli import app
 from mtpbench.cli.judge_cmds import judge_run
 from mtpbench.errors import UserError
 from mtpbench.judge import views
-from mtpbench.judge.compare import compare
+from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind
 from mtpbench.render import painter
@@ -164,7 +164,7 @@ def test_the_painter_step_sees_the_cells_and_checks_before_any_diagnosis(tmp_pat
     assert seen == [(2, 6, {Kind.UNCHECKED, Kind.INCONCLUSIVE}, str(BASELINE))]
     assert Kind.INSTABILITY in {d.kind for d in painted.diagnoses}
     assert len(judged) == 1 and Kind.INSTABILITY in judged[0]  # the bars are drawn from the judged run
-    plain = compare(run, load_baseline(BASELINE), baseline_name=str(BASELINE), baseline_path=BASELINE)
+    plain = judge(run, load_baseline(BASELINE), baseline_name=str(BASELINE), baseline_path=BASELINE)
     assert [(d.kind, d.cell, d.severity) for d in painted.diagnoses] == [
         (d.kind, d.cell, d.severity) for d in plain.diagnoses
     ]  # the same findings in the same order as without the painter

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
-from mtpbench.judge.compare import analyze
+from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import changed_text, collect
 from mtpbench.judge.views import heatmap
 from mtpbench.store.results import load_run
@@ -193,7 +193,7 @@ def test_core_imports_without_matplotlib() -> None:
 
 
 def test_report_of_the_stored_run_matches_analyze(stored_run: Path) -> None:
-    comp = analyze(load_run(stored_run))
+    comp = judge(load_run(stored_run))
     kinds = {str(getattr(d.kind, "value", d.kind)) for d in comp.diagnoses}
     assert "cross-process-instability" in kinds  # what the report's diagnoses section shows without a baseline
 

@@ -371,9 +371,10 @@ def test_a_real_release_is_provisioned_with_uv_and_imports_its_own_vllm() -> Non
 def build_cli(*args: Any) -> Any:
     from typer.testing import CliRunner
 
-    from mtpbench.cli.build_cmds import build_app
+    from mtpbench.cli import app
 
-    return CliRunner().invoke(build_app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200"})
+    # Through the root command, where every command's errors are handled (cli/__init__.py).
+    return CliRunner().invoke(app, ["build", *(str(a) for a in args)], env={"MTPBENCH_WIDTH": "200"})
 
 
 def test_build_prepare_list_remove(

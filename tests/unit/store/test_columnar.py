@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mtpbench.errors import DataWarning
-from mtpbench.judge import compare
+from mtpbench.judge import evidence
 from mtpbench.store import columnar
 from mtpbench.store.records import RECORDS, read_records
 from mtpbench.store.results import Run, load_run, refresh_copy
@@ -21,7 +21,7 @@ CELLS = {"b/eager/stock": [[97.0, 93.5, 92.3], [97.0, 93.5, 92.3]], "b/compiled/
 
 
 def _cells(run: Run) -> list[tuple[str, int, tuple[int, ...]]]:
-    return [(c.cell, c.summary.counts.num_drafts, c.summary.counts.accepted_per_pos) for c in compare.collect(run)]
+    return [(c.cell, c.summary.counts.num_drafts, c.summary.counts.accepted_per_pos) for c in evidence.collect(run)]
 
 
 def test_load_writes_the_copy_and_reads_it_next_time(

@@ -70,3 +70,17 @@ def test_no_function_of_the_store_is_over_80_lines() -> None:
                 if lines > 80:
                     found.append(f"{path.name}:{node.name} {lines} lines")
     assert found == []
+
+
+def test_the_stores_prompt_columns_are_named_once_from_the_record_type() -> None:
+    # Issue 36: schema.PromptRecord, store/records.py PROMPT_COLUMNS and store/columnar.py _SCALARS named the
+    # prompt fields three times; the store's lists now come from schema.py, checked against the record's keys.
+    import pytest
+
+    from mtpbench import schema
+    from mtpbench.store import columnar, records
+
+    assert tuple(records.PROMPT_COLUMNS) == schema.PROMPT_FRAME_COLUMNS
+    assert columnar._SCALARS is schema.PROMPT_SCALAR_COLUMNS
+    with pytest.raises(TypeError, match="num_draft"):
+        schema._prompt_fields("cell", "num_draft")  # a misspelt field fails at import, not as an empty column
