@@ -3,7 +3,9 @@ mode or an engine feature the platform ran otherwise), patches that did not appl
 (exact under greedy decoding, a prompt-level permutation test when sampling), every other mode diverging from
 the reference mode (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`; a graph or
 compiled mode is `graph-divergence`, a mode that differs in an engine feature a `mode-divergence` naming it,
-judge/features.py), and text that changed between the cells of a build. `diagnose` makes them all, in the
+judge/features.py), every build against the reference build (build-divergence, and prompt for prompt where
+the reference build repeats itself exactly: exactness-lost, judge/exactness.py), and text that changed
+between the cells of a build. `diagnose` makes them all, in the
 order they are shown; each returns structured findings.
 Nothing here prints.
 """

@@ -20,6 +20,7 @@ from mtpbench.judge.findings import Cause
 from mtpbench.judge.findings_exactness import AGAINST_REFERENCE_BUILD, AGAINST_WEIGHTS, ExactnessLost
 from mtpbench.judge.reference import hold
 from mtpbench.render import junit
+from mtpbench.render.reference import summary_line
 from mtpbench.render.report import comparison_json, comparison_markdown
 from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.store.reference import read_reference
@@ -79,6 +80,10 @@ def test_prompts_that_stop_counting_what_the_weights_say_fail_below_delta(make_r
     assert "clean/eager/stock of reference build clean counts exactly what the weights say on all 5 prompts" in text
     assert "within the 5 % δ the pooled checks ask for" in text and "class, parsing" in text
     assert "bisect" in CAUSE_TEXT[f.cause]
+    # `mtpbench reference`'s last line: a FAIL naming the cell, with the exit code it gives.
+    line = summary_line(cmp)
+    assert line.startswith("FAIL: 8 of 10 prompt observations") and line.endswith("(exit 1)")
+    assert f"prompts no longer exact in {MOVED}" in line
 
 
 def test_no_anchor_no_finding_a_platform_that_is_not_bit_exact(make_run: Callable[..., Path]) -> None:
