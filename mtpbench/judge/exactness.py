@@ -12,7 +12,8 @@ reference-text-differs):
 - against the weights (a stored reference, judge/reference.py): an *anchor* is a cell of the reference build
   (the only build of a one-build run) that counted exactly what the weights say on every prompt and repeat,
   over at least ANCHOR_MIN_PROMPTS prompts. A float32 CPU engine does (900 of 900 observations on the shipped
-  default); a bf16 GPU engine, against a float32 replay, does not, and then nothing is asked. With an anchor,
+  default); an engine whose kernels round otherwise than the replay's flips some near-tie and has no anchor,
+  and then nothing is asked. With an anchor,
   one inexact prompt (WEIGHTS_FLOOR) is beyond numerics: the platform was shown to compute what the weights
   say;
 - against the reference build (several builds, no reference stored for the cell; this module's
