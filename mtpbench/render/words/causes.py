@@ -76,4 +76,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     "positions, shared K/V), or the proposer's loop (docs/reference.md)",
     Cause.COUNTERS_OR_REFERENCE: "the engine's spec-decode counters count other than the steps it ran, or the "
     "proposer has a detail the reference does not model (docs/reference.md)",
+    Cause.INEXACT_DRAFT_PATH: "on a platform this run showed exact, the build drafts or verifies otherwise on "
+    "some steps only: a draft input that is off now and then (draft positions advancing between draft steps, "
+    "another KV-cache group's block table or slot mapping, another layer's K/V), too rare to move the pooled "
+    "acceptance by δ; diff the proposer against the reference build's, or bisect (`mtpbench bisect`)",
 }
