@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtpbench.errors import ExitCode
-from mtpbench.judge.compare import Comparison, Finding, Kind, Severity, analyze
+from mtpbench.judge.compare import Comparison, judge
 from mtpbench.judge.evidence import collect
-from mtpbench.judge.findings import Cause
+from mtpbench.judge.findings import Cause, Finding, Kind, Severity
 from mtpbench.judge.findings_exactness import AGAINST_REFERENCE_BUILD, AGAINST_WEIGHTS, ExactnessLost
 from mtpbench.judge.reference import hold
 from mtpbench.render import junit
@@ -146,7 +146,7 @@ def _builds(make_run: Callable[..., Path], clean_repeats: int, *moved: str, **kw
         baseline=None,
         **kw,
     )
-    return analyze(load_run(run))
+    return judge(load_run(run))
 
 
 def test_a_build_whose_prompts_stop_matching_the_reference_build_fails(make_run: Callable[..., Path]) -> None:
@@ -193,7 +193,7 @@ def test_a_stored_reference_judges_instead_of_the_reference_build(make_run: Call
         reference_build="clean",
     )
     write_reference(run, [CLEAN, MOVED])
-    comp = analyze(load_run(run))
+    comp = judge(load_run(run))
     (f,) = _found(comp.diagnoses)
     assert isinstance(f.payload, ExactnessLost) and f.payload.against == AGAINST_WEIGHTS
     assert f.payload.anchor_repeats == 2 and comp.exit_code == ExitCode.REGRESSION
@@ -224,7 +224,7 @@ def _frozen(tmp_path: Path, with_reference: bool) -> Comparison:
     run.mkdir()
     for name in ("manifest.json", "records.jsonl", *(["reference.jsonl"] if with_reference else [])):
         shutil.copy(FROZEN / name, run / name)
-    return analyze(load_run(run))
+    return judge(load_run(run))
 
 
 def test_the_measured_edit_fails_only_as_exactness_lost(tmp_path: Path) -> None:
