@@ -8,7 +8,7 @@ cli/tool_cmds.py (`baseline save`, `doctor`, `selftest`; with cli/selftest.py), 
 cli/build_cmds.py (`build prepare|list|remove`), cli/bisect_cmd.py (`bisect`). cli/common.py holds the
 consoles and `guarded`, the one error handler every command goes through.
 
-Exit codes (errors.py, DESIGN.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
+Exit codes (errors.py, docs/verdicts.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
 internal error, 4 not comparable, 5 inconclusive. A command returns its exit code; a `UserError` becomes one
 line on stderr and its code; any other exception becomes one line naming a log file that holds the
 traceback, and exit 3 — never 1, which means "regression" to every CI.
