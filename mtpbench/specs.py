@@ -285,14 +285,14 @@ class ModeSpec(Strict):
 # dwarfs and what vllm-ascend's per-position floors (0.95 x golden, ~4.5-5 points at 90-98 %) allow. It is
 # not the decision threshold (checks._position_check): a pass certifies that a drop of δ is excluded, a
 # regression needs a drop that is significant and beyond a threshold set from δ, the false-alarm rate and
-# the power, so that a δ drop fails with the stated power (benchmarks/gate-power-report.md measures both).
+# the power, so that a δ drop fails with the stated power (benchmarks/reports/gate_power.md measures both).
 DEFAULT_TOLERANCE_PTS = 5.0
 
 
 # The primary endpoint's δ: acceptance length (AL = 1 + accepted tokens per draft step, what vLLM's own
 # acceptance tests gate on, within ±5 % relative). AL pools the positions of a draft step, so it carries
 # less noise than its noisiest position: under bursty prompt-level noise the tiny default certifies 5 % of
-# AL with ~4x fewer prompts than 5 pts at pos2 (benchmarks/gate-power-report.md).
+# AL with ~4x fewer prompts than 5 pts at pos2 (benchmarks/reports/gate_power.md).
 DEFAULT_TOLERANCE_AL_PCT = 5.0
 
 

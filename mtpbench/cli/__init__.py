@@ -13,7 +13,7 @@ under, turns what a command returned or raised into its exit code (cli/common.py
 console script and typer's test runner see the same codes and lines; `main()` adds what happens outside any
 command (a usage error, the help asked for by no arguments, a closed stdout).
 
-Exit codes (errors.py, DESIGN.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
+Exit codes (errors.py, docs/verdicts.md): 0 pass, 1 regression or bug signature, 2 bad input, 3 run failed or
 internal error, 4 not comparable, 5 inconclusive. A command returns its exit code; a `UserError` becomes one
 line on stderr and its code; any other exception becomes one line naming a log file that holds the
 traceback, and exit 3 — never 1, which means "regression" to every CI.

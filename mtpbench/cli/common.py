@@ -3,7 +3,7 @@ outcome into its exit code: the only place a `UserError` is caught, commands rai
 the one-line warnings, and the few output helpers more than one command group uses (an output file's folder, the
 GitHub Actions publication of a verdict).
 
-Exit codes (errors.py, DESIGN.md): a command returns its exit code; a `UserError` becomes one line on stderr
+Exit codes (errors.py, docs/verdicts.md): a command returns its exit code; a `UserError` becomes one line on stderr
 and its code; any other exception becomes one line naming a log file that holds the traceback, and exit 3 —
 never 1, which means "regression" to every CI.
 """

@@ -48,11 +48,12 @@ def doctor(
 ) -> int:
     """Platform, device, package versions, broken torchvision, and whether an engine starts."""
     from mtpbench.run import doctor as doc
+    from mtpbench.run.installers import default_installer
 
     info = doc.probe(python)
     if python and "probe" in info.get("errors", {}):
         raise UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}")
-    checks = doc.checks_from_probe(info)
+    checks = [*doc.checks_from_probe(info), doc.installer_check(default_installer())]
     t = Table(show_header=True)
     t.add_column("check")
     t.add_column("status")

@@ -1,6 +1,7 @@
 """`mtpbench doctor`: what a user checks first — platform and device, the versions of vllm / vllm-ascend /
 torch / torch_npu in the build's interpreter, whether torchvision is a broken CUDA build beside a CPU
-torch, and whether an engine can start (the embedded tiny pair, one short prompt).
+torch, whether an engine can start (the embedded tiny pair, one short prompt), and which installer
+`mtpbench build` will provision builds with (uv in seconds, pip in minutes).
 
 The probe runs in a subprocess of the build's interpreter, which may not have mtpbench's dependencies:
 it is a stdlib-only module (mtpbench/probes/doctor.py) that prints one JSON object; this mtpbench is put
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpbench.probes import doctor as doctor_probe
+from mtpbench.run.installers import Installer
 from mtpbench.run.pythonpath import worker_pythonpath
 
 # The probe runs as `python -m mtpbench.probes.doctor` and prints one line after its MARKER.
@@ -101,6 +103,20 @@ def checks_from_probe(info: dict[str, Any]) -> list[Check]:
     else:
         out.append(Check("vllm import", "fail", errs.get("vllm", "vllm is not installed")))
     return out
+
+
+def installer_check(installer: Installer) -> Check:
+    """The installer builds are provisioned with (`installers.default_installer()`'s choice): uv is ok, pip a
+    warning with the way to uv (a release takes pip minutes where uv takes seconds, docs/builds.md)."""
+    version = installer.version()
+    if installer.kind == "uv":
+        return Check("installer", "ok", f"builds are provisioned with {version} ({installer.argv[0]})")
+    return Check(
+        "installer",
+        "warn",
+        f"builds are provisioned with {version}, in minutes: no uv beside {sys.executable} or on PATH "
+        "(`pip install uv` into this environment; `make run` installs it)",
+    )
 
 
 def device_pool_text(info: dict[str, Any]) -> str:
