@@ -99,6 +99,12 @@ def remove(
     """Remove environments from the builds cache (a later run installs them again)."""
     from mtpbench.run.provision import builds_root, list_cached, remove_cached
 
+    if remove_all and (keys or incomplete):
+        # A mixed request is a typo waiting to happen: "remove these" and "remove everything" at once.
+        named = "keys" if keys else "--incomplete"
+        raise UserError(f"--all removes every environment: give it alone, or name {named} without --all")
+    if not keys and not incomplete and not remove_all:
+        raise UserError("name keys to remove, or --incomplete, or --all")
     entries = list_cached(builds_root())
     chosen = []
     for key in keys or []:
@@ -112,8 +118,6 @@ def remove(
         chosen += [e for e in entries if e.state == "incomplete"]
     if remove_all:
         chosen = list(entries)
-    if not keys and not incomplete and not remove_all:
-        raise UserError("name keys to remove, or --incomplete, or --all")
     for e in {e.path: e for e in chosen}.values():
         remove_cached(e)
         console.print(f"removed {e.key} ({_mib(e.size_bytes)} MiB)", markup=False, highlight=False)

