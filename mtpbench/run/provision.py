@@ -43,7 +43,9 @@ from mtpbench.weights import cache_dir
 
 STAMP = "mtpbench-build.json"
 # Version of the stamp and of the key's recipe: a change in how environments are made makes new keys.
-FORMAT = 1
+# 2: files copied from uv's cache instead of hard-linked (issue 34); an
+# environment of format 1 may share its files with others, so it is never reused.
+FORMAT = 2
 KEY_CHARS = 24
 TMP_PREFIX = ".tmp-"
 # Text files of a venv's bin/ that hold its absolute path (console-script shebangs, activate scripts) are
