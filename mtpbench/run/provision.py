@@ -37,13 +37,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mtpbench.errors import PinError, ProvisionError, UserError
+from mtpbench.run.envfiles import (
+    DIGEST,
+    make_digest,
+    named,
+    quick_changes,
+    read_digest,
+    record_mismatches,
+    write_digest,
+)
 from mtpbench.run.installers import Installer, classify_failure, default_installer, failure_reason, last_line
 from mtpbench.specs import BuildSpec, CommandStep, UninstallStep, is_local_requirement, split_hashes
 from mtpbench.weights import cache_dir
 
 STAMP = "mtpbench-build.json"
 # Version of the stamp and of the key's recipe: a change in how environments are made makes new keys.
-# 2: files copied from uv's cache instead of hard-linked (issue 34); an
+# 2: files copied from uv's cache instead of hard-linked, and the digest of the pinned files (issue 34); an
 # environment of format 1 may share its files with others, so it is never reused.
 FORMAT = 2
 KEY_CHARS = 24
@@ -197,7 +206,34 @@ def read_stamp(env: Path, key: str | None = None) -> dict[str, Any] | None:
         return None
     if key is not None and stamp.get("key") != key:
         return None
-    return stamp if env_python(env).exists() else None
+    return stamp if env_python(env).exists() and (env / DIGEST).is_file() else None
+
+
+def pin_names(spec: BuildSpec) -> list[str]:
+    """The distribution names a build pins (a local wheel or folder names none: its vllm is found by name)."""
+    from packaging.requirements import Requirement
+
+    return [Requirement(split_hashes(r)[0]).name for r in spec.requirements or [] if not is_local_requirement(r)]
+
+
+def changed_files(env: Path) -> list[str]:
+    """The pinned files of a complete environment whose size or time moved since it was made (the quick
+    check; `build verify` hashes them). A digest that cannot be read counts as every file changed."""
+    digest = read_digest(env)
+    return quick_changes(env, digest) if digest is not None else [DIGEST]
+
+
+def _unchanged(name: str, env: Path, key: str) -> None:
+    """Refuse a cached environment whose pinned files changed after it was made (issue 34): measuring it
+    would attribute someone's edit to the build's pins. Refused rather than made again: what wrote there
+    (a hand edit, a tool) is evidence the user should see, and a rebuild would hide that it happened."""
+    changed = changed_files(env)
+    if changed:
+        raise ProvisionError(
+            f"build {name}: its environment {key} changed after it was made: {named(changed)} "
+            f"(`mtpbench build verify {key[:8]}` checks the bytes; `mtpbench build remove {key[:8]}` makes it again; "
+            "an intended edit belongs in post_install)"
+        )
 
 
 @dataclass(frozen=True)
@@ -208,7 +244,9 @@ class CacheEntry:
     path: Path
     size_bytes: int
     stamp: dict[str, Any] | None
-    state: Literal["ready", "incomplete"]
+    state: Literal["ready", "modified", "incomplete"]
+    # For a modified one: its pinned files whose size or time moved (relative to its folder).
+    changed: tuple[str, ...] = ()
 
 
 def folder_size(path: Path) -> int:
@@ -243,7 +281,12 @@ def list_cached(root: Path | None = None) -> list[CacheEntry]:
             out.append(CacheEntry(child.name, child, folder_size(child), None, "incomplete"))
             continue
         stamp = read_stamp(child, child.name)
-        out.append(CacheEntry(child.name, child, folder_size(child), stamp, "ready" if stamp else "incomplete"))
+        if stamp is None:
+            out.append(CacheEntry(child.name, child, folder_size(child), None, "incomplete"))
+            continue
+        changed = tuple(changed_files(child))
+        state: Literal["ready", "modified"] = "modified" if changed else "ready"
+        out.append(CacheEntry(child.name, child, folder_size(child), stamp, state, changed))
     return out
 
 
@@ -309,6 +352,7 @@ def provision(
     final = root / key
     stamp = read_stamp(final, key)
     if stamp is not None:
+        _unchanged(name, final, key)
         return Provisioned(name, key, final, env_python(final), stamp, True, time.perf_counter() - t0)
     try:
         (root / "logs").mkdir(parents=True, exist_ok=True)
@@ -318,6 +362,7 @@ def provision(
         # Another run may have finished these pins while this one waited for the lock.
         stamp = read_stamp(final, key)
         if stamp is not None:
+            _unchanged(name, final, key)
             return Provisioned(name, key, final, env_python(final), stamp, True, time.perf_counter() - t0)
         if final.exists():  # a folder under the key without a valid stamp: never used, replaced
             remove_cached(CacheEntry(key, final, 0, None, "incomplete"))
@@ -327,9 +372,14 @@ def provision(
         log = root / "logs" / f"{key}.log"
         try:
             stamp = _install(name, spec, facts, key, inst, tmp, log, say, timeout_s)
+            _rehome(tmp, final)
+            # Taken last, as the files will stay: after the post-install steps (an intended edit is part of
+            # the build) and the scripts' rehoming; the rename keeps every file's time.
+            digest = make_digest(tmp, pin_names(spec))
+            write_digest(tmp, digest)
+            stamp["digest"] = {"distributions": digest["distributions"], "files": len(digest["files"])}
             stamp["seconds"] = round(time.perf_counter() - t0, 3)
             _write_json(tmp / STAMP, stamp)
-            _rehome(tmp, final)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -367,6 +417,7 @@ def _install(
         pins = [split_hashes(r)[0] for r in spec.requirements or []]
         say(f"build {name}: installing {' '.join(pins)}{' (hash-checking mode)' if hashed else ''}")
         run(inst.install(python, spec.requirements or [], constraints, hashed), "installing", pins=True)
+        _as_recorded(name, tmp, spec, log)
         for step in spec.post_install:
             if isinstance(step, UninstallStep):
                 say(f"build {name}: removing {' '.join(step.uninstall)}")
@@ -392,6 +443,19 @@ def _install(
         "torch": lowered.get("torch"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _as_recorded(name: str, env: Path, spec: BuildSpec, log: Path) -> None:
+    """The pinned files just installed are what their wheels' RECORD says, before any post-install step:
+    otherwise the installer's cache already held edited files (an edit through a hard link, from an
+    environment made before mtpbench copied), and every environment made from it would carry them."""
+    found = record_mismatches(env, pin_names(spec))
+    if found:
+        files = [f for paths in found.values() for f in paths]
+        raise ProvisionError(
+            f"build {name}: installed files differ from their wheels' RECORD: {named(files)}: the installer's "
+            f"cache holds changed files (`uv cache clean {' '.join(found)}` clears them) (log: {log})"
+        )
 
 
 class _Runner:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mtpbench.run import installers
+from mtpbench.errors import ExitCode, ProvisionError
+from mtpbench.run import envfiles, installers
 from mtpbench.run import provision as prov
 from mtpbench.specs import BuildSpec
 
@@ -88,3 +91,87 @@ def test_an_in_place_edit_in_one_build_leaves_the_other_build_and_uvs_cache_clea
     # No installed file shares its inode with another environment or with uv's cache.
     links = {p.name: installed(p).stat().st_nlink for p in (clean, patched, later)}
     assert set(links.values()) == {1}, links
+
+
+# ------------------------------------------------------------------ verify before trust (issue 34 item 2)
+
+
+def build_cli(*args: Any) -> Any:
+    from typer.testing import CliRunner
+
+    from mtpbench.cli.build_cmds import build_app
+
+    return CliRunner().invoke(build_app, [str(a) for a in args], env={"MTPBENCH_WIDTH": "200"})
+
+
+@pytest.fixture
+def cached(tmp_path: Path, real_uv: installers.Installer, monkeypatch: pytest.MonkeyPatch) -> prov.Provisioned:
+    """One environment in mtpbench's (the test's) builds cache, made with the real uv."""
+    monkeypatch.setenv("MTPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    return prov.provision("clean", spec(), installer=real_uv)
+
+
+def test_the_digest_holds_the_pinned_files_as_installed(cached: prov.Provisioned) -> None:
+    digest = json.loads((cached.path / envfiles.DIGEST).read_text())
+    assert digest["distributions"] == ["tinypkg"]
+    names = {Path(p).name for p in digest["files"]}
+    assert {"__init__.py", "other.py", "METADATA", "WHEEL"} <= names
+    size, _, sha = digest["files"][str(installed(cached).relative_to(cached.path))]
+    assert size == len(CLEAN) and sha == hashlib.sha256(CLEAN.encode()).hexdigest()
+    assert cached.stamp["digest"] == {"distributions": ["tinypkg"], "files": len(digest["files"])}
+
+
+def test_a_cached_environment_edited_afterwards_is_refused_and_listed_as_modified(
+    cached: prov.Provisioned, real_uv: installers.Installer
+) -> None:
+    installed(cached).write_text("VALUE = 'edited by hand'\n")
+    with pytest.raises(ProvisionError) as err:
+        prov.provision("clean", spec(), installer=real_uv)
+    line = str(err.value)
+    assert err.value.exit_code == ExitCode.RUN_FAILED and "\n" not in line
+    assert f"{cached.key} changed after it was made" in line and "tinypkg/__init__.py" in line
+    (entry,) = json.loads(build_cli("list", "--json").output)["builds"]
+    assert entry["state"] == "modified" and entry["changed"][0].endswith("tinypkg/__init__.py")
+    checked = build_cli("verify")
+    assert checked.exit_code == ExitCode.RUN_FAILED and "modified: " in checked.output
+    assert "tinypkg/__init__.py" in checked.output
+
+
+def test_verify_finds_an_edit_that_kept_the_size_and_the_time(cached: prov.Provisioned) -> None:
+    path = installed(cached)
+    st = path.stat()
+    path.write_text(CLEAN.replace("clean", "dirty"))  # as long as the clean text
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (entry,) = json.loads(build_cli("list", "--json").output)["builds"]
+    assert entry["state"] == "ready"  # the quick check cannot see it
+    checked = build_cli("verify", cached.key[:8])
+    assert checked.exit_code == ExitCode.RUN_FAILED and "tinypkg/__init__.py" in checked.output
+
+
+def test_a_touched_file_is_modified_until_verify_finds_its_bytes_unchanged(
+    cached: prov.Provisioned, real_uv: installers.Installer
+) -> None:
+    os.utime(installed(cached), ns=(1, 1))
+    assert json.loads(build_cli("list", "--json").output)["builds"][0]["state"] == "modified"
+    checked = build_cli("verify")
+    assert checked.exit_code == 0 and "unchanged" in checked.output
+    assert json.loads(build_cli("list", "--json").output)["builds"][0]["state"] == "ready"
+    assert prov.provision("clean", spec(), installer=real_uv).from_cache
+
+
+def test_a_uv_cache_holding_an_edited_file_is_refused_at_install(tmp_path: Path, real_uv: installers.Installer) -> None:
+    """What an edit through a hard link left in uv's cache before environments were copies."""
+    import subprocess
+
+    scratch = tmp_path / "scratch"
+    subprocess.run([*real_uv.argv, "venv", "--quiet", str(scratch)], check=True, env=real_uv.env())
+    install = [*real_uv.argv, "pip", "install", "--python", str(scratch / "bin" / "python"), "--link-mode", "hardlink"]
+    subprocess.run([*install, *real_uv.settings.uv_args(), "tinypkg==1.0"], check=True, env=real_uv.env())
+    (sp,) = (scratch / "lib").glob("python3*/site-packages")
+    with open(sp / "tinypkg" / "__init__.py", "w") as f:  # the same inode as uv's cache
+        f.write("VALUE = 'edited'\n")
+    with pytest.raises(ProvisionError) as err:
+        prov.provision("b", spec(), root=tmp_path / "builds", installer=real_uv)
+    line = str(err.value)
+    assert "differ from their wheels' RECORD: tinypkg/__init__.py" in line and "uv cache clean tinypkg" in line
+    assert prov.list_cached(tmp_path / "builds") == []  # nothing half-made is kept
