@@ -12,7 +12,11 @@ what was installed, the vllm version, how long it took), and only then is the fo
 A folder without a valid stamp is never used; a crash leaves a `.tmp-*` folder that `mtpbench build
 remove` clears. A lock per key keeps two runs from installing the same pins at once.
 
-The installer is uv where present, pip otherwise, with the machine's pip configuration (run/installers.py).
+The installer is uv where present, pip otherwise, with the machine's pip configuration (run/installers.py);
+either copies files into the environment, so no two environments and no installer cache share one, and a
+digest of the pinned files (run/envfiles.py) lets a reused environment be refused when something changed it.
+Its output streams into the log as it comes; its temporary folder is a `.tmp-*-scratch` folder beside the
+environment, removed with it.
 
 Failures: a pin no index can satisfy is bad input (`PinError`, exit 2); an installer that fails for
 another reason (registry unreachable, disk full) is `ProvisionError` (exit 3). Both are one line naming
