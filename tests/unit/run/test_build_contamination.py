@@ -93,6 +93,22 @@ def test_an_in_place_edit_in_one_build_leaves_the_other_build_and_uvs_cache_clea
     assert set(links.values()) == {1}, links
 
 
+def test_pip_copies_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip extracts each wheel into the environment: the same in-place edit stays in its own build."""
+    wheels = tiny_wheel(tmp_path / "wheels").parent
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_CONSTRAINT", "")
+    pip = installers.Installer("pip")
+    root = tmp_path / "builds"
+    clean = prov.provision("clean", spec(), root=root, installer=pip)
+    patched = prov.provision(
+        "patched", spec(post_install=[{"run": ["{python}", "-c", EDIT]}]), root=root, installer=pip
+    )
+    assert installed(patched).read_text() == "VALUE = 'edited'\n"
+    assert installed(clean).read_text() == CLEAN and installed(clean).stat().st_nlink == 1
+
+
 # ------------------------------------------------------------------ verify before trust (issue 34 item 2)
 
 
