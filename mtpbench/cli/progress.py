@@ -3,14 +3,17 @@ active cell-repeat) and one printed line per finished cell-repeat. `run`, `run -
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.status import Status
 
-from mtpbench.cli.common import console
+from mtpbench.cli.common import console, err_console, say
 
-__all__ = ["ProgressView", "progress_bars"]
+__all__ = ["InstallView", "ProgressView", "install_view", "progress_bars"]
 
 
 class ProgressView:
@@ -73,3 +76,42 @@ def progress_bars() -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     )
+
+
+class InstallView:
+    """What a build's provisioning shows: each step as a line (stderr, as every step line is), and while an
+    installer runs, a live line under a spinner with the step and the installer's latest output (uv's
+    "Resolved 150 packages", pip's "Downloading torch-…"): minutes of installing no longer look hung. The
+    whole output goes to the build's log (run/provision.py); on a console that is not a terminal the live
+    line is not drawn."""
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+        self.step_text = ""
+        self.started = False
+
+    def step(self, text: str) -> None:
+        say(text)
+        self.step_text = text
+        if self.started:
+            self.status.update(text)
+
+    def output(self, line: str) -> None:
+        if not self.started:
+            self.status.start()
+            self.started = True
+        self.status.update(f"{self.step_text}: {line[:160]}")
+
+    def close(self) -> None:
+        if self.started:
+            self.status.stop()
+
+
+@contextmanager
+def install_view() -> Iterator[InstallView]:
+    """The view `resolve_builds` reports to (`on_step=view.step, on_output=view.output`), closed after."""
+    view = InstallView(Status("", console=err_console))
+    try:
+        yield view
+    finally:
+        view.close()

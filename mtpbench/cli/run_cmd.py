@@ -31,7 +31,7 @@ from mtpbench.cli.dry_run import (
     render_role,
 )
 from mtpbench.cli.judge_cmds import emit, judge_run
-from mtpbench.cli.progress import ProgressView, progress_bars
+from mtpbench.cli.progress import ProgressView, install_view, progress_bars
 from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
 from mtpbench.run.bisect import GIT_BISECT_SKIP, git_bisect_code
 
@@ -251,7 +251,8 @@ def _run(
     _need_ray(opts.executor or cfg.executor)
     ensure_out_dir(out)
     # The one place builds from pins get their environments (cached, or installed now: one line per step).
-    cfg, _ = resolve_builds(cfg, on_step=say)
+    with install_view() as view:
+        cfg, _ = resolve_builds(cfg, on_step=view.step, on_output=view.output)
     return _execute(
         len(cells),
         cfg,

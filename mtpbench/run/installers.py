@@ -168,6 +168,12 @@ class Installer:
                 str(python),
                 "--index-strategy",
                 "unsafe-best-match",
+                # uv's default links files from its cache by hard link: an in-place edit in one environment
+                # (a post_install patch script, a hand edit) then changed uv's cache and every environment of
+                # the same pin (issue 34). A copy isolates them. Not `clone`: uv 0.13.9 falls back to a hard
+                # link where the filesystem has no reflinks (ext4). pip extracts wheels, so it copies anyway.
+                "--link-mode",
+                "copy",
                 *self.settings.uv_args(),
                 *extra,
                 *requirements,
