@@ -369,7 +369,17 @@ def binding_findings(bindings: Mapping[str, CellBinding]) -> list[Finding]:
                     kv_wrong=kv_wrong,
                     kv_reads=kv_reads,
                 )
-                out.append(Finding(Kind.METADATA_BINDING, Severity.FAIL, cell, Cause.WRONG_GROUP_METADATA, payload))
+                # The cause of the first kind of misreading, in the order a reader should fix them: a layer
+                # handed another group's metadata, then its own metadata with another table, then the KV.
+                vias = {w.via for w in wrong}
+                cause = (
+                    Cause.WRONG_GROUP_METADATA
+                    if "metadata" in vias
+                    else Cause.WRONG_BLOCK_TABLE
+                    if vias
+                    else Cause.WRONG_KV_SHARING
+                )
+                out.append(Finding(Kind.METADATA_BINDING, Severity.FAIL, cell, cause, payload))
         if b.missing:
             why = b.missing[0][2]
             out.append(

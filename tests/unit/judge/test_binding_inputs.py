@@ -26,7 +26,7 @@ import pytest
 
 from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.evidence import cell_meta
-from mtpbench.judge.findings import Kind
+from mtpbench.judge.findings import Cause, Kind
 from mtpbench.judge.findings_probes import MetadataBinding
 from mtpbench.patches import binding
 from mtpbench.render.words import finding_message
@@ -168,6 +168,7 @@ def test_every_group_built_with_group_0s_block_table_is_named(monkeypatch: pytes
     assert snap["layers"][SLIDING[0]]["steps"] == [{"1": 2}] * 3  # its own group's metadata object
     (finding,) = _finding(snap)
     assert finding.kind == Kind.METADATA_BINDING and int(finding.exit_code) == 1
+    assert finding.cause == Cause.WRONG_BLOCK_TABLE
     payload = finding.payload
     assert isinstance(payload, MetadataBinding) and [w.via for w in payload.wrong] == ["block-table"] * 2
     assert finding_message(finding) == (
@@ -196,7 +197,7 @@ def test_a_draft_layer_sharing_another_target_layers_kv_is_named(
     monkeypatch: pytest.MonkeyPatch, kv_target: dict[str, int], said: str
 ) -> None:
     (finding,) = _finding(_probed(monkeypatch, lambda gid: gid, kv_target))
-    assert said in finding_message(finding)
+    assert said in finding_message(finding) and finding.cause == Cause.WRONG_KV_SHARING
     assert isinstance(finding.payload, MetadataBinding) and finding.payload.wrong == []
 
 
