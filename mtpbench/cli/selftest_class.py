@@ -118,8 +118,10 @@ def _named(finding: Finding | None) -> list[str]:
     return named + (["kv-sharing"] if n.kv_wrong else [])
 
 
-def _by_prompt(c: CellResult) -> dict[str, list[int]]:
-    return dict(zip(c.evidence.ids, c.evidence.per_pos.tolist(), strict=True))
+def _by_prompt(c: CellResult) -> dict[str, tuple[int, list[int]]]:
+    """Each prompt's drafts and accepted tokens per position: the counts a fault moves."""
+    drafts = c.evidence.drafts.tolist()
+    return {p: (int(d), pos) for p, d, pos in zip(c.evidence.ids, drafts, c.evidence.per_pos.tolist(), strict=True)}
 
 
 def _verdicts(

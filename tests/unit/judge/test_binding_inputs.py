@@ -213,3 +213,17 @@ def test_a_record_of_the_probe_before_issue_34_still_reads() -> None:
         },
     }
     assert _finding(snap) == []
+
+
+def test_another_groups_metadata_object_is_said_once_not_again_as_its_block_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The flattening: the sliding layers are handed the full group's metadata object, whose table is the full
+    # group's. That is one misread (the object), not a second one (its table).
+    snap = _probed(monkeypatch, lambda gid: gid, RIGHT_KV)
+    for name in SLIDING:
+        snap["layers"][name]["steps"] = [{"0": 2}] * 3
+        snap["layers"][name]["tables"] = [{"0": 2}] * 3
+    (finding,) = _finding(snap)
+    assert isinstance(finding.payload, MetadataBinding) and {w.via for w in finding.payload.wrong} == {"metadata"}
+    assert finding.cause == Cause.WRONG_GROUP_METADATA and "block table" not in finding_message(finding)
