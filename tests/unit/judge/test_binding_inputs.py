@@ -227,3 +227,17 @@ def test_another_groups_metadata_object_is_said_once_not_again_as_its_block_tabl
     (finding,) = _finding(snap)
     assert isinstance(finding.payload, MetadataBinding) and {w.via for w in finding.payload.wrong} == {"metadata"}
     assert finding.cause == Cause.WRONG_GROUP_METADATA and "block table" not in finding_message(finding)
+
+
+def test_the_html_grid_shows_the_block_table_and_kv_each_layer_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mtpbench.render.bindinggrid import binding_section
+
+    snap = _probed(monkeypatch, lambda gid: 0, RIGHT_KV)
+    start = {"type": "cell_start", "cell": "b/eager/stock", "variant": "stock", "repeat": 0, "hash_seed": 0}
+    start["patches"] = [{"name": "metadata-binding", "status": "applied"}]
+    end = {"type": "cell_end", "cell": "b/eager/stock", "repeat": 0, "patch_observations": {"metadata-binding": snap}}
+    doc = bindings_from(cell_meta([start], [end]))["b/eager/stock"].document()
+    assert doc["verified"] is False and doc["layers"][0]["expected_kv"] == TARGETS[4]
+    page = binding_section({"b/eager/stock": doc})
+    assert '<td class="bad">group 0: 6</td><td class="good">target layer 3: 6</td>' in page  # draft layer 1
+    assert '<td class="good">group 0: 6</td><td class="good">target layer 4: 6</td>' in page  # draft layer 0: own
