@@ -164,6 +164,8 @@ class Cause(str, Enum):
     IN_PROCESS_STATE = "in-process-state"  # state one engine carries across requests (caches, counters)
     ENGINE_STALLED = "engine-stalled"
     WRONG_GROUP_METADATA = "wrong-group-metadata"
+    WRONG_BLOCK_TABLE = "wrong-block-table"  # a draft group's own metadata holding another group's block table
+    WRONG_KV_SHARING = "wrong-kv-sharing"  # a draft layer reading another target layer's KV
     PROBE_SAW_NOTHING = "probe-saw-nothing"
     DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
     UPSTREAM_TOLERANCE = "upstream-tolerance"
