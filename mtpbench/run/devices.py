@@ -5,7 +5,8 @@ A build runs on one platform (CUDA, Ascend or CPU), and each platform has its ow
 core list plays the part of a device, so two workers never compute on the same cores). The variable is
 chosen per build from what its interpreter has installed, or set by the build's `device_env`. The device
 list comes from the command line, the config, or detection (the variable already set in the
-environment, else the build's torch; for CPU builds, the cores split into one set per job). A cell that
+environment, else the build's torch; for CPU builds, the cores split into one set per job, each set's
+last core left to its engine's scheduler, and at least two cores per job). A cell that
 runs tensor (or pipeline) parallel needs that many devices; the pool hands them out and takes them back
 when the worker ends, whatever the outcome.
 """
@@ -56,16 +57,37 @@ def probe_platform(python: str | None, count: bool = False, timeout_s: float = 1
     raise UserError(f"build interpreter {exe} did not answer the platform probe: {tail[0]}")
 
 
+# What one vLLM-CPU engine needs of the cores: its worker's OpenMP threads, and one core left to its other
+# processes (the EngineCore scheduler and the LLM front end, which poll for the worker's output). vLLM's own
+# "auto" binding reserves that core (vllm/utils/ompmultiprocessing.py, OMPProcessManager: reserve_cpu_num =
+# local_world_size on x86/ARM, taken off the last rank's cores), which is how a lone engine runs here (jobs 1:
+# unbound). An explicit VLLM_CPU_OMP_THREADS_BIND reserves nothing, so two workers given one core each
+# put each engine's polling processes on the other's compute core: measured on the 2-core box, the same
+# cell-repeats ran 1.9x slower with --jobs 2 than one at a time (issue 37, docs/parallel.md).
+CPU_CORES_PER_WORKER = 2
+
+
 def cpu_core_sets(jobs: int, cores: list[int] | None = None) -> list[str]:
-    """The cores this process may use, split into `jobs` contiguous sets (vLLM-CPU's core-list syntax)."""
+    """The OpenMP core list of each of `jobs` CPU workers (vLLM-CPU's core-list syntax): the usable cores
+    split into `jobs` contiguous sets, each less its last core, which stays free for that engine's
+    scheduler and front end as vLLM's own binding leaves it. Fewer than two cores per worker is refused:
+    the workers would only slow each other down."""
     avail = sorted(cores if cores is not None else os.sched_getaffinity(0))
-    if jobs > len(avail):
-        raise UserError(f"--jobs {jobs}: this machine lets mtpbench use {len(avail)} CPU cores; a CPU worker needs one")
+    if jobs > len(avail) // CPU_CORES_PER_WORKER:
+        most = len(avail) // CPU_CORES_PER_WORKER
+        advice = f"use --jobs {most} or less" if most > 1 else "run one cell-repeat at a time (--jobs 1)"
+        raise UserError(
+            f"--jobs {jobs}: this machine lets mtpbench use {len(avail)} CPU cores, and a vLLM-CPU worker needs "
+            f"{CPU_CORES_PER_WORKER} (its OpenMP threads and a core for its engine's scheduler, which polls "
+            f"while it waits): {advice}; fewer cores per worker only slow the workers down (docs/parallel.md, "
+            "measured); --devices with core sets overrides this"
+        )
     per, extra = divmod(len(avail), jobs)
     sets, i = [], 0
     for j in range(jobs):
         n = per + (1 if j < extra else 0)
-        sets.append(",".join(str(c) for c in avail[i : i + n]))
+        omp = avail[i : i + n - 1]  # the set's last core is the engine's own, as vLLM's auto binding leaves it
+        sets.append(",".join(str(c) for c in omp))
         i += n
     return sets
 
@@ -87,7 +109,10 @@ def detect(platform: str, python: str | None, jobs: int) -> tuple[list[str], str
     """The device list of a platform and where it came from (for doctor and the run summary)."""
     var = VISIBILITY_ENV[platform]
     if platform == "cpu":
-        return cpu_core_sets(jobs), f"{jobs} set(s) of the {len(os.sched_getaffinity(0))} usable CPU cores"
+        usable = len(os.sched_getaffinity(0))
+        return cpu_core_sets(
+            jobs
+        ), f"{jobs} set(s) of the {usable} usable CPU cores, one core of each left to its engine"
     inherited = os.environ.get(var)
     if inherited:
         return parse_devices(inherited), f"{var} in the environment"
