@@ -152,26 +152,27 @@ def _untype(params: list[Any]) -> None:
             param.metavar = ""
 
 
-class _FlagsCommand(TyperCommand):
+class _UntypedFlags:
+    """Mixed into typer's command and group classes: their flags, the help option included, untyped."""
+
+    params: list[Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _untype(self.params)
 
     def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
+        option = super().get_help_option(ctx)  # type: ignore[misc]
         _untype([option])
         return option
 
 
-class _FlagsGroup(TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _untype(self.params)
+class _FlagsCommand(_UntypedFlags, TyperCommand):
+    pass
 
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        _untype([option])
-        return option
+
+class _FlagsGroup(_UntypedFlags, TyperGroup):
+    pass
 
 
 def untyped_flags(app: typer.Typer) -> None:
