@@ -162,7 +162,7 @@ class _UntypedFlags:
         _untype(self.params)
 
     def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
+        option = super().get_help_option(ctx)
         _untype([option])
         return option
 
