@@ -62,8 +62,10 @@ def probe_platform(python: str | None, count: bool = False, timeout_s: float = 1
 # "auto" binding reserves that core (vllm/utils/ompmultiprocessing.py, OMPProcessManager: reserve_cpu_num =
 # local_world_size on x86/ARM, taken off the last rank's cores), which is how a lone engine runs here (jobs 1:
 # unbound). An explicit VLLM_CPU_OMP_THREADS_BIND reserves nothing, so two workers given one core each
-# put each engine's polling processes on the other's compute core: measured on the 2-core box, the same
-# cell-repeats ran 1.9x slower with --jobs 2 than one at a time (issue 37, docs/parallel.md).
+# share those cores with both engines' other processes and whatever else runs, and cannot move off them:
+# on the shared 2-core box --jobs 2 ran the same cell-repeats 1.9x and 1.22x longer than one at a time,
+# and once, with nothing else of note running, in 0.62x (issue 37, docs/parallel.md). Detection refuses
+# it; --devices with core sets is the override for cores that are the user's own.
 CPU_CORES_PER_WORKER = 2
 
 
