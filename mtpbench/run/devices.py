@@ -64,7 +64,7 @@ def probe_platform(python: str | None, count: bool = False, timeout_s: float = 1
 # unbound). An explicit VLLM_CPU_OMP_THREADS_BIND reserves nothing, so two workers given one core each
 # share those cores with both engines' other processes and whatever else runs, and cannot move off them:
 # on the shared 2-core box --jobs 2 ran the same cell-repeats 1.9x and 1.22x longer than one at a time,
-# and once, with nothing else of note running, in 0.62x (issue 37, docs/parallel.md). Detection refuses
+# and once, with less running beside it, in 0.62x (issue 37, docs/parallel.md). Detection refuses
 # it; --devices with core sets is the override for cores that are the user's own.
 CPU_CORES_PER_WORKER = 2
 
@@ -81,8 +81,8 @@ def cpu_core_sets(jobs: int, cores: list[int] | None = None) -> list[str]:
         raise UserError(
             f"--jobs {jobs}: this machine lets mtpbench use {len(avail)} CPU cores, and a vLLM-CPU worker needs "
             f"{CPU_CORES_PER_WORKER} (its OpenMP threads and a core for its engine's scheduler, which polls "
-            f"while it waits): {advice}; fewer cores per worker only slow the workers down (docs/parallel.md, "
-            "measured); --devices with core sets overrides this"
+            f"while it waits): {advice}; on a shared box one core per worker mostly ran slower than one at a "
+            "time (docs/parallel.md); --devices with core sets overrides this"
         )
     per, extra = divmod(len(avail), jobs)
     sets, i = [], 0
