@@ -5,8 +5,8 @@ A build runs on one platform (CUDA, Ascend or CPU), and each platform has its ow
 core list plays the part of a device, so two workers never compute on the same cores). The variable is
 chosen per build from what its interpreter has installed, or set by the build's `device_env`. The device
 list comes from the command line, the config, or detection (the variable already set in the
-environment, else the build's torch; for CPU builds, the cores split into one set per job, each set's
-last core left to its engine's scheduler, and at least two cores per job). A cell that
+environment, else the build's torch; for CPU builds, the cores split into one set per job). A CPU worker
+gets its set's size as its OpenMP thread count, unpinned (`binding_env`). A cell that
 runs tensor (or pipeline) parallel needs that many devices; the pool hands them out and takes them back
 when the worker ends, whatever the outcome.
 """
@@ -57,41 +57,27 @@ def probe_platform(python: str | None, count: bool = False, timeout_s: float = 1
     raise UserError(f"build interpreter {exe} did not answer the platform probe: {tail[0]}")
 
 
-# What one vLLM-CPU engine needs of the cores: its worker's OpenMP threads, and one core left to its other
-# processes (the EngineCore scheduler and the LLM front end, which poll for the worker's output). vLLM's own
-# "auto" binding reserves that core (vllm/utils/ompmultiprocessing.py, OMPProcessManager: reserve_cpu_num =
-# local_world_size on x86/ARM, taken off the last rank's cores), which is how a lone engine runs here (jobs 1:
-# unbound). An explicit VLLM_CPU_OMP_THREADS_BIND reserves nothing, so two workers given one core each
-# share those cores with both engines' other processes and whatever else runs, and cannot move off them:
-# on the shared 2-core box --jobs 2 ran the same cell-repeats 1.9x and 1.22x longer than one at a time,
-# and once, with less running beside it, in 0.62x (issue 37, docs/parallel.md). Detection refuses
-# it; --devices with core sets is the override for cores that are the user's own.
-CPU_CORES_PER_WORKER = 2
-
-
 def cpu_core_sets(jobs: int, cores: list[int] | None = None) -> list[str]:
-    """The OpenMP core list of each of `jobs` CPU workers (vLLM-CPU's core-list syntax): the usable cores
-    split into `jobs` contiguous sets, each less its last core, which stays free for that engine's
-    scheduler and front end as vLLM's own binding leaves it. Fewer than two cores per worker is refused:
-    the workers would only slow each other down."""
+    """The cores this process may use, split into `jobs` contiguous sets (vLLM-CPU's core-list syntax)."""
     avail = sorted(cores if cores is not None else os.sched_getaffinity(0))
-    if jobs > len(avail) // CPU_CORES_PER_WORKER:
-        most = len(avail) // CPU_CORES_PER_WORKER
-        advice = f"use --jobs {most} or less" if most > 1 else "run one cell-repeat at a time (--jobs 1)"
-        raise UserError(
-            f"--jobs {jobs}: this machine lets mtpbench use {len(avail)} CPU cores, and a vLLM-CPU worker needs "
-            f"{CPU_CORES_PER_WORKER} (its OpenMP threads and a core for its engine's scheduler, which polls "
-            f"while it waits): {advice}; on a shared box one core per worker mostly ran slower than one at a "
-            "time (docs/parallel.md); --devices with core sets overrides this"
-        )
+    if jobs > len(avail):
+        raise UserError(f"--jobs {jobs}: this machine lets mtpbench use {len(avail)} CPU cores; a CPU worker needs one")
     per, extra = divmod(len(avail), jobs)
     sets, i = [], 0
     for j in range(jobs):
         n = per + (1 if j < extra else 0)
-        omp = avail[i : i + n - 1]  # the set's last core is the engine's own, as vLLM's auto binding leaves it
-        sets.append(",".join(str(c) for c in omp))
+        sets.append(",".join(str(c) for c in avail[i : i + n]))
         i += n
     return sets
+
+
+def core_count(core_set: str) -> int:
+    """The cores of one vLLM-CPU core list: "0,1" → 2, "0-3" → 4, "0-1,6" → 3."""
+    n = 0
+    for part in core_set.split(","):
+        low, _, high = part.strip().partition("-")
+        n += int(high) - int(low) + 1 if high else 1
+    return n
 
 
 def parse_devices(text: str) -> list[str]:
@@ -111,10 +97,7 @@ def detect(platform: str, python: str | None, jobs: int) -> tuple[list[str], str
     """The device list of a platform and where it came from (for doctor and the run summary)."""
     var = VISIBILITY_ENV[platform]
     if platform == "cpu":
-        usable = len(os.sched_getaffinity(0))
-        return cpu_core_sets(
-            jobs
-        ), f"{jobs} set(s) of the {usable} usable CPU cores, one core of each left to its engine"
+        return cpu_core_sets(jobs), f"{jobs} set(s) of the {len(os.sched_getaffinity(0))} usable CPU cores"
     inherited = os.environ.get(var)
     if inherited:
         return parse_devices(inherited), f"{var} in the environment"
@@ -159,6 +142,10 @@ def binding_env(var: str | None, devices: list[str]) -> dict[str, str]:
     if var is None or not devices:
         return {}
     if var == VISIBILITY_ENV["cpu"]:
-        # vLLM-CPU: one core list per local rank, ranks separated by '|'.
-        return {var: "|".join(devices)}
+        # vLLM-CPU: the worker's share of the cores as a thread count, not pinned to them ("nobind", as the
+        # Ray executor does). Pinned to one core each, two workers on the shared 2-core box ran the same
+        # cell-repeats 1.9x (the issue's figure) and 1.22x longer than one at a time, or in 0.64x; unpinned,
+        # in 0.32x the serial time, generation 4x faster than pinned (issue 37, docs/parallel.md): a pinned
+        # OpenMP thread cannot move off a core that its engine's scheduler or another process is using.
+        return {var: "nobind", "OMP_NUM_THREADS": str(core_count(devices[0]))}
     return {var: ",".join(devices)}

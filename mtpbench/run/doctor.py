@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpbench.probes import doctor as doctor_probe
-from mtpbench.run.devices import CPU_CORES_PER_WORKER
 from mtpbench.run.pythonpath import worker_pythonpath
 
 # The probe runs as `python -m mtpbench.probes.doctor` and prints one line after its MARKER.
@@ -115,7 +114,6 @@ def device_pool_text(info: dict[str, Any]) -> str:
         return f"{t['count']} device(s) {ids} ({src}); --jobs binds each worker through {var}"
     cpus = info.get("usable_cpus") or []
     return (
-        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N (at most "
-        f"{len(cpus) // CPU_CORES_PER_WORKER}, {CPU_CORES_PER_WORKER} cores per worker) splits them into N core sets, "
-        "one per worker, each leaving one core to its engine's scheduler, through VLLM_CPU_OMP_THREADS_BIND"
+        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N gives each worker "
+        "its share as OpenMP threads, unpinned (VLLM_CPU_OMP_THREADS_BIND=nobind, OMP_NUM_THREADS)"
     )
