@@ -130,6 +130,6 @@ def device_pool_text(info: dict[str, Any]) -> str:
         return f"{t['count']} device(s) {ids} ({src}); --jobs binds each worker through {var}"
     cpus = info.get("usable_cpus") or []
     return (
-        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N splits them into "
-        "N core sets, one per worker, through VLLM_CPU_OMP_THREADS_BIND"
+        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N gives each worker "
+        "its share as OpenMP threads, unpinned (VLLM_CPU_OMP_THREADS_BIND=nobind, OMP_NUM_THREADS)"
     )
