@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from mtpbench.cli.common import console
 
@@ -36,6 +37,10 @@ class ProgressView:
                 self.run_dir_file.write_text(f"{payload['path']}\n", encoding="utf-8")
             self.p.update(self.cells, total=payload.get("cells"))
             self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
+        elif kind == "warning":  # about where the run runs (run/rayauth.py): one line, before any cell
+            self.p.console.print(
+                Text("warning", style="yellow").append(f": {payload['text']}", style=""), soft_wrap=True
+            )
         elif kind == "cell_start":
             devs = payload.get("devices")
             on = f" on {','.join(devs)}" if devs else ""
