@@ -20,6 +20,19 @@ from mtpbench.run import rayauth
 from mtpbench.run.raykeeper import session_members
 
 STARTED = "Ray runtime started"
+# `ray start` for a node that joins a head, kept on loopback. Ray 2.60.0 (commit b7f4259e944b) has no switch for
+# that on Linux: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps 127.0.0.1 as given (services.py 786-821:
+# resolve_ip_for_localhost and get_node_ip_address answer the loopback address while ENABLE_RAY_CLUSTER is off)
+# but then refuses any node but a head (scripts.py 1169-1181, "Multi-node Ray clusters are not supported on
+# Windows and OSX"); without it, --node-ip-address=127.0.0.1 becomes the machine's outward address
+# (scripts.py 855) and the node binds there. Here the refusal is off and the address stays what the switch
+# makes it; the node's own processes inherit the switch from the environment.
+_JOIN = (
+    "import sys; from ray._private import ray_constants, services; "
+    "services.get_node_ip_address = lambda address=None: services.get_localhost_ip(); "
+    "ray_constants.ENABLE_RAY_CLUSTER = True; "
+    "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"
+)
 # A driver joining the cluster as any client would (ray.init), then asking it something.
 _CLIENT = "import sys, ray; ray.init(address=sys.argv[1], log_to_driver=False); print('JOINED', len(ray.nodes()))"
 
@@ -33,8 +46,10 @@ def start_node(
     args: Sequence[str], log: Path, env: Mapping[str, str], prefix: Sequence[str] = (), timeout_s: float = 300
 ) -> subprocess.Popen[bytes]:
     """`ray start ARGS --block` in a session of its own (so that it can be killed whole), once it runs;
-    `prefix` wraps it (a mount namespace). Ray's own interpreter: the one running the suite."""
-    command = [*prefix, sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--block", "--disable-usage-stats"]
+    `prefix` wraps it (a mount namespace). Ray's own interpreter: the one running the suite. A node that
+    joins a head (no --head) starts through _JOIN, on loopback like the head."""
+    ray = ["-m", "ray.scripts.scripts"] if "--head" in args else ["-c", _JOIN]
+    command = [*prefix, sys.executable, *ray, "start", *args, "--block", "--disable-usage-stats"]
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=dict(env))
     deadline = time.monotonic() + timeout_s

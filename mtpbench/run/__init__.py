@@ -17,7 +17,7 @@ The stage's face, by what a caller wants:
   (`default_installer`, `Installer`; installers.py);
 - bisect: `search` an ordered list of builds for the first bad one (`Judged`, `Outcome`, `BisectResult`,
   `max_builds`), `git_bisect_code` (bisect.py).
-doctor.py and devices.py are imported by module name.
+doctor.py, devices.py and rayauth.py (who may use a Ray cluster: its token, its exposure) are imported by module name.
 
 Each name's module is imported when the name is first asked for (PEP 562): `python -m mtpbench.run.raykeeper`
 imports this package before the keeper runs, and the keeper, alive as long as its cluster, stays a small

@@ -22,6 +22,7 @@ import secrets
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -99,10 +100,17 @@ def user_token() -> str | None:
     return str(loader.get_raw_token(ignore_auth_mode=True))
 
 
-def gcs_answer(address: str, token: str | None = None, timeout_s: float = PROBE_S) -> str:
-    """What the GCS at HOST:PORT says to a call that carries `token` (None: no token): "ok", "refused" (it
-    demands a token this call lacks) or "silent" (no answer, or not a GCS). A plain gRPC channel: the call
-    carries exactly what is given, not whatever token this process's Ray would add."""
+class GcsAnswer(Enum):
+    """What a Ray GCS says to one call."""
+
+    LET_IN = "let in"
+    REFUSED = "refused"  # it demands a token this call lacks (or a token it does not hold)
+    SILENT = "silent"  # no answer in time, or not a GCS
+
+
+def gcs_answer(address: str, token: str | None = None, timeout_s: float = PROBE_S) -> GcsAnswer:
+    """What the GCS at HOST:PORT says to a call that carries `token` (None: no token). A plain gRPC channel:
+    the call carries exactly what is given, not whatever token this process's Ray would add."""
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
@@ -112,8 +120,8 @@ def gcs_answer(address: str, token: str | None = None, timeout_s: float = PROBE_
         try:
             stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s, metadata=metadata)
         except grpc.RpcError as exc:
-            return "refused" if exc.code() == grpc.StatusCode.UNAUTHENTICATED else "silent"
-    return "ok"
+            return GcsAnswer.REFUSED if exc.code() == grpc.StatusCode.UNAUTHENTICATED else GcsAnswer.SILENT
+    return GcsAnswer.LET_IN
 
 
 @dataclass(frozen=True)
@@ -224,8 +232,7 @@ class ClusterSafety:
 
 def assess(address: str, host: str, port: int) -> ClusterSafety:
     """Look at the cluster at `address` (HOST:PORT, split as host and port) without joining it."""
-    answer = gcs_answer(address)
-    demands = {"refused": True, "ok": False}.get(answer)
+    demands = {GcsAnswer.REFUSED: True, GcsAnswer.LET_IN: False}.get(gcs_answer(address))
     return ClusterSafety(address, demands, exposure(host, port))
 
 
@@ -235,6 +242,7 @@ __all__ = [
     "TOKEN_ENV",
     "TOKEN_PATH_ENV",
     "ClusterSafety",
+    "GcsAnswer",
     "Listener",
     "assess",
     "cluster_env",

@@ -381,7 +381,7 @@ def _look_before_joining(settings: RaySettings) -> tuple[str | None, Callable[[]
             f"{rayauth.TOKEN_ENV}, or {rayauth.TOKEN_PATH_ENV} to a file that holds it (Ray also reads "
             "~/.ray/auth_token)"
         )
-    if rayauth.gcs_answer(address, token) == "refused":
+    if rayauth.gcs_answer(address, token) is rayauth.GcsAnswer.REFUSED:
         raise UserError(
             f"the Ray cluster at {address} refuses the token set here ({rayauth.TOKEN_ENV}, "
             f"{rayauth.TOKEN_PATH_ENV} or ~/.ray/auth_token): it is not that cluster's token"

@@ -245,6 +245,13 @@ def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_
         release = tmp_path / "release"
         config = fake_config(tmp_path, {"current": {"hang_unless": str(release)}}, repeats=2, ray_place_timeout_s=2)
         ray_opts = ["--no-compare", "--executor", "ray", "--address", f"127.0.0.1:{port}", "--ray-resource"]
+        # No token here: one line, bad input, before anything runs (Ray's own join would retry until its deadline).
+        proc = cli(
+            tmp_path, "run", config, "--out", tmp_path / "runs", *ray_opts, "CPU", HOME=str(tmp_path / "stranger")
+        )
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, out + err
+        assert f"the Ray cluster at 127.0.0.1:{port} demands a token" in err and len(err.strip().splitlines()) == 1
         # The user's token, as a user hands it to mtpbench: RAY_AUTH_TOKEN (mtpbench turns token mode on).
         proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", *ray_opts, "GPU", RAY_AUTH_TOKEN=token)
         out, err = proc.communicate(timeout=300)

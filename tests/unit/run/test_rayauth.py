@@ -97,3 +97,42 @@ def test_doctor_warns_about_a_cluster_address_that_listens_beyond_loopback(wide_
     rows = [line for line in proc.stdout.splitlines() if "ray cluster" in line]
     assert len(rows) == 1 and "warn" in rows[0], proc.stdout + proc.stderr
     assert f"listens on 0.0.0.0:{wide_listener}, beyond loopback" in rows[0]
+
+
+def test_a_warning_about_the_cluster_is_one_line_of_the_run_and_kept_in_its_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The executor's warnings (a RayExecutor's joined cluster: ClusterSafety.warning) reach the run once, before
+    # any cell-repeat starts, and stay in the session of the manifest. The executor here is the local one,
+    # given a warning: what is under test is the runner's and the progress view's part.
+    from rich.console import Console
+    from rich.progress import Progress
+    from runfake import fake_config
+
+    from mtpbench.cli.progress import ProgressView
+    from mtpbench.config import load_config, load_prompts
+    from mtpbench.run import runner
+    from mtpbench.run.executors import LocalExecutor
+
+    line = ClusterSafety("127.0.0.1:6379", demands_token=False, exposed=None).warning()
+    assert line is not None
+    monkeypatch.setattr(LocalExecutor, "warnings", (line,))
+    config = fake_config(tmp_path, {"current": {}})
+    cfg = load_config(config)
+    console = Console(record=True, width=400, force_terminal=False)
+    events: list[str] = []
+    with Progress(console=console) as progress:
+        view = ProgressView(progress, 1, 2)
+
+        def on_event(kind: str, payload: dict[str, object]) -> None:
+            events.append(kind)
+            view(kind, payload)
+
+        outcome = runner.execute(
+            cfg, load_prompts(cfg.prompts), tmp_path / "runs", str(config), runner.expand(cfg), on_event
+        )
+    assert outcome.exit_code == 0
+    assert events.count("warning") == 1 and events.index("warning") < events.index("cell_start")
+    assert outcome.manifest["sessions"][0]["warnings"] == [line]
+    printed = [text for text in console.export_text().splitlines() if text.startswith("warning: ")]
+    assert printed == [f"warning: {line}"]
