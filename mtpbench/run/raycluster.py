@@ -339,7 +339,8 @@ def _start_or_reach(joined: Joined, settings: RaySettings) -> None:
     if settings.address is None:
         joined.cluster = LocalCluster(settings.deadlines.start_s, settings.caught)
         joined.address = joined.cluster.start()
-        joined.restore = _both(driver_on_loopback(), rayauth.driver_env(joined.cluster.client_env()))
+        joined.restore = driver_on_loopback()
+        joined.restore = _both(joined.restore, rayauth.driver_env(joined.cluster.client_env()))
     else:
         wait_reachable(settings.address, settings.deadlines.connect_s, settings.caught)
         joined.warning, joined.restore = _look_before_joining(settings)
