@@ -373,8 +373,21 @@ def _look_before_joining(settings: RaySettings) -> tuple[str | None, Callable[[]
         key="ray_connect_timeout_s",
         caught=settings.caught,
     )
+    # A GCS on loopback alone was started with the loopback switch: its nodes registered as 127.0.0.1, which
+    # this driver must keep (Ray would rewrite it into the outward address and reach nothing). A GCS that
+    # listens beyond loopback registered its nodes at the outward address: Ray's own rewrite finds them.
+    restore = driver_on_loopback() if safety.exposed is None else (lambda: None)
     if not safety.demands_token:
-        return safety.warning(), lambda: None
+        return safety.warning(), restore
+    try:
+        return safety.warning(), _both(restore, _present_user_token(address))
+    except BaseException:
+        restore()
+        raise
+
+
+def _present_user_token(address: str) -> Callable[[], None]:
+    """This driver in token mode with the user's token, checked against the cluster first; what undoes it."""
     token = rayauth.user_token()
     if token is None:
         raise UserError(
@@ -387,7 +400,7 @@ def _look_before_joining(settings: RaySettings) -> tuple[str | None, Callable[[]
             f"the Ray cluster at {address} refuses the token set here ({rayauth.TOKEN_ENV}, "
             f"{rayauth.TOKEN_PATH_ENV} or ~/.ray/auth_token): it is not that cluster's token"
         )
-    return safety.warning(), rayauth.driver_env({rayauth.AUTH_MODE_ENV: "token"})
+    return rayauth.driver_env({rayauth.AUTH_MODE_ENV: "token"})
 
 
 def _init(ray: Any, address: str, **options: Any) -> Any:
