@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.status import Status
+from rich.text import Text
 
 from mtpbench.cli.common import console, err_console, say
 
@@ -45,6 +46,10 @@ class ProgressView:
                 self.run_dir_file.write_text(f"{payload['path']}\n", encoding="utf-8")
             self.p.update(self.cells, total=payload.get("cells"))
             self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
+        elif kind == "warning":  # about where the run runs (run/rayauth.py): one line, before any cell
+            self.p.console.print(
+                Text("warning", style="yellow").append(f": {payload['text']}", style=""), soft_wrap=True
+            )
         elif kind == "cell_start":
             devs = payload.get("devices")
             on = f" on {','.join(devs)}" if devs else ""
