@@ -1,6 +1,6 @@
 """Benchmark: what the executors themselves cost per cell-repeat, without an engine in the way.
 
-Runs a matrix of `--cells` cell-repeats of the engine-free stand-in worker (tests/fake_worker.py: it speaks
+Runs a matrix of `--cells` cell-repeats of the engine-free stand-in worker (tests/support/fake_worker.py: it speaks
 the worker's protocol, writes records, sleeps `--work` seconds) on the local executor (--jobs 1 and 2) and
 on a Ray cluster started on this machine (--jobs 2). Overhead per cell-repeat = what the runner saw minus
 what the worker process lived: local, the gaps between one worker's exit and the next start on a slot;
@@ -34,7 +34,7 @@ from mtpbench.run import runner  # noqa: E402
 
 def fake_config(tmp: Path, cells: int, work: float) -> Path:
     py = tmp / "fakepy"
-    fake = REPO / "tests" / "fake_worker.py"
+    fake = REPO / "tests" / "support" / "fake_worker.py"
     # The platform probe (`-m mtpbench.probes.devices`) runs for real; the worker is the fake.
     py.write_text(
         f'#!/bin/sh\ncase "$1 $2" in "-c "* | "-m mtpbench.probes."*) exec {sys.executable} "$@" ;; esac\n'

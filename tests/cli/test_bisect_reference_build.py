@@ -1,13 +1,13 @@
 """`mtpbench bisect` on a config that names a `reference_build` (issue 28, part 3): bisect runs one build per
 run, so each run's config drops the reference build (the good build plays that role), and a second bisect
-reuses every run the first one made instead of measuring again. Fake builds (tests/runfake.py)."""
+reuses every run the first one made instead of measuring again. Fake builds (tests/support/fake_runs.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from clihelp import invoke
-from runfake import fake_config
+from tests.support.cli import invoke
+from tests.support.fake_runs import fake_config
 
 
 def test_bisect_reuses_its_runs_when_the_config_names_a_reference_build(tmp_path: Path) -> None:

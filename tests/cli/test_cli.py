@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clihelp import invoke, one_error_line
-from conftest import PUBLISHED
+
+from tests.support.cli import invoke, one_error_line
+from tests.support.synthetic_runs import PUBLISHED
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from clihelp import invoke, one_error_line
-from conftest import PUBLISHED
+
+from tests.support.cli import invoke, one_error_line
+from tests.support.synthetic_runs import PUBLISHED
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]
@@ -142,7 +143,7 @@ def test_an_output_folder_that_is_a_file_is_one_line_exit_2(
 
 
 def test_a_resume_with_nothing_to_do_leaves_the_manifest_untouched(tmp_path: Path) -> None:
-    from runfake import execute, fake_config
+    from tests.support.fake_runs import execute, fake_config
 
     outcome = execute(fake_config(tmp_path, {"b": {}}), tmp_path / "runs")
     assert outcome.exit_code == 0
@@ -158,7 +159,7 @@ def test_a_resume_reads_its_manifest_through_the_typed_reader(tmp_path: Path) ->
     # Issue 36: `run --resume` walked manifest["cells"] with .get("status", "pending"), so a status no run writes
     # counted as finished and the resume said "0 of 1 to run". The manifest is read by store/manifest.py's one
     # typed reader, which names the bad key.
-    from runfake import execute, fake_config
+    from tests.support.fake_runs import execute, fake_config
 
     outcome = execute(fake_config(tmp_path, {"b": {}}), tmp_path / "runs")
     manifest = outcome.path / "manifest.json"

@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PUBLISHED
-from probefake import add_probe_records, faulty_by_seed
 
 from mtpbench.cli.selftest import evaluate
 from mtpbench.judge.compare import judge
 from mtpbench.run.doctor import checks_from_probe
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
+from tests.support.probe_records import add_probe_records, faulty_by_seed
+from tests.support.synthetic_runs import PUBLISHED
 
 GOOD = [98.2, 96.3, 89.9]
 

@@ -8,11 +8,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from clihelp import invoke
-from conftest import PUBLISHED
-
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS
+from tests.support.cli import invoke
+from tests.support.synthetic_runs import PUBLISHED
 
 GOOD = [98.2, 96.3, 89.9]
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import PUBLISHED, write_run
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
 from mtpbench.config import MAX_PROMPT_CHARS, MAX_YAML_BYTES
 from mtpbench.store.columnar import COPY
+from tests.support.synthetic_runs import PUBLISHED, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]

@@ -14,11 +14,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from clihelp import invoke, one_error_line
 from rich.console import Console
 from rich.progress import Progress
 
 from mtpbench.cli.progress import ProgressView, progress_bars
+from tests.support.cli import invoke, one_error_line
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clihelp import invoke
-from conftest import PUBLISHED
 
 from mtpbench.judge import evidence as ev
 from mtpbench.judge.history import POINT_CACHE
 from mtpbench.run.cells import RunOutcome
 from mtpbench.store.manifest import MANIFEST
+from tests.support.cli import invoke
+from tests.support.synthetic_runs import PUBLISHED
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]
@@ -77,7 +77,7 @@ def test_compare_of_a_serving_run_collects_once(tmp_path: Path, collections: lis
 
 def test_compare_of_a_replayed_run_collects_once(make_run: Callable[..., Path], collections: list[Path]) -> None:
     # The stored reference (issue 29) is held against the same evidence the gate judged, not a second collection.
-    from tests.referencehelp import write_reference
+    from tests.support.reference_runs import write_reference
 
     run = make_run({"a/NONE/stock": [GOOD]})
     write_reference(run, ["a/NONE/stock"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clihelp import invoke, one_error_line
+from tests.support.cli import invoke, one_error_line
 
 CLI = Path(__file__).resolve().parents[2] / "mtpbench" / "cli"
 

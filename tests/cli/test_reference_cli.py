@@ -8,9 +8,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.clihelp import invoke, one_error_line
-from tests.conftest import PROMPTS
-from tests.referencehelp import CELL, GOOD, WORSE, per_prompt, write_reference
+from tests.support.cli import invoke, one_error_line
+from tests.support.reference_runs import CELL, GOOD, WORSE, per_prompt, write_reference
+from tests.support.synthetic_runs import PROMPTS
 
 
 def _set_pair(run: Path, target: Path, drafter: Path | None) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.clihelp import invoke
-from tests.conftest import PROMPTS, PUBLISHED
-from tests.referencehelp import GOOD, per_prompt, write_reference
+from tests.support.cli import invoke
+from tests.support.reference_runs import GOOD, per_prompt, write_reference
+from tests.support.synthetic_runs import PROMPTS, PUBLISHED
 
 CELL = "a/NONE/stock"  # judged by the published baseline's NONE entry
 # 33 steps accepting 95 drafts (100 / 97.0 / 90.9 %): above the published baseline (98.2 / 96.3 / 89.9), 9.1

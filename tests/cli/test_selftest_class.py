@@ -17,8 +17,8 @@ from mtpbench.judge.reference import hold
 from mtpbench.patches.source_faults import CLASS_FAULTS, post_install_step
 from mtpbench.store.reference import read_reference
 from mtpbench.store.results import load_run
-from tests.probefake import add_probe_records
-from tests.referencehelp import GOOD, WORSE, per_prompt, write_reference
+from tests.support.probe_records import add_probe_records
+from tests.support.reference_runs import GOOD, WORSE, per_prompt, write_reference
 
 FULL = ["draft_model.layers.0.self_attn.attn", "draft_model.layers.3.self_attn.attn"]
 SLIDING = ["draft_model.layers.1.self_attn.attn", "draft_model.layers.2.self_attn.attn"]

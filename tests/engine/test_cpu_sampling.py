@@ -12,22 +12,17 @@ in one mtpbench run, and checks that the patched cell's acceptance is not collap
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="the expand patch targets vLLM's CPU kernels")
 
 from mtpbench.fixes.registry import REGISTRY, apply_one  # noqa: E402
 from mtpbench.patches.expand import expand_reference, probe  # noqa: E402
+from tests.support.engine_runs import REPO, EngineRuns, tiny_config  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
 MAX_SPEC_LEN = 128  # vllm.v1.sample.rejection_sampler.MAX_SPEC_LEN, the kernel's MAX_NUM_TOKENS
 GREEDY_TEMPERATURE = 0  # rejection_sampler.GREEDY_TEMPERATURE: replaced by 1 in the temperature expansion
 
@@ -132,13 +127,11 @@ TEMPERATURE = 0.2
 
 
 @pytest.fixture(scope="module")
-def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sampled_run(engine_runs: EngineRuns) -> Path:
     """One eager repeat of the tiny pair, the five-prompt set, sampled at T=0.2 with a fixed seed: the
     stock engine and the patched one, in one run (two engine starts)."""
-    tmp = tmp_path_factory.mktemp("sampled")
-    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp.yaml").read_text())
+    cfg = tiny_config()
     cfg.update(
-        model=str(PAIR / "target"),
         prompts=str(REPO / "prompts" / "coding.yaml"),
         baseline=None,
         repeats=1,
@@ -147,24 +140,14 @@ def sampled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         modes={"eager": {"enforce_eager": True}},
         variants={"stock": [], "expand": ["cpu-expand-kernel"]},
     )
-    cfg["speculative"].update(model=str(PAIR / "assistant"))
-    path = tmp / "sampled.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = tmp / "runs"
-    res = subprocess.run(
-        [sys.executable, "-m", "mtpbench", "run", str(path), "--out", str(out), "--no-compare"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "MTPBENCH_WIDTH": "200"},
-    )
+    run = engine_runs.run(cfg, "--no-compare")
+    res = run.result
     # The stock cell's sampler is broken, and the run says so (exit 1: its numbers mean nothing); the
     # patched cell is not flagged.
-    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 1, run.tail()
     flagged = [ln for ln in res.stdout.splitlines() if ln.startswith("FAIL sampled-acceptance-not-meaningful ")]
     assert len(flagged) == 1 and "current/eager/stock:" in flagged[0], res.stdout[-3000:]
-    (run_dir,) = [p for p in out.iterdir() if (p / "manifest.json").exists()]
-    return run_dir
+    return run.path
 
 
 @pytest.mark.engine

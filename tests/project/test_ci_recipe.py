@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import yaml
-from runfake import fake_config
+
+from tests.support.fake_runs import fake_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = ROOT / "docs" / "ci" / "gate.sh"

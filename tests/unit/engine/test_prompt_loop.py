@@ -256,16 +256,24 @@ def test_the_hold_stops_the_loop_after_n_records_until_the_file_exists(
 ) -> None:
     path, release = tmp_path / "records.jsonl", tmp_path / "go"
     monkeypatch.setenv(records.TEST_HOLD_ENV, f"1:{release}")
+    held = threading.Event()
+    hold = records._wait_for
+
+    def holding(until: Path) -> None:
+        # The loop has stopped at its hold: nothing more can be written until `until` exists.
+        assert until == release
+        held.set()
+        hold(until)
+
+    monkeypatch.setattr(records, "_wait_for", holding)
     for batched in (False, True):  # batched: held between two records of one engine step
         path.unlink(missing_ok=True)
         release.unlink(missing_ok=True)
+        held.clear()
         loop = PromptLoop(FakeLLM(), None, K, BASE, str(path))
         t = threading.Thread(target=run_prompts, args=(loop, PROMPTS, batched), daemon=True)
         t.start()
-        deadline = time.monotonic() + 10
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # time for a second record, were the loop not held
+        assert held.wait(10), "the loop never reached its hold"
         assert len(_read(path)) == 1 and t.is_alive()
         release.touch()
         t.join(10)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import yaml
-from servingfake import GOOD, write_serving_run
 
 from mtpbench.config import ExperimentConfig, load_config
 from mtpbench.engine import counts as counts_mod
@@ -24,6 +23,8 @@ from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
+from tests.support.polling import wait_for
+from tests.support.serving_runs import GOOD, write_serving_run
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -359,13 +360,10 @@ STUBBORN = (
 
 def test_stop_kills_the_whole_group_even_when_sigterm_is_ignored(tmp_path: Path) -> None:
     import sys
-    import time
 
     server = server_mod.Server([sys.executable, "-c", STUBBORN, "--port", "1"], tmp_path / "log")
     server.start()
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "log").read_text().strip() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: (tmp_path / "log").read_text().strip(), timeout=60, what="the server wrote nothing")
     pgid = server.pid
     assert pgid is not None and procs.group_alive(pgid)
     server.stop(grace_s=1.0)
@@ -378,7 +376,6 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
     import signal
     import subprocess
     import sys
-    import time
 
     worker = (
         "import sys, time\n"
@@ -398,13 +395,11 @@ def test_the_server_is_stopped_when_its_worker_is_killed(tmp_path: Path) -> None
     assert procs.group_alive(server_pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    deadline = time.monotonic() + 10
-    while procs.group_alive(server_pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    alive = procs.group_alive(server_pid)
-    if alive:  # leave nothing behind, even when failing
-        os.killpg(server_pid, signal.SIGKILL)
-    assert not alive
+    try:
+        wait_for(lambda: not procs.group_alive(server_pid), timeout=10, what="the server outlived its worker")
+    finally:
+        if procs.group_alive(server_pid):  # leave nothing behind, even when failing
+            os.killpg(server_pid, signal.SIGKILL)
 
 
 def test_throughput_is_judged_by_the_entry_that_judged_acceptance(tmp_path: Path) -> None:

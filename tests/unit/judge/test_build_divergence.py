@@ -1,7 +1,8 @@
 """Builds side by side (issue 28, part 3): every build held against the reference build (`reference_build`,
 default the first listed) at the same mode and variant, paired by prompt by divergence's rule. A build that
 accepts less is a failing `build-divergence` naming both builds, the position, Δ and the prompts that moved;
-identical builds pass; a build that accepts more is told, not failed. Constructed runs (tests/conftest.py)."""
+identical builds pass; a build that accepts more is told, not failed. Constructed runs
+(tests/support/synthetic_runs.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from mtpbench.judge.findings import Cause, Kind, Severity
 from mtpbench.render.report import comparison_json
 from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.store.results import load_run
-from tests.clihelp import invoke, one_error_line
-from tests.conftest import PROMPTS
+from tests.support.cli import invoke, one_error_line
+from tests.support.synthetic_runs import PROMPTS
 
 REPO = Path(__file__).resolve().parents[3]
 GOOD = [98.2, 96.3, 89.9]

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PUBLISHED
 
 from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge.compare import judge
@@ -17,6 +16,7 @@ from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import baseline_from_cells, load_baseline, write_baseline
 from mtpbench.store.results import load_run
+from tests.support.synthetic_runs import PUBLISHED
 
 BROKEN_A = [11.7, 3.0, 1.3]  # the seed's buggy FULL_DECODE_ONLY process with the "wrong" group first
 BROKEN_B = [77.8, 56.0, 38.4]
@@ -48,7 +48,7 @@ def save_baseline(run_path: Path, out: Path, with_prompts: bool = True) -> Path:
         for c in collect(run)
     ]
     base = baseline_from_cells(run, "b", per_cell)
-    # Every synthetic run has the same id (conftest.RUN_ID): the baseline stands for another run, and says so,
+    # Every synthetic run has the same id (synthetic_runs.RUN_ID): the baseline stands for another run, and says so,
     # or the run it judges would read as the run it was saved from (baseline-from-this-run).
     base.provenance.run_id = "20261201T000000Z-baseline-run"
     write_baseline(base, out, force=True)

@@ -1,5 +1,5 @@
 """A serving concurrency sweep (`workload.concurrency: [1, 4, 16]`) judged on constructed runs in the on-disk
-format (tests/servingfake.py): each level held against the first by the divergence rule the modes use and named
+format (tests/support/serving_runs.py): each level held against the first by the divergence rule the modes use and named
 as a mode-divergence of `concurrency`, per-level rows in the serving table, a single int unchanged. The real
 server runs the sweep in tests/engine/test_serving_sweep_engine.py."""
 
@@ -24,7 +24,7 @@ from mtpbench.render.words import finding_message
 from mtpbench.specs import ServingWorkload
 from mtpbench.store.baseline import Baseline, BaselineEntry, ServingBaselineEntry
 from mtpbench.store.results import load_run
-from tests.servingfake import GOOD, write_serving_run, write_sweep_run
+from tests.support.serving_runs import GOOD, write_serving_run, write_sweep_run
 
 # Sixteen requests over eight prompts (round-robin): each prompt's requests accept alike, as greedy ones do.
 PROMPTS = 8

@@ -3,7 +3,7 @@ contexts of growing length (`<id>@ctx<tokens>`) is split per bucket; a longer bu
 below the first's beyond the gate's tolerance, paired by prompt, is `context-decay` (exit 1, or a warning under
 workload.context.on_decay: warn); a fall the data cannot support is inconclusive; a flat or rising trend is
 no finding; the per-bucket acceptance is in compare/show's table, the JSON, the Markdown and the HTML report.
-Constructed runs written by the store's RunWriter, as tests/conftest.py writes them."""
+Constructed runs written by the store's RunWriter, as tests/support/synthetic_runs.py writes them."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def soak_run(
     cells: tuple[str, ...] = (CELL,),
     **kw: Any,
 ) -> Path:
-    """A run (conftest.write_run) made into a soak: every prompt record repeated per round (through
+    """A run (synthetic_runs.write_run) made into a soak: every prompt record repeated per round (through
     `edit(round, record)`, which may change it or drop it), a round_end per round, workload kind soak."""
     path = make_run({c: [[90.0, 80.0, 70.0]] for c in cells}, baseline=None, **kw)
     recs = [json.loads(line) for line in (path / RECORDS).read_text().splitlines()]

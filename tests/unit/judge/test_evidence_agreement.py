@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from servingfake import GOOD, write_serving_run
 
 from mtpbench.judge import history, serving_summary
 from mtpbench.judge.compare import judge
@@ -25,6 +24,7 @@ from mtpbench.judge.views import heatmap
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS
 from mtpbench.store.results import Run, load_run
+from tests.support.serving_runs import GOOD, write_serving_run
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "runs"
 FROZEN = sorted(

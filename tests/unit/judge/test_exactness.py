@@ -26,8 +26,8 @@ from mtpbench.render.report import comparison_json, comparison_markdown
 from mtpbench.render.words import CAUSE_TEXT, finding_message
 from mtpbench.store.reference import read_reference
 from mtpbench.store.results import load_run
-from tests.conftest import PROMPTS
-from tests.referencehelp import GOOD, write_reference
+from tests.support.reference_runs import GOOD, write_reference
+from tests.support.synthetic_runs import PROMPTS
 
 CLEAN = "clean/eager/stock"
 MOVED = "moved/eager/stock"

@@ -1,7 +1,7 @@
 """Every mode against the reference mode (issue 31): a mode that differs from the reference in an engine feature
 (prefix caching, chunked prefill, batch size, async scheduling) and accepts differently, paired by prompt, is a
 `mode-divergence` naming the feature; graph modes keep their graph divergence; a feature the engine read back
-otherwise than requested is a warning, never a silent pass. Constructed runs (tests/conftest.py)."""
+otherwise than requested is a warning, never a silent pass. Constructed runs (tests/support/synthetic_runs.py)."""
 
 from __future__ import annotations
 

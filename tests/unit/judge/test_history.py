@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import write_run
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
 from mtpbench.judge.history import build_history, find_runs
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS
+from tests.support.synthetic_runs import write_run
 
 ROOT = Path(__file__).resolve().parents[3]
 NIGHTLY = ROOT / "tests" / "data" / "runs" / "nightly"

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import PUBLISHED, write_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS, scan_records
 from mtpbench.store.results import load_run
+from tests.support.synthetic_runs import PUBLISHED, write_run
 
 # derandomize: CI explores the same 120 examples every time (a gate must not flake); explore more locally
 # by dropping derandomize or raising max_examples, and pin what they find as a test of its own.

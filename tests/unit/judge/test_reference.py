@@ -15,8 +15,8 @@ from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreem
 from mtpbench.judge.reference import ReferenceComparison, hold
 from mtpbench.store.reference import append_lines, read_reference
 from mtpbench.store.results import load_run
-from tests.conftest import PROMPTS
-from tests.referencehelp import CELL, GOOD, WORSE, per_prompt, write_reference
+from tests.support.reference_runs import CELL, GOOD, WORSE, per_prompt, write_reference
+from tests.support.synthetic_runs import PROMPTS
 
 
 def _hold(run: Path) -> ReferenceComparison:

@@ -352,7 +352,7 @@ def test_a_per_request_cell_against_a_counters_only_one_is_still_compared(tmp_pa
     assert "was not compared" in finding_message(div) and comp.exit_code == ExitCode.REGRESSION
 
 
-# --- run_serving_job's switch, against a stand-in server (tests/stub_api_server.py) ---------------------
+# --- run_serving_job's switch, against a stand-in server (tests/support/fake_api_server.py) ---------------------
 
 
 def _job(tmp_path: Path, policy: str, n: int = 4) -> dict[str, object]:
@@ -390,8 +390,8 @@ def _serve(
 ) -> tuple[int | None, str, list[dict[str, object]]]:
     pytest.importorskip("aiohttp", reason="the serving job's load client is aiohttp (vllm brings it)")
     pytest.importorskip("prometheus_client", reason="/metrics text is parsed with prometheus_client (vllm brings it)")
-    monkeypatch.setattr(server_mod, "SERVER_MODULE", "stub_api_server")
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    monkeypatch.setattr(server_mod, "SERVER_MODULE", "tests.support.fake_api_server")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[3]))
     monkeypatch.setenv("STUB_KNOWS_FLAG", "1" if knows else "0")
     monkeypatch.setenv("STUB_METRICS", "1" if returns else "0")
     monkeypatch.setattr(srv, "environment_fingerprint", dict)  # what vllm is installed is not under test

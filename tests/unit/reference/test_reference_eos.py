@@ -27,7 +27,7 @@ import pytest
 from mtpbench.reference.replay import stop_index
 from mtpbench.reference.walk import walk
 from mtpbench.store.results import load_run
-from tests.conftest import write_run
+from tests.support.synthetic_runs import write_run
 
 EOS = 258  # the embedded pair's end-of-sequence id (generation_config.json)
 K = 3

@@ -1,6 +1,6 @@
 """The HTML report's builds × positions view (issue 28, part 3): a run of several builds gets a table of each
 build's acceptance per position beside the reference build's, its build-divergence verdict, and a figure; a
-run of one build gets neither. Constructed runs (tests/conftest.py), the real `report` command."""
+run of one build gets neither. Constructed runs (tests/support/synthetic_runs.py), the real `report` command."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from mtpbench.judge.compare import judge
 from mtpbench.judge.views import builds_view
 from mtpbench.store.results import load_run
-from tests.clihelp import invoke
+from tests.support.cli import invoke
 
 GOOD = [98.2, 96.3, 89.9]
 PLANTED = [98.2, 80.0, 59.9]

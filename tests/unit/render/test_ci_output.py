@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import xmlschema
-from conftest import PUBLISHED
 from typer.testing import CliRunner
 
 from mtpbench.cli import app
@@ -21,6 +20,7 @@ from mtpbench.render import ci, junit
 from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
+from tests.support.synthetic_runs import PUBLISHED
 
 ROOT = Path(__file__).resolve().parents[3]
 XSD = ROOT / "tests" / "data" / "junit-jenkins.xsd"

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PUBLISHED, write_run
 
 from mtpbench import __version__
 from mtpbench.judge.compare import Comparison, judge
 from mtpbench.render import junit, report
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
+from tests.support.synthetic_runs import PUBLISHED, write_run
 
 HERE = Path(__file__).resolve().parents[2]
 GOLDEN = HERE / "golden"

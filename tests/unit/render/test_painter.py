@@ -12,7 +12,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import browser
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -28,6 +27,7 @@ from mtpbench.render import painter
 from mtpbench.render.htmlreport import Figures
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
+from tests.support import browser
 
 ROOT = Path(__file__).resolve().parents[3]
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"

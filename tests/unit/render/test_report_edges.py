@@ -17,7 +17,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import browser
 import numpy as np
 import pytest
 
@@ -28,6 +27,7 @@ from mtpbench.judge.figdata import CellView, HeatmapGrid
 from mtpbench.render import plots
 from mtpbench.render.htmlreport import render_html, write_report
 from mtpbench.store.results import Run, load_run
+from tests.support import browser
 
 ROOT = Path(__file__).resolve().parents[3]
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"

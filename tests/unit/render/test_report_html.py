@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import browser
 import pytest
 from typer.testing import CliRunner
 
@@ -24,6 +23,7 @@ from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import changed_text, collect
 from mtpbench.judge.views import heatmap
 from mtpbench.store.results import load_run
+from tests.support import browser
 
 ROOT = Path(__file__).resolve().parents[3]
 STORED = ROOT / "tests" / "data" / "runs" / "tiny-stock-fault"

@@ -1,5 +1,5 @@
 """The `build` commands' own rules (issue 37): a mixed `remove` request is refused, and the provisioner's
-lock files do not pile up in `<cache>/builds/logs/`. `tests/fake_uv.py` stands in for uv."""
+lock files do not pile up in `<cache>/builds/logs/`. `tests/support/fake_uv.py` stands in for uv."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from mtpbench.run import provision as prov
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_UV = REPO / "tests" / "fake_uv.py"
+FAKE_UV = REPO / "tests" / "support" / "fake_uv.py"
 
 
 @pytest.fixture

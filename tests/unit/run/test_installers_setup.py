@@ -18,7 +18,7 @@ from mtpbench.run.doctor import installer_check
 from mtpbench.run.installers import Installer
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_UV = REPO / "tests" / "fake_uv.py"
+FAKE_UV = REPO / "tests" / "support" / "fake_uv.py"
 
 
 def _recording_uv(tmp_path: Path) -> tuple[Path, Path]:

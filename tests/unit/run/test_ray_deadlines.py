@@ -1,8 +1,9 @@
 """`--executor ray` never hangs (issue 23): an address that does not answer fails within its deadline (exit 3),
 a cell no node can place is refused before anything runs (exit 2), SIGTERM while the cluster mtpbench starts
 itself (no address) comes up leaves no process of it, a node that dies mid-task fails its cell and --resume
-runs it again. `tests/fake_worker.py` stands in for the worker: no engine runs here (tests/engine/test_runner_engine.py
-runs the real one on the cluster mtpbench starts itself, with a stale `ray_current_cluster` file about)."""
+runs it again. `tests/support/fake_worker.py` stands in for the worker: no engine runs here
+(tests/engine/test_runner_engine.py runs the real one on the cluster mtpbench starts itself, with a stale
+`ray_current_cluster` file about)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from raynodes import client_without_token, kill_session, listening, off_loopback, safe_env, start_node
-from runfake import execute, fake_config, only_run, prompt_totals, wait_for
 
 from mtpbench.run.rayauth import new_token
 from mtpbench.run.raycluster import fit_problem, host_port, ray_request, session_members
+from tests.support.fake_runs import execute, fake_config, only_run, prompt_totals
+from tests.support.polling import wait_for
+from tests.support.ray_nodes import client_without_token, kill_session, listening, off_loopback, safe_env, start_node
 
 # Real Ray clusters (tens of seconds each): not part of the fast loop.
 pytestmark = pytest.mark.slow
@@ -141,10 +143,12 @@ def test_sigterm_while_the_own_cluster_starts_leaves_no_process_of_it(tmp_path: 
         "--ray-resource",
         "CPU",
     )
-    deadline = time.monotonic() + 120
-    while not marked(tmp_path, "ray.scripts.scripts start"):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.02)
+
+    def starting() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return bool(marked(tmp_path, "ray.scripts.scripts start"))
+
+    wait_for(starting, timeout=120, what="`ray start` never ran")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, out + err

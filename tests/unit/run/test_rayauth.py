@@ -107,12 +107,12 @@ def test_a_warning_about_the_cluster_is_one_line_of_the_run_and_kept_in_its_mani
     # given a warning: what is under test is the runner's and the progress view's part.
     from rich.console import Console
     from rich.progress import Progress
-    from runfake import fake_config
 
     from mtpbench.cli.progress import ProgressView
     from mtpbench.config import load_config, load_prompts
     from mtpbench.run import runner
     from mtpbench.run.executors import LocalExecutor
+    from tests.support.fake_runs import fake_config
 
     line = ClusterSafety("127.0.0.1:6379", demands_token=False, exposed=None).warning()
     assert line is not None

@@ -10,13 +10,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from mtpbench.run import raykeeper
 from mtpbench.run.raycluster import session_members
+from tests.support.polling import wait_for
 
 # A stand-in for `ray start --block` that leaves a child behind, as the head leaves its GCS and raylet: it
 # writes its own pid and its child's to MARKS and sleeps until killed.
@@ -32,26 +32,15 @@ FAKE_RAY = textwrap.dedent(
 
 
 def _marked(marks: Path, timeout: float = 30.0) -> list[int]:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    def pids() -> list[int]:
         text = marks.read_text() if marks.exists() else ""
-        if len(text.split()) == 2:
-            return [int(pid) for pid in text.split()]
-        time.sleep(0.05)
-    raise AssertionError("the fake `ray start` never wrote its pids")
+        return [int(pid) for pid in text.split()] if len(text.split()) == 2 else []
+
+    return wait_for(pids, timeout=timeout, what="the fake `ray start` never wrote its pids")
 
 
 def _alive(pid: int) -> bool:
     return raykeeper.session_of(pid) is not None
-
-
-def _gone(pids: list[int], timeout: float = 15.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not any(_alive(pid) for pid in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_when_ray_start_ends_by_itself_the_keeper_leaves_with_its_code_and_keeps_the_folder(tmp_path: Path) -> None:
@@ -131,12 +120,10 @@ def test_as_mtpbench_runs_it_the_death_of_mtpbench_takes_the_session_and_the_fol
         assert {keeper_pid, ray_pid, child_pid} <= set(session_members(keeper_pid))
         mtpbench.kill()
         mtpbench.wait()
-        assert _gone([keeper_pid, ray_pid, child_pid]), session_members(keeper_pid)
+        pids = [keeper_pid, ray_pid, child_pid]
+        wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=15, what=lambda: session_members(keeper_pid))
         assert session_members(keeper_pid) == []
-        end = time.monotonic() + 10
-        while temp_dir.exists() and time.monotonic() < end:
-            time.sleep(0.05)
-        assert not temp_dir.exists()
+        wait_for(lambda: not temp_dir.exists(), timeout=10, what=f"{temp_dir} is still there")
     finally:
         for pid in session_members(keeper_pid):
             os.kill(pid, signal.SIGKILL)

@@ -1,5 +1,5 @@
 """The runner's process handling without an engine: signals, deadlines, the device pool, resume and
-run-folder locking, with `tests/fake_worker.py` standing in for the worker (the engine is not what these
+run-folder locking, with `tests/support/fake_worker.py` standing in for the worker (the engine is not what these
 test; tests/engine/test_runner_engine.py repeats the essentials on the real engine)."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runfake import REPO, execute, fake_config, only_run, prompt_totals, wait_for
 
 from mtpbench.config import load_config, load_prompts
 from mtpbench.errors import UserError
@@ -24,6 +23,8 @@ from mtpbench.run import runner
 from mtpbench.run.devices import DevicePool, binding_env, core_count, cpu_core_sets, devices_needed, parse_devices
 from mtpbench.store.manifest import new_run_dir
 from mtpbench.store.results import current_attempts, load_run
+from tests.support.fake_runs import REPO, execute, fake_config, only_run, prompt_totals
+from tests.support.polling import wait_for
 
 
 def cli_here(*args: Any) -> Any:

@@ -8,7 +8,6 @@ import fcntl
 import json
 import os
 import threading
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -128,16 +127,25 @@ def test_append_that_hits_a_full_disk_raises_and_ends_the_worker_with_exit_3(
     assert events == [{"event": "error", "error": "OSError: [Errno 28] No space left on device"}]
 
 
-def test_append_takes_an_exclusive_lock(tmp_path: Path) -> None:
+def test_append_takes_an_exclusive_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Workers under --jobs share one records.jsonl: an append waits for the lock another holds.
     path = tmp_path / RECORDS
     path.touch()
     holder = os.open(path, os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    done = threading.Event()
+    asked, done = threading.Event(), threading.Event()
+    flock = fcntl.flock
+
+    def asking(fd: int, operation: int) -> None:
+        # The appender asks for the lock: from here it cannot write until the holder lets go.
+        if operation & fcntl.LOCK_EX:
+            asked.set()
+        flock(fd, operation)
+
+    monkeypatch.setattr(records.fcntl, "flock", asking)
     t = threading.Thread(target=lambda: (records.append_record(str(path), prompt_record(0)), done.set()))
     t.start()
-    time.sleep(0.3)
+    assert asked.wait(10), "the append never asked for the lock"
     assert not done.is_set() and path.read_bytes() == b""
     fcntl.flock(holder, fcntl.LOCK_UN)
     os.close(holder)

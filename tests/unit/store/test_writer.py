@@ -1,6 +1,6 @@
 """The store's RunWriter: a run written through it is a run in the runner's format (the reader takes it, its
-lines are the worker's lines, its statuses are the enums' values), the one writer tests/conftest.py and the
-benchmarks use instead of JSON of their own."""
+lines are the worker's lines, its statuses are the enums' values), the one writer tests/support/synthetic_runs.py
+and the benchmarks use instead of JSON of their own."""
 
 from __future__ import annotations
 

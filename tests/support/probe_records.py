@@ -41,7 +41,7 @@ ALL_SLIDING = dict.fromkeys(FULL + SLIDING, "3")
 
 
 def add_probe_records(path: Path, snap_for: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Path:
-    """Give a synthetic run (conftest.write_run) the probe: applied in every cell_start, and a cell_end per
+    """Give a synthetic run (synthetic_runs.write_run) the probe: applied in every cell_start, and a cell_end per
     repeat holding `snap_for(cell_start)` (None: no cell_end, as after a crash). A fault cell also applied
     flatten-draft-metadata."""
     lines = [json.loads(x) for x in (path / "records.jsonl").read_text().splitlines()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtpbench.store.reference import ReferencePrompt, append_lines
-from tests.conftest import PROMPTS
+from tests.support.synthetic_runs import PROMPTS
 
 CELL = "current/eager/stock"
 # 128 tokens: 32 steps that accept all 3 drafts (32 × 4 = 128, plus the prefill's token: 129 ≥ 128).
@@ -19,7 +19,7 @@ def write_reference(
     run: Path, cells: list[str], counts: tuple[int, list[int]] = GOOD, sha: str = "same", session: str = "s1"
 ) -> None:
     """One finished session in `run`'s reference.jsonl: every prompt of `cells` with `counts` and text `sha`
-    (conftest.write_run records the text of prompt p as "same-p")."""
+    (synthetic_runs.write_run records the text of prompt p as "same-p")."""
     drafts, per_pos = counts
     lines: list[dict[str, object]] = [
         {"schema": 1, "type": "reference_start", "session": session, "replayed": {"device": "cpu"}}
@@ -48,5 +48,5 @@ def write_reference(
 
 
 def per_prompt(*counts: tuple[int, list[int]]) -> list[list[tuple[int, list[int]]]]:
-    """conftest.write_run's per_prompt: one repeat per argument, every prompt with those counts."""
+    """synthetic_runs.write_run's per_prompt: one repeat per argument, every prompt with those counts."""
     return [[counts_ for _ in PROMPTS] for counts_ in counts]

@@ -1,11 +1,10 @@
-"""Runs made by the runner with tests/fake_worker.py standing in for the worker: a config, the runner
+"""Runs made by the runner with tests/support/fake_worker.py standing in for the worker: a config, the runner
 called as the CLI calls it, and readers of what it wrote (shared by the runner, Ray, CI-recipe and CLI tests)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ from mtpbench.config import load_config, load_prompts
 from mtpbench.run import runner
 from mtpbench.store.results import load_run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
-FAKE = REPO / "tests" / "fake_worker.py"
+FAKE = REPO / "tests" / "support" / "fake_worker.py"
 
 
 def fake_config(tmp: Path, builds: dict[str, dict[str, Any]], prompts: int = 2, **extra: Any) -> Path:
@@ -65,13 +64,6 @@ def execute(config: Path, out: Path, **opts: Any) -> runner.RunOutcome:
 def only_run(out: Path) -> Path:
     (run,) = [p for p in out.iterdir() if (p / "manifest.json").exists()]
     return run
-
-
-def wait_for(pred: Any, timeout: float = 60.0) -> None:
-    t = time.monotonic()
-    while not pred():
-        assert time.monotonic() - t < timeout, "timed out waiting"
-        time.sleep(0.05)
 
 
 def prompt_totals(run: Path) -> dict[tuple[str, int], list[int]]:
