@@ -71,7 +71,8 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
-    k = cfg.speculative.num_speculative_tokens
+    # A k sweep is sized at its largest k: every cell counted with that many positions, a bound from above.
+    k = max(cfg.speculative.ks)
     ref = cfg.reference_mode or next(
         (m for m, s in cfg.modes.items() if s.enforce_eager or s.cudagraph_mode == "NONE"), None
     )
@@ -79,9 +80,9 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     levels = len(swept) if isinstance(swept, list) else 1
     ctx = getattr(cfg.workload, "context", None)  # offline workloads only
     family, divergence = family_of_config(
-        k, [(c.build, c.mode, c.variant) for c in cells], ref, cfg.reference_build, levels
+        k, [(c.build, c.mode, c.label) for c in cells], ref, cfg.reference_build, levels
     )
-    n_cells = len({(c.build, c.mode, c.variant) for c in cells})
+    n_cells = len({(c.build, c.mode, c.label) for c in cells})
     buckets = len(ctx.fractions) if ctx is not None else 0
     context = ContextSweep(buckets, prompts // buckets, n_cells) if ctx is not None else None
     context_checks = 0 if context is None else context.checks(k)
