@@ -34,7 +34,7 @@ def write_reference(
                 finish_reason="length",
                 output_sha256=f"{sha}-{pid}",
                 num_drafts=drafts,
-                num_draft_tokens=3 * drafts,
+                num_draft_tokens=len(per_pos) * drafts,
                 num_accepted_tokens=sum(per_pos),
                 accepted_per_pos=tuple(per_pos),
                 steps=(),

@@ -157,14 +157,17 @@ def resolve_entry(
 ) -> tuple[BaselineEntry | None, str]:
     """The entry judging a cell and why: the config's `baseline_entry` map first, then the baseline's own
     keys (exact build/mode, wildcards, the requested graph mode). (None, "") when nothing matches."""
+    # The cell's k: a k sweep's own, else the run's (its evidence's width), so a single-k run meets a k sweep
+    # baseline's entry of its k, not the first entry listed.
+    k = cell.k if cell.k is not None else cell.evidence.k
     for key in (cell.cell, f"{cell.build}/{cell.mode}"):
         if key in entry_map:
             entry_build, entry_mode = entry_map[key].split("/", 1)
             for entry in baseline.entries:
-                if entry.build == entry_build and entry.mode == entry_mode and same_k(entry, cell.k):
+                if entry.build == entry_build and entry.mode == entry_mode and same_k(entry, k):
                     return entry, "config"
             raise UserError(f"baseline_entry {key!r}: {entry_map[key]!r} is not an entry of baseline {baseline_name}")
-    entry = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"), cell.k)
+    entry = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"), k)
     return entry, ("baseline" if entry is not None else "")
 
 

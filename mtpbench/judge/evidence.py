@@ -221,9 +221,17 @@ def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
     if lengths is not None and bool((lengths == k).all()):
         # The common case, flattened in one pass (an order of magnitude faster than np.asarray on lists).
         return np.fromiter(itertools.chain.from_iterable(vals), dtype=np.int64, count=n * k).reshape(n, k)
-    # Ragged or odd vectors: pad with zeros / cut to k; the loaders name bad lengths as bad input.
-    arr = pd.DataFrame([list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals])
-    return arr.reindex(columns=range(k)).fillna(0).to_numpy(dtype=np.int64)
+    # Ragged or odd vectors (a k sweep's cells are narrower than its widest k): pad with zeros / cut to k, in
+    # one scatter; the loaders name bad lengths as bad input.
+    rows = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals]
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(sizes.sum()))
+    row = np.repeat(np.arange(n), sizes)
+    col = np.arange(len(flat)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    keep = col < k
+    out = np.zeros((n, k), dtype=np.int64)
+    out[row[keep], col[keep]] = flat[keep]
+    return out
 
 
 def dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
