@@ -212,7 +212,9 @@ def render_dry_run(cfg: ExperimentConfig, prompts: PromptSet, plans: list[CellPl
     _render_missing(cfg)
     console.print(
         f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
-        f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
+        f"{len(cfg.variants)} variants × "
+        f"{f'{len(cfg.speculative.ks)} k × ' if cfg.speculative.sweep else ''}{cfg.repeats} repeats; "
+        f"{len(prompts.prompts)} prompts "
         f"(sha256 {prompts.sha256()[:12]}), k={cfg.speculative.num_speculative_tokens}, "
         f"temperature {cfg.sampling.temperature}, max_tokens {cfg.sampling.max_tokens}",
         highlight=False,
