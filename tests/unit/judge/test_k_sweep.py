@@ -158,3 +158,14 @@ def test_an_old_single_k_run_judges_exactly_as_before(tmp_path: Path) -> None:
     fails = [(d.kind, d.cell) for d in comp.diagnoses if d.severity == Severity.FAIL]
     assert fails == [(Kind.EXACTNESS_LOST, "moving-positions/eager/stock")]
     assert "k" not in comparison_document(comp)["cells"][0]
+
+
+def test_history_reads_a_sweep_each_cell_at_its_k(make_run: Callable[..., Path]) -> None:
+    from mtpbench.judge.history import build_history
+
+    path = _sweep(make_run, POS0)
+    for _ in range(2):  # the run, then its cached point (history-point.json)
+        (group,) = build_history([path]).groups
+        assert group.k == 3 and (group.k_of(K1), group.k_of(K3)) == (1, 3)
+        assert group.rate(K1, 0, 0) == pytest.approx(0.8) and group.rate(K1, 0, 1) is None
+    assert (path / "history-point.json").exists()
