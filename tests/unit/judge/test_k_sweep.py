@@ -111,6 +111,8 @@ def test_a_saved_sweep_baseline_keys_each_entry_by_k(make_run: Callable[..., Pat
         (K1, "current/eager", 1),
         (K3, "current/eager", 3),
     }
+    # The family counts each cell at its own k: AL + 1 position at k=1, AL + 3 at k=3, and the pos0 pair.
+    assert (comp.family, comp.primary) == ((1 + 1) + (3 + 1) + 1, 2)
     assert comp.exit_code == ExitCode.OK
 
 
