@@ -415,11 +415,10 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
             changes = feature_changes(modes, c, ref)
             out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
     # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/ksweep.py).
-    ks = sorted({c.k for c in cells if c.k is not None})
     for c, ref in plan.k_pairs:
         d = divergence(first_position(c), first_position(ref), gate, plan.alpha)
         if d:
-            out.findings.append(as_k_dependence(d, c, ref, ks))
+            out.findings.append(as_k_dependence(d, c, ref))
     # A serving concurrency sweep: each level against the first, by the same rule, named as the feature it is.
     for level, first, change in level_pairs(plan.run, cells, gate.confidence):
         d = divergence(level, first, gate, plan.alpha)

@@ -23,7 +23,7 @@ class KDependence(Payload):
     basis: str  # "pos0" | "reference"
     k: int
     reference_k: int | None  # the k held against (pos0); None for the reference basis
-    agreeing_ks: list[int]  # the sweep's k whose cells show no such departure
+    agreeing_ks: list[int]  # reference basis: the group's k whose cells count what the weights give
     reference: str  # the cell held against (pos0), or "weights"
     pos: int | None = field(default=None, metadata=OMIT_NONE)
     delta: float | None = field(default=None, metadata=OMIT_NONE)

@@ -51,7 +51,7 @@ def first_position(cell: CellResult) -> CellResult:
     return dataclasses.replace(cell, evidence=cut)
 
 
-def as_k_dependence(finding: Finding, cell: CellResult, ref: CellResult, ks: list[int]) -> Finding:
+def as_k_dependence(finding: Finding, cell: CellResult, ref: CellResult) -> Finding:
     """diagnoses.divergence's finding over pos0 (graph-divergence or inconclusive), retold as k-dependent
     acceptance naming both k; an unsupported gap stays inconclusive."""
     d = finding.payload
@@ -61,7 +61,7 @@ def as_k_dependence(finding: Finding, cell: CellResult, ref: CellResult, ks: lis
         basis="pos0",
         k=int(cell.k or 0),
         reference_k=ref.k,
-        agreeing_ks=[k for k in ks if k != cell.k],
+        agreeing_ks=[],
         reference=ref.cell,
         pos=d.pos,
         delta=d.delta,

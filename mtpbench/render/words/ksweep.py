@@ -11,8 +11,8 @@ __all__ = ["msg_k_dependence"]
 
 
 def msg_k_dependence(n: KDependence) -> str:
-    agree = ", ".join(f"k={k}" for k in n.agreeing_ks) or "no other k"
     if n.basis == "reference":
+        agree = ", ".join(f"k={k}" for k in n.agreeing_ks)
         return (
             f"at k={n.k} the engine departs from what its weights give ({', '.join(n.reference_findings)}), "
             f"while {agree} counts what they give: the draft path depends on k"
