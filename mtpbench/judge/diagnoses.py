@@ -392,7 +392,8 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
     if out.reference is not None:
         out.findings.extend(out.reference.findings)
         # A k sweep: a cell below the weights at its k where another k of its cells is not (judge/ksweep.py).
-        out.findings.extend(reference_k_findings(cells, out.reference.findings))
+        held = [a.cell for a in out.reference.cells]
+        out.findings.extend(reference_k_findings(cells, held, out.reference.findings))
     # Every build against the reference build, sampled runs too: prompts pair across builds as they do against
     # a baseline, and a release that accepts less is what a release sweep is run to catch (judge/builds.py).
     divergent = build_divergences(plan)

@@ -76,16 +76,20 @@ def as_k_dependence(finding: Finding, cell: CellResult, ref: CellResult) -> Find
     return Finding(Kind.K_DEPENDENT, Severity.FAIL, cell.cell, Cause.K_DEPENDENT_DRAFT, numbers)
 
 
-def reference_k_findings(cells: Iterable[CellResult], reference_findings: Iterable[Finding]) -> list[Finding]:
+def reference_k_findings(
+    cells: Iterable[CellResult], held: Iterable[str], reference_findings: Iterable[Finding]
+) -> list[Finding]:
     """A k sweep held against the weights: each cell that departs from them (DEPARTS_FROM_WEIGHTS) while a cell
-    of its group at another k does not, one finding naming its k and the k that agree."""
+    of its group at another k, held too (`held`: the cells the reference replayed), does not, one finding
+    naming its k and the k that agree."""
     flagged: dict[str, list[str]] = {}
     for f in reference_findings:
         if f.kind in DEPARTS_FROM_WEIGHTS and f.severity == Severity.FAIL:
             flagged.setdefault(f.cell, []).append(f.kind.value)
+    replayed = set(held)
     out: list[Finding] = []
     for group in sweep_groups(cells).values():
-        agreeing = [int(c.k or 0) for c in group if c.cell not in flagged]
+        agreeing = [int(c.k or 0) for c in group if c.cell in replayed and c.cell not in flagged]
         if not agreeing:
             continue  # every k departs: the reference's own findings say so, nothing depends on k
         for c in group:

@@ -89,13 +89,22 @@ def test_a_pos0_pair_is_one_check_in_the_family(make_run: Callable[..., Path]) -
 
 def test_below_the_weights_at_one_k_only_names_that_k(make_run: Callable[..., Path]) -> None:
     path = _sweep(make_run, POS0)
-    write_reference(path, [K1], counts=(100, [80]))
-    # The weights draft more at k=3 than the engine accepts there: the engine departs at k=3 only.
-    write_reference(path, [K3], counts=(40, [40, 40, 40]), session="s2")
+    # One replay: the weights give k=1 what the engine counted, and more at k=3 than the engine accepts there.
+    write_reference(path, [K1, K3], counts={K1: (100, [80]), K3: (40, [40, 40, 40])})
     comp = judge(load_run(path))
+    assert comp.reference is not None and [a.cell for a in comp.reference.cells] == [K1, K3]
     ref_k = [f for f in _k_findings(comp.diagnoses) if f.payload.basis == "reference"]
     assert [(f.kind, f.cell, f.payload.k, f.payload.agreeing_ks) for f in ref_k] == [(Kind.K_DEPENDENT, K3, 3, [1])]
     assert "at k=3 the engine departs" in finding_message(ref_k[0])
+
+
+def test_a_k_the_reference_did_not_replay_agrees_with_nothing(make_run: Callable[..., Path]) -> None:
+    # Only k=3 replayed: k=1 was never held against the weights, so nothing says the departure depends on k.
+    path = _sweep(make_run, POS0)
+    write_reference(path, [K3], counts=(40, [40, 40, 40]))
+    comp = judge(load_run(path))
+    assert [f for f in _k_findings(comp.diagnoses) if f.payload.basis == "reference"] == []
+    assert Kind.ENGINE_BELOW_REFERENCE in {f.kind for f in comp.diagnoses}
 
 
 def test_a_saved_sweep_baseline_keys_each_entry_by_k(make_run: Callable[..., Path], tmp_path: Path) -> None:
