@@ -180,3 +180,16 @@ def test_history_reads_a_sweep_each_cell_at_its_k(make_run: Callable[..., Path])
         assert group.k == 3 and (group.k_of(K1), group.k_of(K3)) == (1, 3)
         assert group.rate(K1, 0, 0) == pytest.approx(0.8) and group.rate(K1, 0, 1) is None
     assert (path / "history-point.json").exists()
+
+
+def test_the_reference_table_keeps_al_in_its_column_for_a_narrower_k(make_run: Callable[..., Path]) -> None:
+    from mtpbench.render.reference import reference_rows
+
+    path = _sweep(make_run, POS0)
+    write_reference(path, [K1, K3], counts={K1: (100, [80]), K3: (60, [48, 36, 24])})
+    comp = judge(load_run(path))
+    assert comp.reference is not None
+    cols, rows = reference_rows(comp.reference)
+    assert [c[0] for c in cols][3:] == ["pos0", "pos1", "pos2", "AL"]
+    k1 = next(r for r in rows if r[0][0] == K1)
+    assert len(k1) == len(cols) and k1[4][0] == k1[5][0] == "" and k1[6][0].startswith("1.800")
