@@ -518,6 +518,8 @@ def _new_attempts(run: RunWriter, plans: list[CellPlan], todo: list[int]) -> Non
         attempt = int(cell.get("attempt", 1)) + started
         run.cells[i] = {
             **{key: cell[key] for key in CELL_KEYS},
+            # A k sweep's cell keeps its k (store/manifest.py ManifestCell.k) through its new attempt.
+            **({"k": cell["k"]} if cell.get("k") is not None else {}),
             "status": CellStatus.PENDING,
             "attempt": attempt,
             "previous": {"status": cell.get("status"), "error": cell.get("error")},

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runfake import execute, fake_config
 
 from mtpbench.config import config_prompts, load_config
 from mtpbench.errors import UserError
 from mtpbench.run.cells import config_variant, expand, plan
+from mtpbench.store.results import load_run
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -92,3 +94,29 @@ def test_the_shipped_k_sweep_config_loads() -> None:
         "current/eager/stock@k3",
         "current/eager/stock@k5",
     ]
+
+
+def test_a_sweep_run_records_each_cell_at_its_k_and_resumes_it(tmp_path: Path) -> None:
+    # The runner with tests/fake_worker.py: the manifest's cells say their k, each record has that many
+    # positions, and a resume re-plans the failed k cells as the same cells (its config variant found again).
+    from typer.testing import CliRunner
+
+    from mtpbench.cli import app
+
+    gate = tmp_path / "fixed"
+    spec = {"method": "mtp", "num_speculative_tokens": [1, 2]}
+    config = fake_config(tmp_path, {"good": {}, "flaky": {"fail_unless": str(gate)}}, prompts=2, speculative=spec)
+    first = execute(config, tmp_path / "runs")
+    assert first.exit_code == 3 and sorted(first.failed) == ["flaky/eager/stock@k1 r0", "flaky/eager/stock@k2 r0"]
+    gate.touch()
+    res = CliRunner().invoke(app, ["run", "--resume", str(first.path), "--no-compare"], env={"MTPBENCH_WIDTH": "200"})
+    assert res.exit_code == 0, res.output
+    run = load_run(first.path)
+    assert {(c.cell, c.k, c.attempt) for c in run.typed.cells} == {
+        ("good/eager/stock@k1", 1, 1),
+        ("good/eager/stock@k2", 2, 1),
+        ("flaky/eager/stock@k1", 1, 2),
+        ("flaky/eager/stock@k2", 2, 2),
+    }
+    widths = {(r["cell"], len(r["accepted_per_pos"])) for r in run.records if r["type"] == "prompt"}
+    assert widths == {(c.cell, c.k) for c in run.typed.cells}
