@@ -138,6 +138,11 @@ class ExperimentConfig(Strict):
             raise ValueError(
                 f"reference_build: {self.reference_build!r} is not one of the builds ({', '.join(self.builds)})"
             )
+        if self.speculative.sweep and self.workload.kind != "offline":
+            # Serving and soak read one k per run (their counters and summaries); the sweep is offline's.
+            raise ValueError(
+                f"speculative.num_speculative_tokens: a k sweep runs the offline workload, not {self.workload.kind}"
+            )
         if self.reference_replay and self.sampling.temperature > 0:
             raise ValueError("reference_replay: the reference replays greedy decoding; sampling.temperature must be 0")
         return self

@@ -39,11 +39,48 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+MAX_K = 16
+
+
+def _one_k(v: Any) -> int:
+    """One number of draft tokens: a strict integer in 1..MAX_K (`2.5`, `true` and `"3"` are errors)."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"expected an integer k (or a list of them), got {v!r}")
+    if not 0 < v <= MAX_K:
+        raise ValueError(f"k must be in 1..{MAX_K}, got {v}")
+    return v
+
+
 class SpeculativeSpec(Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
     model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
-    num_speculative_tokens: StrictInt = Field(gt=0, le=16)
+    # A list is a k sweep (issue 38): one cell per k, its name suffixed `@k<k>` (run/cells.py).
+    num_speculative_tokens: int | list[int]
     extra: dict[str, Any] = Field(default_factory=dict, description="passthrough keys of speculative_config")
+
+    @field_validator("num_speculative_tokens", mode="plain")
+    @classmethod
+    def _k_or_ks(cls, v: Any) -> int | list[int]:
+        # Checked by hand: pydantic's union error would name an internal branch ("constrained-int") twice.
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("a k sweep needs at least one k")
+            ks = [_one_k(x) for x in v]
+            if len(set(ks)) != len(ks):
+                raise ValueError(f"duplicate k in {ks}: each k is one cell")
+            return ks
+        return _one_k(v)
+
+    @property
+    def ks(self) -> list[int]:
+        """The k of every cell: one for a single k, each of a sweep's in the order the config lists them."""
+        v = self.num_speculative_tokens
+        return list(v) if isinstance(v, list) else [v]
+
+    @property
+    def sweep(self) -> bool:
+        """A k sweep: the cells are named by their k (a single-element list is a sweep of one)."""
+        return isinstance(self.num_speculative_tokens, list)
 
     @model_validator(mode="after")
     def _synthetic_rates(self) -> SpeculativeSpec:
@@ -60,12 +97,20 @@ class SpeculativeSpec(Strict):
             raise ValueError(f"{where}: rates are fractions in [0, 1], got {rates}")
         if any(b > a for a, b in itertools.pairwise(rates)):
             raise ValueError(f"{where}: rates must not grow with the position, got {rates}")
+        if self.sweep:
+            # The synthetic sampler's rates are per position of one k: a sweep would need one list per k.
+            raise ValueError(f"{where}: cannot be combined with a k sweep (num_speculative_tokens: a list)")
         if len(rates) != self.num_speculative_tokens:
             raise ValueError(f"{where}: {len(rates)} rates for k={self.num_speculative_tokens}")
         return self
 
-    def to_vllm(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens}
+    def to_vllm(self, k: int | None = None) -> dict[str, Any]:
+        """vLLM's speculative_config for one cell: `k` picks the sweep's k (a single k needs none)."""
+        if k is None:
+            if self.sweep:
+                raise ValueError("a k sweep's speculative_config needs the cell's k")
+            k = self.ks[0]
+        out: dict[str, Any] = {"method": self.method, "num_speculative_tokens": k}
         if self.model is not None:
             out["model"] = self.model
         return {**out, **self.extra}

@@ -71,7 +71,8 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     from mtpbench.render.sizingreport import sizing_table
     from mtpbench.store.baseline import load_baseline
 
-    k = cfg.speculative.num_speculative_tokens
+    # A k sweep is sized at its largest k: every cell counted with that many positions, a bound from above.
+    k = max(cfg.speculative.ks)
     ref = cfg.reference_mode or next(
         (m for m, s in cfg.modes.items() if s.enforce_eager or s.cudagraph_mode == "NONE"), None
     )
@@ -79,9 +80,9 @@ def render_config_sizing(cfg: ExperimentConfig, cells: list[Cell], base: Path | 
     levels = len(swept) if isinstance(swept, list) else 1
     ctx = getattr(cfg.workload, "context", None)  # offline workloads only
     family, divergence = family_of_config(
-        k, [(c.build, c.mode, c.variant) for c in cells], ref, cfg.reference_build, levels
+        k, [(c.build, c.mode, c.label) for c in cells], ref, cfg.reference_build, levels
     )
-    n_cells = len({(c.build, c.mode, c.variant) for c in cells})
+    n_cells = len({(c.build, c.mode, c.label) for c in cells})
     buckets = len(ctx.fractions) if ctx is not None else 0
     context = ContextSweep(buckets, prompts // buckets, n_cells) if ctx is not None else None
     context_checks = 0 if context is None else context.checks(k)
@@ -211,7 +212,9 @@ def render_dry_run(cfg: ExperimentConfig, prompts: PromptSet, plans: list[CellPl
     _render_missing(cfg)
     console.print(
         f"[bold]{cfg.name}[/]: {len(plans)} cell-repeats = {len(cfg.builds)} builds × {len(cfg.modes)} modes × "
-        f"{len(cfg.variants)} variants × {cfg.repeats} repeats; {len(prompts.prompts)} prompts "
+        f"{len(cfg.variants)} variants × "
+        f"{f'{len(cfg.speculative.ks)} k × ' if cfg.speculative.sweep else ''}{cfg.repeats} repeats; "
+        f"{len(prompts.prompts)} prompts "
         f"(sha256 {prompts.sha256()[:12]}), k={cfg.speculative.num_speculative_tokens}, "
         f"temperature {cfg.sampling.temperature}, max_tokens {cfg.sampling.max_tokens}",
         highlight=False,

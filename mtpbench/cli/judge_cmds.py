@@ -239,7 +239,7 @@ def size(
         return 0
     b = load_baseline(baseline)
     gate = GateSpec() if tolerance is None else GateSpec(tolerance_pts=tolerance)
-    k = b.fingerprint.num_speculative_tokens
+    k = max(b.fingerprint.ks)  # a k sweep's baseline: sized at its largest k, a bound from above
     primary = primary_count(gate, cells, k)
     # The checks beyond AL + k per cell are graph divergence (k per graph cell paired with eager).
     divergence = max(checks - cells * (k + 1), 0)

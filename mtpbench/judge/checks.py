@@ -35,7 +35,7 @@ from mtpbench.judge.stats import (
 )
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.specs import GateSpec
-from mtpbench.store.baseline import Baseline, BaselineEntry, run_fingerprint
+from mtpbench.store.baseline import Baseline, BaselineEntry, run_fingerprint, same_k
 from mtpbench.store.results import Run
 
 
@@ -104,7 +104,9 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
     unchecked: list[str] = []
     if rf["method"].lower() != bf.method.lower():
         mismatches.append(f"method {rf['method']} vs baseline {bf.method}")
-    if int(rf["num_speculative_tokens"]) != bf.num_speculative_tokens:
+    # Each k the run measured needs the baseline's entries of that k (a k sweep, issue 38); for one k on both
+    # sides this is equality, as it always was.
+    if not set(run.typed.config.speculative.ks) <= set(bf.ks):
         mismatches.append(f"k={rf['num_speculative_tokens']} vs baseline k={bf.num_speculative_tokens}")
     for key in IDENTITY_FIELDS:
         want = getattr(bf, key, None)
@@ -155,14 +157,17 @@ def resolve_entry(
 ) -> tuple[BaselineEntry | None, str]:
     """The entry judging a cell and why: the config's `baseline_entry` map first, then the baseline's own
     keys (exact build/mode, wildcards, the requested graph mode). (None, "") when nothing matches."""
+    # The cell's k: a k sweep's own, else the run's (its evidence's width), so a single-k run meets a k sweep
+    # baseline's entry of its k, not the first entry listed.
+    k = cell.k if cell.k is not None else cell.evidence.k
     for key in (cell.cell, f"{cell.build}/{cell.mode}"):
         if key in entry_map:
             entry_build, entry_mode = entry_map[key].split("/", 1)
             for entry in baseline.entries:
-                if entry.build == entry_build and entry.mode == entry_mode:
+                if entry.build == entry_build and entry.mode == entry_mode and same_k(entry, k):
                     return entry, "config"
             raise UserError(f"baseline_entry {key!r}: {entry_map[key]!r} is not an entry of baseline {baseline_name}")
-    entry = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"))
+    entry = baseline.entry_for(cell.build, cell.mode, cell.requested.get("cudagraph_mode"), k)
     return entry, ("baseline" if entry is not None else "")
 
 

@@ -45,6 +45,7 @@ from mtpbench.judge.findings import (
     SpeculationOff,
     TextChanged,
 )
+from mtpbench.judge.ksweep import as_k_dependence, first_position, reference_k_findings
 from mtpbench.judge.plan import Plan
 from mtpbench.judge.reference import ReferenceComparison, stored_reference
 from mtpbench.judge.replay import replay_findings
@@ -390,6 +391,9 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
     out.reference = stored_reference(plan.evidence, gate)
     if out.reference is not None:
         out.findings.extend(out.reference.findings)
+        # A k sweep: a cell below the weights at its k where another k of its cells is not (judge/ksweep.py).
+        held = [a.cell for a in out.reference.cells]
+        out.findings.extend(reference_k_findings(cells, held, out.reference.findings))
     # Every build against the reference build, sampled runs too: prompts pair across builds as they do against
     # a baseline, and a release that accepts less is what a release sweep is run to catch (judge/builds.py).
     divergent = build_divergences(plan)
@@ -411,6 +415,11 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
             # finding, named after the features (judge/features.py).
             changes = feature_changes(modes, c, ref)
             out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
+    # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/ksweep.py).
+    for c, ref in plan.k_pairs:
+        d = divergence(first_position(c), first_position(ref), gate, plan.alpha)
+        if d:
+            out.findings.append(as_k_dependence(d, c, ref))
     # A serving concurrency sweep: each level against the first, by the same rule, named as the feature it is.
     for level, first, change in level_pairs(plan.run, cells, gate.confidence):
         d = divergence(level, first, gate, plan.alpha)

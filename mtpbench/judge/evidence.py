@@ -71,6 +71,8 @@ class CellResult:
     # Everything above is round 0's: the fresh engine's measurement, the one an offline run makes.
     rounds: pd.DataFrame | None = field(default=None, repr=False)
     round_ends: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # A k sweep's cell (issue 38): its k, which its variant name says too (`stock@k3`); None in a single-k run.
+    k: int | None = field(default=None, metadata={"omit_none": True})
 
     @property
     def statuses(self) -> list[str]:
@@ -219,9 +221,17 @@ def _per_pos_matrix(values: pd.Series, k: int) -> np.ndarray:
     if lengths is not None and bool((lengths == k).all()):
         # The common case, flattened in one pass (an order of magnitude faster than np.asarray on lists).
         return np.fromiter(itertools.chain.from_iterable(vals), dtype=np.int64, count=n * k).reshape(n, k)
-    # Ragged or odd vectors: pad with zeros / cut to k; the loaders name bad lengths as bad input.
-    arr = pd.DataFrame([list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals])
-    return arr.reindex(columns=range(k)).fillna(0).to_numpy(dtype=np.int64)
+    # Ragged or odd vectors (a k sweep's cells are narrower than its widest k): pad with zeros / cut to k, in
+    # one scatter; the loaders name bad lengths as bad input.
+    rows = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in vals]
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(sizes.sum()))
+    row = np.repeat(np.arange(n), sizes)
+    col = np.arange(len(flat)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    keep = col < k
+    out = np.zeros((n, k), dtype=np.int64)
+    out[row[keep], col[keep]] = flat[keep]
+    return out
 
 
 def dedupe(df: pd.DataFrame, cols: list[str], keep: str = "first") -> pd.DataFrame:
@@ -322,7 +332,8 @@ def _counts_row(row: pd.Series, k: int) -> Counts:
 
 def collect_evidence(run: Run, confidence: float = 0.95) -> Evidence:
     """The run's evidence, collected once: every command (`show`, `compare`, `run`, `report`, `history`,
-    `baseline save`) calls this once per run and hands the result on."""
+    `baseline save`) calls this once per run and hands the result on. A k sweep's frame is as wide as its
+    largest k; each cell reads its own k's positions."""
     k = run.typed.k
     fr = _frame(run, k)
     all_rounds = fr.df
@@ -379,7 +390,7 @@ def _repeats(
     meta_at: dict[tuple[str, int | None], CellMeta],
 ) -> list[RepeatResult]:
     """A cell's repeats in repeat order: status, prompts recorded, whether complete (evidence), counts."""
-    k = run.typed.k
+    k = run.typed.k_of(cell)  # a k sweep's cell: its own k (the frame is as wide as the largest)
     expected = len(run.typed.prompts.ids)
     code = _code(fr, cell)
     rows = df[df["cell"].to_numpy() == code]
@@ -440,7 +451,7 @@ def _cell_result(
     cell = first_entry.cell
     expected = len(run.typed.prompts.ids)
     pooled = any((m := meta_at.get((cell, e.repeat))) is not None and m.counters_only for e in entries)
-    evidence = _evidence(obs, run.typed.k, fr.prompts)
+    evidence = _evidence(obs, run.typed.k_of(cell), fr.prompts)
     first = next((meta_at[(cell, r.repeat)] for r in reps if (cell, r.repeat) in meta_at), None)
     starts = [m.engine_start_s for (c, _), m in meta_at.items() if c == cell and m.engine_start_s]
     # The runner's clock around each cell-repeat's worker: a batched repeat's prompt records each carry the
@@ -466,6 +477,7 @@ def _cell_result(
         counters_only=pooled,
         rounds=rounds,
         round_ends=round_ends,
+        k=first_entry.k,
     )
 
 

@@ -129,6 +129,10 @@ class Kind(ExitCodedKind):
     # Prompts that stopped counting exactly what the weights (or the reference build) count, where the run showed
     # its platform exact (judge/exactness.py): an engine-side bug however small the pooled change.
     EXACTNESS_LOST = "exactness-lost", ExitCode.REGRESSION
+    # A k sweep's cell whose acceptance departs at its k only (judge/ksweep.py): pos0 against the smallest k's
+    # pos0 (greedy drafting makes the first draft independent of k: vllm#48892), or below the weights at this k
+    # where another k is not. A bug signature of the draft path at that k, exit 1.
+    K_DEPENDENT = "k-dependent-acceptance", ExitCode.REGRESSION
 
 
 class Cause(str, Enum):
@@ -172,6 +176,7 @@ class Cause(str, Enum):
     ENGINE_BELOW_WEIGHTS = "engine-below-weights"  # the engine drafts or verifies other than its weights say
     COUNTERS_OR_REFERENCE = "counters-or-reference"  # the counters, or a proposer detail the reference lacks
     INEXACT_DRAFT_PATH = "inexact-draft-path"  # on a platform shown exact, some steps draft or verify otherwise
+    K_DEPENDENT_DRAFT = "k-dependent-draft"  # the draft path depends on k where greedy drafting says it cannot
 
 
 # --- payloads ------------------------------------------------------------------------------------------------

@@ -98,6 +98,11 @@ class HistoryGroup:
     change_points: list[ChangePoint] = field(default_factory=list)
     tolerance_pts: float = DEFAULT_TOLERANCE_PTS
 
+    def k_of(self, cell: str) -> int:
+        """A cell's positions: the group's k, or in a k sweep (issue 38) the cell's own, as its runs counted."""
+        widths = [len(r.counts[cell][1]) for r in self.runs if cell in r.counts]
+        return max(widths, default=self.k)
+
     def rate(self, cell: str, run_index: int, pos: int) -> float | None:
         pooled = self.runs[run_index].counts.get(cell)
         if pooled is None:
@@ -309,7 +314,7 @@ def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list
     rng = np.random.default_rng(seed)  # fixed: the same runs always give the same verdict
     cps: list[ChangePoint] = []
     for cell in group.cells:
-        for pos in range(group.k):
+        for pos in range(group.k_of(cell)):
             cps += _segment(group, cell, pos, 0, len(group.runs), 1 - confidence, confidence, rng)
     return sorted(cps, key=lambda cp: (cp.index, cp.cell, cp.pos))
 
@@ -352,6 +357,12 @@ def _point_to_json(pt: RunPoint, fp: dict[str, Any], gate: dict[str, Any]) -> di
     }
 
 
+def _unit_matrix(values: list[int], units: int, k: int) -> np.ndarray:
+    """A cell's cached per-unit positions: as many columns as it has (a k sweep's cells are narrower than k)."""
+    flat = np.asarray(values, dtype=np.int64)
+    return flat.reshape(units, flat.size // units if units else k)
+
+
 def _point_from_json(path: Path, cached: dict[str, Any], k: int) -> RunPoint:
     return RunPoint(
         run_id=str(cached["run_id"]),
@@ -361,7 +372,7 @@ def _point_from_json(path: Path, cached: dict[str, Any], k: int) -> RunPoint:
         git_sha=dict(cached["git_sha"]),
         counts={cell: (int(v[0]), [int(x) for x in v[1]]) for cell, v in cached["counts"].items()},
         units={
-            cell: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.int64).reshape(-1, k))
+            cell: (np.asarray(v[0], dtype=np.int64), _unit_matrix(v[1], len(v[0]), k))
             for cell, v in cached["units"].items()
         },
         patches={cell: list(v) for cell, v in cached["patches"].items()},
@@ -383,7 +394,7 @@ def run_point(
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
         if cached.get("version") == POINT_CACHE_VERSION and cached.get("stamp") == stamp:
-            k = int(cached["fingerprint"]["num_speculative_tokens"])
+            k = k_width(cached["fingerprint"]["num_speculative_tokens"])
             return _point_from_json(path, cached, k), cached["fingerprint"], dict(cached["gate"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # no cache, or a damaged one: the run is the truth
@@ -398,6 +409,11 @@ def run_point(
     except (OSError, UserError):
         pass
     return pt, fp, gate
+
+
+def k_width(value: Any) -> int:
+    """A fingerprint's k as the width of its widest cell: the int, or a k sweep's largest (issue 38)."""
+    return max(value) if isinstance(value, list) else int(value)
 
 
 def refresh_point(path: Path, run: Run | None = None, evidence: Evidence | None = None) -> None:
@@ -427,7 +443,7 @@ def build_history(paths: list[Path], tolerance_pts: float | None = None, confide
         key = json.dumps(fp, sort_keys=True, default=str)
         tol = tolerance_pts if tolerance_pts is not None else float(gate.get("tolerance_pts", DEFAULT_TOLERANCE_PTS))
         group = groups.setdefault(
-            key, HistoryGroup(key=fp, runs=[], k=int(fp["num_speculative_tokens"]), cells=[], tolerance_pts=tol)
+            key, HistoryGroup(key=fp, runs=[], k=k_width(fp["num_speculative_tokens"]), cells=[], tolerance_pts=tol)
         )
         group.runs.append(pt)
     for group in groups.values():

@@ -23,6 +23,7 @@ from mtpbench.judge.checks import check_comparable, config_names_baseline
 from mtpbench.judge.concurrency import sweep_checks
 from mtpbench.judge.context import context_checks
 from mtpbench.judge.evidence import CellResult, Evidence
+from mtpbench.judge.ksweep import k_pairs
 from mtpbench.judge.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline
@@ -98,9 +99,15 @@ def count_family(k: int, cells: int, graph_pairs_k: int, primary: str, *, agains
     one check (a cell without an entry too: it fails anyway), the primary ones per cell its AL (or its k
     positions under gate.primary positions); graph divergence adds `graph_pairs_k` (k per graph cell paired
     with its eager reference). Without a baseline there is no primary check."""
+    return count_family_ks([k] * cells, graph_pairs_k, primary, against=against)
+
+
+def count_family_ks(ks: list[int], graph_pairs_k: int, primary: str, *, against: bool = True) -> tuple[int, int]:
+    """count_family with each cell's own k (a k sweep, issue 38): a cell at k makes k + 1 checks."""
     if not against:
         return graph_pairs_k, 0
-    return cells * (k + 1) + graph_pairs_k, cells * (k if primary == "positions" else 1)
+    family = sum(k + 1 for k in ks) + graph_pairs_k
+    return family, sum(k if primary == "positions" else 1 for k in ks)
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,9 @@ class Plan(Levels):
     # Cells of the other builds and the reference build's cell of their mode and variant (judge/builds.py):
     # build divergence, counted in the family with the graph pairs.
     build_pairs: list[Pair] = field(default_factory=list)
+    # A greedy k sweep's cells and the smallest k's cell of their build/mode/variant (judge/ksweep.py): one
+    # pos0 check each, counted in the family with the graph pairs.
+    k_pairs: list[Pair] = field(default_factory=list)
 
     @property
     def run(self) -> Run:
@@ -184,16 +194,24 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
     builds = build_pairs(cfg, evidence.cells)
     k = run.typed.k
+    ks = k_pairs(evidence.cells, greedy)
     # A context sweep's buckets held against its first (judge/context.py): greedy only, as divergence.
     context = sum(context_checks(c) for c in evidence.cells) if greedy else 0
     n_cells = len({c.cell for c in run.typed.cells})
     # a serving concurrency sweep's level pairs are greedy divergence checks too (judge/concurrency.py)
     sweep = sweep_checks(run, n_cells) if greedy else 0
     # A build pair is k checks, as a graph pair is: its drop fails, a rise is only told (judge/builds.py).
-    divergence_checks = sum(c.evidence.k or k for c, _ in [*pairs, *builds]) + sweep + context
-    family, primary = count_family(k, n_cells, divergence_checks, gate.primary, against=against is not None)
+    # A k pair is one check: pos0 only is held across k (judge/ksweep.py).
+    divergence_checks = sum(c.evidence.k or k for c, _ in [*pairs, *builds]) + sweep + context + len(ks)
+    cell_ks = run.typed.cell_ks()
+    family, primary = count_family_ks(
+        [cell_ks[c] for c in dict.fromkeys(c.cell for c in run.typed.cells)],
+        divergence_checks,
+        gate.primary,
+        against=against is not None,
+    )
     served = serving_summary.summarize_serving(run, evidence=evidence) if serving_summary.is_serving(run) else None
-    return Plan(evidence, gate, greedy, pairs, family, primary, served, against, builds)
+    return Plan(evidence, gate, greedy, pairs, family, primary, served, against, builds, ks)
 
 
 def reference_mode(cfg: ManifestConfig, cells: list[CellResult]) -> str | None:

@@ -367,8 +367,12 @@ def hold(
     by_cell = ref.by_cell()
     held = [c for c in cells if not c.counters_only and c.cell in by_cell and len(c.observations)]
     not_held = [c.cell for c in cells if c not in held]
-    alpha = false_alarm / max(1, len(held) * (k + 1))
-    agreements = [_cell(c, by_cell[c.cell], k, tolerance_pts, tolerance_al_pct, alpha, confidence) for c in held]
+    # A k sweep's cell is held at its own k (its evidence's width); every other run's cells all have `k`.
+    ks = {c.cell: c.evidence.k or k for c in held}
+    alpha = false_alarm / max(1, sum(ks[c.cell] + 1 for c in held))
+    agreements = [
+        _cell(c, by_cell[c.cell], ks[c.cell], tolerance_pts, tolerance_al_pct, alpha, confidence) for c in held
+    ]
     findings = [f for a in agreements for f in _findings(a, tolerance_pts, tolerance_al_pct)]
     below = {f.cell for f in findings if f.kind == Kind.ENGINE_BELOW_REFERENCE}
     anchor = anchor_build if anchor_build is not None else next((a.build for a in agreements), None)

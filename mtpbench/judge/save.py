@@ -42,7 +42,8 @@ def per_prompt_records(cell: CellResult) -> dict[str, dict[str, Any]]:
 def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
     """The baseline of the run's cells of `variant`; refuses (UserError) a run with a cell that did not finish."""
     evidence = collect_evidence(run)
-    cells = [c for c in evidence.cells if c.variant == variant]
+    # A k sweep's cells of the variant are `variant@k<k>`, one entry per k (run/cells.py).
+    cells = [c for c in evidence.cells if c.variant in (variant, f"{variant}@k{c.k}")]
     if not cells:
         raise UserError(f"{run.path}: no cells of variant {variant!r}")
     if any(not c.complete for c in cells):
@@ -59,4 +60,5 @@ def baseline_of_run(run: Run, name: str, variant: str = "stock") -> Baseline:
     ]
     served = summarize_serving(run, evidence=evidence) if is_serving(run) else []
     serving = {(c.build, c.mode): baseline_fields(run, c.build, c.mode, variant, served) for c in cells}
-    return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving)
+    ks = [c.k for c in cells] if run.typed.sweep else None
+    return baseline_from_cells(run, name, per_cell, variant=variant, serving=serving, ks=ks)

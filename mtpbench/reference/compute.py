@@ -123,7 +123,6 @@ def compute_reference(
     raw = run.manifest.get("config") or {}
     spec = raw.get("speculative") or {}
     info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"))
-    k = run.typed.k
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
     prompts, chat = _prompts(run)
@@ -132,9 +131,11 @@ def compute_reference(
     missing = [c for c in cells if c not in numerics]
     if missing:
         raise UserError(f"{run.path}: cell {missing[0]} never started (no cell_start record): nothing to hold against")
-    groups: dict[_Numerics, list[str]] = {}
+    # Cells that share numerics and k share one replay; a k sweep's cells each replay with their own k (the
+    # walk drafts k tokens per step, so the positions, the drafts and the steps all depend on it).
+    groups: dict[tuple[_Numerics, int], list[str]] = {}
     for cell in cells:
-        groups.setdefault(numerics[cell], []).append(cell)
+        groups.setdefault((numerics[cell], run.typed.k_of(cell)), []).append(cell)
     session = now_iso()
     t0, cpu0 = time.perf_counter(), time.process_time()
     import torch
@@ -151,10 +152,14 @@ def compute_reference(
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "mtpbench": __version__,
-        "k": k,
+        # A k sweep's list of k (each group says its own); a single-k run's one int, as before.
+        "k": run.typed.config.speculative.num_speculative_tokens,
         "max_tokens": max_tokens,
         "ignore_eos": ignore_eos,
-        "groups": [{"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs} for n, cs in groups.items()],
+        "groups": [
+            {"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs, **({"k": gk} if run.typed.sweep else {})}
+            for (n, gk), cs in groups.items()
+        ],
     }
     append_lines(run.path, [{"schema": 1, "type": "reference_start", "session": session, "replayed": replayed}])
     done, total, drafts = 0, len(prompts) * len(groups), 0
@@ -164,17 +169,19 @@ def compute_reference(
             progress(ReplayProgress(done, total, stage, batch))
 
     with torch_threads(options.threads):
-        for num, group_cells in groups.items():
+        for (num, group_k), group_cells in groups.items():
             tell(ReplayStage.LOADING)
             pair = load_pair(info, num.dtype, options.device)
             ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
-            replays = replay_prompts(pair, ids, k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos)
+            replays = replay_prompts(
+                pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
+            )
             for index, (pid, _) in enumerate(prompts):
                 if index % options.batch == 0:
                     # replay_prompts regenerates the next batch's text when it is asked for its first prompt.
                     tell(ReplayStage.REGENERATING, min(options.batch, len(prompts) - index))
                 rep = next(replays)
-                lines = [_line(cell, pid, rep, k).to_json(session) for cell in group_cells]
+                lines = [_line(cell, pid, rep, group_k).to_json(session) for cell in group_cells]
                 append_lines(run.path, lines)
                 drafts += rep.walk.num_drafts
                 done += 1

@@ -73,7 +73,11 @@ def reference_rows(cmp: ReferenceComparison) -> tuple[list[_Column], list[list[_
     rows: list[list[_Cell]] = []
     for a in cmp.cells:
         row: list[_Cell] = [(a.cell, "", ""), (_exact(a), "", ""), (_largest(a), "", "")]
-        for c in a.pooled():
+        checks = a.pooled()
+        for c in checks:
+            if c.position == AL:
+                # A k sweep's narrower cell: blank positions up to the widest k, so AL stays in its column.
+                row.extend([("", "", "")] * (k - (len(checks) - 1)))
             mark = " ▼" if c.below else (" ▲" if c.above else "")
             style = BELOW_STYLE if c.below else (ABOVE_STYLE if c.above else "")
             row.append((f"{_value(c, True)} / {_value(c, False)}{mark}", f"Δ {_diff(c)}", style))

@@ -360,7 +360,12 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, Enum):
         return obj.value
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name not in _SKIP}
+        # A field marked omit_none (a k sweep's cell k) is left out when unset: single-k documents stay as they were.
+        out = {
+            f.name: _jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.name not in _SKIP and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)
+        }
         if hasattr(obj, "spread"):
             out["spread"] = _jsonable(obj.spread)
         return out

@@ -1,6 +1,10 @@
 """The matrix of a run: a config expanded into cell-repeats (build × mode × variant × repeat, each with
 its PYTHONHASHSEED), and each cell-repeat's plan (the engine arguments of its mode, the job file the worker
-reads, its command line and environment). Pure: nothing starts here."""
+reads, its command line and environment). Pure: nothing starts here.
+
+A k sweep (`speculative.num_speculative_tokens: [1, 3, 5]`, issue 38) is one more axis, innermost before the
+repeats: each k is its own cell, named `build/mode/variant@k<k>`, so every pairing the judge makes by
+build, mode and variant (graph divergence, build divergence) stays within one k."""
 
 from __future__ import annotations
 
@@ -24,14 +28,30 @@ class Cell:
     variant: str
     repeat: int
     hash_seed: int
+    k: int | None = None  # a k sweep's k for this cell; None: the run's one k
+
+    @property
+    def label(self) -> str:
+        """The variant as the run records it: the config's name, with `@k<k>` in a k sweep."""
+        return self.variant if self.k is None else k_label(self.variant, self.k)
 
     @property
     def cell_id(self) -> str:
-        return f"{self.build}/{self.mode}/{self.variant}"
+        return f"{self.build}/{self.mode}/{self.label}"
 
     @property
     def slug(self) -> str:
-        return f"{self.build}-{self.mode}-{self.variant}-r{self.repeat}".replace("/", "_")
+        return f"{self.build}-{self.mode}-{self.label}-r{self.repeat}".replace("/", "_").replace("@", "_")
+
+
+def k_label(variant: str, k: int) -> str:
+    """A k sweep's variant name for one k (`stock@k3`)."""
+    return f"{variant}@k{k}"
+
+
+def config_variant(label: str, k: int | None) -> str:
+    """The config's variant name of a recorded one (the inverse of `k_label`)."""
+    return label if k is None else label.removesuffix(f"@k{k}")
 
 
 @dataclass
@@ -84,9 +104,10 @@ def engine_args_for(cfg: ExperimentConfig, mode: str) -> tuple[dict[str, Any], d
 def expand(
     cfg: ExperimentConfig, only_modes: list[str] | None = None, only_builds: list[str] | None = None
 ) -> list[Cell]:
-    """The config's cell-repeats, build × mode × variant × repeat in that order (optionally only some builds
-    or modes), each repeat with its PYTHONHASHSEED."""
+    """The config's cell-repeats, build × mode × variant × k × repeat in that order (optionally only some builds
+    or modes), each repeat with its PYTHONHASHSEED; k only in a k sweep."""
     seeds = cfg.seeds()
+    ks: list[int | None] = list(cfg.speculative.ks) if cfg.speculative.sweep else [None]
     cells: list[Cell] = []
     for build in cfg.builds:
         if only_builds and build not in only_builds:
@@ -95,8 +116,11 @@ def expand(
             if only_modes and mode not in only_modes:
                 continue
             for variant in cfg.variants:
-                for repeat in range(cfg.repeats):
-                    cells.append(Cell(build=build, mode=mode, variant=variant, repeat=repeat, hash_seed=seeds[repeat]))
+                for k in ks:
+                    for repeat in range(cfg.repeats):
+                        cells.append(
+                            Cell(build=build, mode=mode, variant=variant, repeat=repeat, hash_seed=seeds[repeat], k=k)
+                        )
     return cells
 
 
@@ -133,11 +157,11 @@ def plan(
             "cell": cell.cell_id,
             "build": cell.build,
             "mode": cell.mode,
-            "variant": cell.variant,
+            "variant": cell.label,
             "repeat": cell.repeat,
             "hash_seed": cell.hash_seed,
             "model": cfg.model,
-            "speculative_config": cfg.speculative.to_vllm(),
+            "speculative_config": cfg.speculative.to_vllm(cell.k),
             "engine_args": engine_args,
             "requested": requested,
             "sampling": sampling,

@@ -27,7 +27,7 @@ from typing import Any
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.errors import UserError
 from mtpbench.run.builds import resolve_builds, unresolved
-from mtpbench.run.cells import Cell, CellPlan, RunOutcome, engine_args_for, expand, plan
+from mtpbench.run.cells import Cell, CellPlan, RunOutcome, config_variant, engine_args_for, expand, plan
 from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunOptions, StopSignals
 from mtpbench.run.cost import Estimate, estimate, time_breakdown
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
@@ -376,11 +376,13 @@ def _execute(
             run.add_cell(
                 build=cell.build,
                 mode=cell.mode,
-                variant=cell.variant,
+                variant=cell.label,
                 repeat=cell.repeat,
                 hash_seed=cell.hash_seed,
                 status=CellStatus.PENDING,
                 attempt=1,
+                # A k sweep's cell says its k (store/manifest.py ManifestCell.k); a single-k run writes none.
+                **({"k": cell.k} if cell.k is not None else {}),
             )
         run.save()
         on_event("run_start", {"path": run.path, "cells": len(plans), "prompts": len(prompts.prompts)})
@@ -474,7 +476,14 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         # installed again when `mtpbench build remove` took them away since.
         cfg, _ = resolve_builds(stored.cfg, {stored.typed.cells[i].build for i in todo})
         cells = [
-            Cell(build=c.build, mode=c.mode, variant=c.variant, repeat=c.repeat, hash_seed=_stored_seed(c))
+            Cell(
+                build=c.build,
+                mode=c.mode,
+                variant=config_variant(c.variant, c.k),
+                repeat=c.repeat,
+                hash_seed=_stored_seed(c),
+                k=c.k,
+            )
             for c in stored.typed.cells
         ]
         setup = _setup(cfg, cells, opts)
@@ -513,6 +522,8 @@ def _new_attempts(run: RunWriter, plans: list[CellPlan], todo: list[int]) -> Non
         attempt = int(cell.get("attempt", 1)) + started
         run.cells[i] = {
             **{key: cell[key] for key in CELL_KEYS},
+            # A k sweep's cell keeps its k (store/manifest.py ManifestCell.k) through its new attempt.
+            **({"k": cell["k"]} if cell.get("k") is not None else {}),
             "status": CellStatus.PENDING,
             "attempt": attempt,
             "previous": {"status": cell.get("status"), "error": cell.get("error")},

@@ -31,7 +31,7 @@ from mtpbench.config import format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
 from mtpbench.specs import Strict
-from mtpbench.store.manifest import now_iso
+from mtpbench.store.manifest import KValue, now_iso
 from mtpbench.store.records import MAX_COUNT, Counts, count_problem
 from mtpbench.store.results import Run
 from mtpbench.store.upstream import UpstreamGolden
@@ -85,6 +85,9 @@ class BaselineEntry(Strict):
     repeats: StrictInt | None = Field(None, gt=0, le=10_000)
     # Set on entries measured with the serving workload; a serving run is only compared with these.
     serving: ServingBaselineEntry | None = None
+    # A k sweep's entry (issue 38): the k it was measured at; each k's cell meets only its own k's entries.
+    # None: the fingerprint's one k.
+    k: StrictInt | None = Field(None, gt=0, le=64)
 
     @model_validator(mode="after")
     def _consistent(self) -> BaselineEntry:
@@ -146,12 +149,22 @@ class BaselineFingerprint(Strict):
     model_weights_sha256: str | None = None
     drafter_weights_sha256: str | None = None
     method: str
-    num_speculative_tokens: StrictInt = Field(gt=0, le=64)
+    # A list: a k sweep's baseline, every entry naming its k (issue 38); one int before.
+    num_speculative_tokens: KValue | list[KValue]
     prompts_sha256: str | None = None
     # How many prompts the numbers pool: what `mtpbench size` judges a baseline without per-prompt counts by
     # (a published golden's prompt set). Null: unknown (its per-prompt counts, when it has them, say it).
     prompt_count: StrictInt | None = Field(None, gt=0)
     sampling: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def ks(self) -> list[int]:
+        v = self.num_speculative_tokens
+        return list(v) if isinstance(v, list) else [v]
+
+    @property
+    def sweep(self) -> bool:
+        return isinstance(self.num_speculative_tokens, list)
 
 
 class Baseline(Strict):
@@ -163,16 +176,26 @@ class Baseline(Strict):
     # An upstream test's golden, definition and tolerance rule (store/upstream.py; judge/upstream.py applies it).
     upstream: UpstreamGolden | None = None
 
-    def entry_for(self, build: str, mode: str, cudagraph_mode: str | None = None) -> BaselineEntry | None:
+    def entry_for(
+        self, build: str, mode: str, cudagraph_mode: str | None = None, k: int | None = None
+    ) -> BaselineEntry | None:
+        """The entry judging a cell of `build`/`mode` (and, in a k sweep, `k`): exact keys first, then
+        wildcards and the requested graph mode."""
         keys = [(build, mode), ("*", mode)]
         if cudagraph_mode:
             keys += [(build, cudagraph_mode), ("*", cudagraph_mode)]
         keys += [(build, "*"), ("*", "*")]
         for b, m in keys:
             for e in self.entries:
-                if e.build == b and e.mode == m:
+                if e.build == b and e.mode == m and same_k(e, k):
                     return e
         return None
+
+
+def same_k(entry: BaselineEntry, k: int | None) -> bool:
+    """Whether an entry may judge a cell at `k`: an entry without a k (a single-k baseline, whose k the
+    comparability check already held against the run's) judges any cell; one with a k only that k's cells."""
+    return entry.k is None or k is None or entry.k == k
 
 
 def load_baseline(path: str | Path) -> Baseline:
@@ -185,15 +208,23 @@ def load_baseline(path: str | Path) -> Baseline:
         b = Baseline.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(path, exc)) from None
+    fp = b.fingerprint
     for i, e in enumerate(b.entries):
         if e.rates_pct is None and b.upstream is None:
             raise UserError(f"{path}: entries.{i}.rates_pct: missing, and no upstream golden to judge by")
-        if e.rates_pct is not None and len(e.rates_pct) != b.fingerprint.num_speculative_tokens:
+        if fp.sweep and (e.k is None or e.k not in fp.ks):
+            raise UserError(f"{path}: entries.{i}.k: {e.k!r}: a k sweep's entry names one of its k {fp.ks}")
+        if not fp.sweep and e.k is not None and e.k != fp.num_speculative_tokens:
+            raise UserError(f"{path}: entries.{i}.k: {e.k}, but the fingerprint says k={fp.num_speculative_tokens}")
+        k = e.k if e.k is not None else fp.num_speculative_tokens
+        if e.rates_pct is not None and len(e.rates_pct) != k:
             raise UserError(
                 f"{path}: entries.{i}.rates_pct: entry {e.build}/{e.mode} has {len(e.rates_pct)} positions, "
-                f"fingerprint says k={b.fingerprint.num_speculative_tokens}"
+                f"{'its k is' if e.k is not None else 'fingerprint says'} k={k}"
             )
     up = b.upstream
+    if up is not None and fp.sweep:
+        raise UserError(f"{path}: upstream: an upstream golden is of one k, not of a k sweep {fp.ks}")
     if up is not None and up.per_pos and len(up.per_pos) != b.fingerprint.num_speculative_tokens:
         raise UserError(
             f"{path}: upstream.per_pos: {len(up.per_pos)} positions, fingerprint says "
@@ -280,12 +311,15 @@ def baseline_from_cells(
     source: str | None = None,
     variant: str | None = None,
     serving: dict[tuple[str, str], dict[str, Any] | None] | None = None,
+    ks: list[int | None] | None = None,
 ) -> Baseline:
     """per_cell: (build, mode, counts dict, repeats, per-prompt counts dicts or None) — variants are pooled
-    by the caller's choice; `serving`: per (build, mode) a serving entry's fields (save.baseline_of_run)."""
+    by the caller's choice; `serving`: per (build, mode) a serving entry's fields (save.baseline_of_run);
+    `ks`: a k sweep's k of each of per_cell's cells (its entries then name their k)."""
     fp = run_fingerprint(run)
     entries = []
-    for build, mode, counts, repeats, prompts in per_cell:
+    cell_ks = ks if ks is not None else [None] * len(per_cell)
+    for (build, mode, counts, repeats, prompts), k in zip(per_cell, cell_ks, strict=True):
         d = counts["num_drafts"]
         if d <= 0:
             continue
@@ -302,6 +336,7 @@ def baseline_from_cells(
                 prompts={p: BaselineCounts(**c) for p, c in prompts.items()} if prompts else None,
                 repeats=repeats,
                 serving=ServingBaselineEntry(**fields) if fields else None,
+                k=k,
             )
         )
     if not entries:

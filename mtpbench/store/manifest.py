@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, StrictInt, ValidationError, field_validator
+from pydantic import Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
 from mtpbench import __version__
 from mtpbench.errors import StorageError, UserError
@@ -121,11 +121,22 @@ class ManifestCell(OnDisk):
     log: str | None = None
     wall_s: Seconds | None = None
     engine_start_s: Seconds | None = None
+    # A k sweep's cell (issue 38): its k, which its variant name also says (`stock@k3`). None: the run's one k.
+    k: Annotated[StrictInt, Field(gt=0, le=64)] | None = None
+
+
+KValue = Annotated[StrictInt, Field(gt=0, le=64)]
 
 
 class ManifestSpeculative(OnDisk):
     method: str = Field(min_length=1)
-    num_speculative_tokens: Annotated[StrictInt, Field(gt=0, le=64)]
+    # A list: a k sweep, each cell's k in its manifest entry (runs before issue 38 have one int).
+    num_speculative_tokens: KValue | list[KValue]
+
+    @property
+    def ks(self) -> list[int]:
+        v = self.num_speculative_tokens
+        return list(v) if isinstance(v, list) else [v]
 
 
 class ManifestSampling(OnDisk):
@@ -181,9 +192,40 @@ class Manifest(OnDisk):
             raise ValueError("a run id is a folder name: letters, digits, '.', '_', '-', no '..' or '/'")
         return v
 
+    @field_validator("cells")
+    @classmethod
+    def _cell_ks(cls, cells: list[ManifestCell], info: ValidationInfo) -> list[ManifestCell]:
+        config = info.data.get("config")
+        if config is None:
+            return cells
+        spec = config.speculative
+        for n, c in enumerate(cells):
+            if isinstance(spec.num_speculative_tokens, list):
+                if c.k is None or c.k not in spec.ks:
+                    raise ValueError(f"{n}.k: {c.k!r} is not one of the run's k {spec.ks}")
+            elif c.k is not None and c.k != spec.num_speculative_tokens:
+                raise ValueError(f"{n}.k: {c.k} but the run's k is {spec.num_speculative_tokens}")
+        return cells
+
     @property
     def k(self) -> int:
-        return self.config.speculative.num_speculative_tokens
+        """The run's k; in a k sweep the largest (the width every record fits in: `k_of` gives a cell's)."""
+        return max(self.config.speculative.ks)
+
+    @property
+    def sweep(self) -> bool:
+        return isinstance(self.config.speculative.num_speculative_tokens, list)
+
+    def k_of(self, cell: str) -> int:
+        """The k a cell ran with: its manifest entry's in a k sweep, else the run's one k."""
+        for c in self.cells:
+            if c.cell == cell and c.k is not None:
+                return c.k
+        return self.k
+
+    def cell_ks(self) -> dict[str, int]:
+        """Every cell's k (what the record reader checks each record's positions against)."""
+        return {c.cell: c.k if c.k is not None else self.k for c in self.cells}
 
 
 def read_manifest(mpath: Path) -> tuple[dict[str, Any], Manifest]:

@@ -187,7 +187,7 @@ def _parse_line(line: bytes) -> Any:
 _UNPARSABLE = object()
 
 
-def _check_record(where: str, rec: Any, k: int | None) -> dict[str, Any]:
+def _check_record(where: str, rec: Any, k: int | Mapping[str, int] | None) -> dict[str, Any]:
     if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
         raise UserError(f"{where}: not a mtpbench record (no 'type')")
     problem = schema_problem(rec.get("schema"), SCHEMA_VERSION, "record")
@@ -199,14 +199,16 @@ def _check_record(where: str, rec: Any, k: int | None) -> dict[str, Any]:
     except ValidationError as exc:
         raise UserError(f"{where}: {rec['type']} record: {first_error(exc)}") from None
     if isinstance(parsed, PromptRecord):
+        # A k sweep checks each record against its own cell's k (a cell the manifest lacks: its width alone).
+        cell_k = k.get(str(rec.get("cell"))) if isinstance(k, Mapping) else k
         for key, counts in (("", parsed), ("per_request.", parsed.per_request)):
-            why = count_problem(counts, k) if counts is not None else None
+            why = count_problem(counts, cell_k) if counts is not None else None
             if why:
                 raise UserError(f"{where}: impossible counts: {key}{why}")
     return rec
 
 
-def scan_records(path: Path, k: int | None = None, run_id: str | None = None) -> Records:
+def scan_records(path: Path, k: int | Mapping[str, int] | None = None, run_id: str | None = None) -> Records:
     """Every record of a records.jsonl, validated; a last line cut off by a crash (and any line a `torn`
     record marks as such) is skipped with a warning, anything else unreadable is a UserError. So is a
     record of another run (`run_id`, when given) and a prompt recorded twice in one attempt of a repeat:

@@ -54,7 +54,7 @@ class Run:
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
             recs = scan_records(
-                self.path / RECORDS, self.meta.k if self.meta else None, self.meta.run_id if self.meta else None
+                self.path / RECORDS, _ks(self.meta) if self.meta else None, self.meta.run_id if self.meta else None
             )
             self._records = current_attempts(recs.records, self.manifest["cells"])
         return self._records
@@ -119,7 +119,7 @@ def load_run(path: str | Path) -> Run:
             frame=current_attempts_frame(frame, cells),
             meta_records=current_attempts(meta_records, cells),
         )
-    recs = scan_records(p / RECORDS, meta.k, meta.run_id)
+    recs = scan_records(p / RECORDS, _ks(meta), meta.run_id)
     for w in recs.warnings:
         warnings.warn(w, DataWarning, stacklevel=2)
     # All attempts go into the copy; which attempt is current is the manifest's to say, at every load.
@@ -167,3 +167,8 @@ def refresh_copy(run_dir: Path) -> Path | None:
     except UserError:
         return None
     return columnar.write_copy(run_dir, recs.records, recs.warnings)
+
+
+def _ks(meta: Manifest) -> int | dict[str, int]:
+    """What the record reader checks positions against: the run's k, or each cell's in a k sweep."""
+    return meta.cell_ks() if meta.sweep else meta.k

@@ -16,15 +16,20 @@ WORSE = (40, [36, 28, 24])
 
 
 def write_reference(
-    run: Path, cells: list[str], counts: tuple[int, list[int]] = GOOD, sha: str = "same", session: str = "s1"
+    run: Path,
+    cells: list[str],
+    counts: tuple[int, list[int]] | dict[str, tuple[int, list[int]]] = GOOD,
+    sha: str = "same",
+    session: str = "s1",
 ) -> None:
-    """One finished session in `run`'s reference.jsonl: every prompt of `cells` with `counts` and text `sha`
-    (synthetic_runs.write_run records the text of prompt p as "same-p")."""
-    drafts, per_pos = counts
+    """One finished session in `run`'s reference.jsonl: every prompt of `cells` with `counts` (or each cell's
+    own, a k sweep's cells having other k) and text `sha` (synthetic_runs.write_run records the text of prompt p
+    as "same-p")."""
     lines: list[dict[str, object]] = [
         {"schema": 1, "type": "reference_start", "session": session, "replayed": {"device": "cpu"}}
     ]
     for cell in cells:
+        drafts, per_pos = counts[cell] if isinstance(counts, dict) else counts
         for pid in PROMPTS:
             p = ReferencePrompt(
                 cell=cell,
@@ -34,7 +39,7 @@ def write_reference(
                 finish_reason="length",
                 output_sha256=f"{sha}-{pid}",
                 num_drafts=drafts,
-                num_draft_tokens=3 * drafts,
+                num_draft_tokens=len(per_pos) * drafts,
                 num_accepted_tokens=sum(per_pos),
                 accepted_per_pos=tuple(per_pos),
                 steps=(),

@@ -58,7 +58,7 @@ def write_run(
     cells: dict[str, list[list[float]]],
     *,
     drafts: int = 1000,
-    k: int = K,
+    k: int | list[int] = K,
     temperature: float = 0.0,
     method: str = "mtp",
     requested: dict[str, dict[str, Any]] | None = None,
@@ -80,7 +80,8 @@ def write_run(
     the published figures may judge it; `baseline=None` writes a config that names no baseline.
     per_prompt: cell -> per repeat -> per prompt (drafts, accepted_per_pos), instead of even rates.
     recorded: cell -> per repeat, how many prompt records were written (a repeat cut off part-way).
-    modes: the config's modes as the manifest stores them (mode -> ModeSpec fields), for the feature judge."""
+    modes: the config's modes as the manifest stores them (mode -> ModeSpec fields), for the feature judge.
+    k: a list makes a k sweep (issue 38): each cell's variant then ends in its k (`stock@k3`, run/cells.py)."""
     config = {
         "name": "synthetic",
         "model": "m",
@@ -100,10 +101,12 @@ def write_run(
     records: list[dict[str, Any]] = []
     for cell, repeats in cells.items():
         build, mode, variant = cell.split("/")
+        cell_k = int(variant.rsplit("@k", 1)[1]) if isinstance(k, list) else k
         for r, rates in enumerate(repeats):
             seed = (seeds or list(range(len(repeats))))[r]
             status = CellStatus((statuses or {}).get(cell, [CellStatus.OK] * len(repeats))[r])
-            i = run.add_cell(build=build, mode=mode, variant=variant, repeat=r, hash_seed=seed, status=status)
+            sweep = {"k": cell_k} if isinstance(k, list) else {}
+            i = run.add_cell(build=build, mode=mode, variant=variant, repeat=r, hash_seed=seed, status=status, **sweep)
             req = (requested or {}).get(mode, {"cudagraph_mode": None, "enforce_eager": mode == "eager"})
             eff = (effective or {}).get(mode, {"cudagraph_mode": req.get("cudagraph_mode") or "NONE"})
             records.append(run.record(i, "cell_start", requested=req, effective=eff, patches=[]))
@@ -112,7 +115,7 @@ def write_run(
                 parts = [
                     {
                         "num_drafts": d,
-                        "num_draft_tokens": d * k,
+                        "num_draft_tokens": d * cell_k,
                         "num_accepted_tokens": sum(a),
                         "accepted_per_pos": list(a),
                     }

@@ -57,6 +57,7 @@ from mtpbench.render.words.checks import (
 from mtpbench.render.words.context import msg_context_decay
 from mtpbench.render.words.exactness import msg_exactness_lost
 from mtpbench.render.words.features import msg_feature_ignored, msg_mode_divergence
+from mtpbench.render.words.ksweep import msg_k_dependence
 from mtpbench.render.words.probes import (
     msg_binding_unobserved,
     msg_fix_verification,
@@ -128,6 +129,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.REFERENCE_DISAGREEMENT: msg_reference_disagreement,
     Kind.REFERENCE_TEXT_DIFFERS: msg_reference_text_differs,
     Kind.EXACTNESS_LOST: msg_exactness_lost,
+    Kind.K_DEPENDENT: msg_k_dependence,
 }
 
 

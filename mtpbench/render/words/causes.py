@@ -86,4 +86,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     "some steps only: a draft input that is off now and then (draft positions advancing between draft steps, "
     "another KV-cache group's block table or slot mapping, another layer's K/V), too rare to move the pooled "
     "acceptance by δ; diff the proposer against the reference build's, or bisect (`mtpbench bisect`)",
+    Cause.K_DEPENDENT_DRAFT: "the draft path changes with k where greedy drafting says it cannot: the first draft "
+    "of a step is the drafter's argmax after the verified prefix whatever k is (vllm#48892: pos0 83.39 % at k=1 "
+    "vs 76.17 % at k=8); look at what k sizes in the proposer (draft buffers, positions, the per-step metadata "
+    "of the chained draft steps, the rejection sampler's indexing) (docs/configs.md, k as an axis)",
 }

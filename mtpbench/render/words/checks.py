@@ -11,6 +11,7 @@ from mtpbench.judge.findings import Divergence, LengthChecks, PositionChecks
 from mtpbench.judge.findings_builds import BuildDivergence
 from mtpbench.judge.findings_context import ContextDecay
 from mtpbench.judge.findings_features import ModeDivergence
+from mtpbench.judge.findings_ksweep import KDependence
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.render.words.context import msg_context_inconclusive
 from mtpbench.render.words.units import ci_text, delta_ci, pct, pts
@@ -82,9 +83,15 @@ def msg_regression(n: PositionChecks | LengthChecks) -> str:
     return f"{_positions(n)}; tolerance {n.tolerance_pts:g} pts, {n.prompts} prompts, entry {n.entry}"
 
 
-def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence | ContextDecay) -> str:
+def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence | ContextDecay | KDependence) -> str:
     if isinstance(n, ContextDecay):
         return msg_context_inconclusive(n)
+    if isinstance(n, KDependence):
+        return (
+            f"pos0 at k={n.k} differs from k={n.reference_k} by {pts(n.delta)} pts, beyond the "
+            f"{n.tolerance_pts or 0:g}-pt divergence tolerance, but the data cannot support it (CI "
+            f"{delta_ci(n.ci)}, {n.prompts} prompts)"
+        )
     if isinstance(n, Divergence):
         # A mode-divergence's inconclusive names the features the mode changes (judge/features.py).
         changed = ", ".join(c.name for c in n.features) + ": " if isinstance(n, ModeDivergence) else ""
