@@ -19,8 +19,9 @@ from typing import Any
 from mtpbench import __version__
 from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
-from mtpbench.reference.pair import check_pair, load_pair, torch_threads
-from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_prompts
+from mtpbench.reference.ngram import lookup_bounds
+from mtpbench.reference.pair import LOOKUP_METHODS, check_pair, load_pair, torch_threads
+from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.reference import ReferenceFile, ReferencePrompt, append_lines, read_reference
 from mtpbench.store.results import Run
@@ -103,7 +104,9 @@ def compute_reference(
     check_run(run)
     raw = run.manifest.get("config") or {}
     spec = raw.get("speculative") or {}
-    info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"))
+    method = str(spec.get("method") or "")
+    info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"), method)
+    lookup = lookup_bounds(dict(spec.get("extra") or {})) if method in LOOKUP_METHODS else None
     k = run.typed.k
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
@@ -122,8 +125,9 @@ def compute_reference(
     import transformers
 
     replayed: dict[str, Any] = {
+        "method": method,
         "target": str(info.target),
-        "drafter": str(info.drafter),
+        "drafter": None if info.drafter is None else str(info.drafter),
         "target_architecture": info.target_architecture,
         "drafter_architecture": info.drafter_architecture,
         "device": options.device,
@@ -133,6 +137,7 @@ def compute_reference(
         "transformers": transformers.__version__,
         "mtpbench": __version__,
         "k": k,
+        **({"prompt_lookup": list(lookup)} if lookup else {}),
         "max_tokens": max_tokens,
         "ignore_eos": ignore_eos,
         "groups": [{"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs} for n, cs in groups.items()],
@@ -143,7 +148,14 @@ def compute_reference(
         for num, group_cells in groups.items():
             pair = load_pair(info, num.dtype, options.device)
             ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
-            replays = replay_prompts(pair, ids, k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos)
+            if lookup is not None:
+                replays = replay_lookup_prompts(
+                    pair, ids, k, max_tokens, lookup, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
+            else:
+                replays = replay_prompts(
+                    pair, ids, k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
             for (pid, _), rep in zip(prompts, replays, strict=True):
                 lines = [_line(cell, pid, rep, k).to_json(session) for cell in group_cells]
                 append_lines(run.path, lines)
