@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -254,10 +255,24 @@ def _child(job: dict[str, Any], extra_path: str | None, timeout: float) -> dict[
         wall = time.perf_counter() - t0
         text = Path(out.name).read_text(encoding="utf-8")
     if text:
-        return {**json.loads(text), "wall_s": wall}
+        result = json.loads(text)
+        if result.get("error", "") and result["error"].startswith("EngineDeadError"):
+            # The engine core died in its own frame: its root cause is the last exception line it logged.
+            result["error"] = _root_cause(proc.stderr) or result["error"]
+        return {**result, "wall_s": wall}
     # The child died without writing (a crash in a worker, an abort): the last error line it printed.
     lines = [ln for ln in proc.stderr.splitlines() if "Error" in ln or "error" in ln] or proc.stderr.splitlines()[-1:]
     return {"runs": False, "error": f"exit {proc.returncode}: {lines[-1].strip() if lines else '?'}", "wall_s": wall}
+
+
+def _root_cause(stderr: str) -> str | None:
+    """The last `SomeError: message` line of a log that is not the EngineDeadError wrapping it."""
+    causes = [
+        ln.strip()
+        for ln in stderr.splitlines()
+        if re.match(r"^\s*[A-Za-z_.]*(Error|Exception)\b.*:", ln) and "EngineDeadError" not in ln
+    ]
+    return causes[-1] if causes else None
 
 
 def _row(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:

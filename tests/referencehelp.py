@@ -16,13 +16,23 @@ WORSE = (40, [36, 28, 24])
 
 
 def write_reference(
-    run: Path, cells: list[str], counts: tuple[int, list[int]] = GOOD, sha: str = "same", session: str = "s1"
+    run: Path,
+    cells: list[str],
+    counts: tuple[int, list[int]] = GOOD,
+    sha: str = "same",
+    session: str = "s1",
+    method: str | None = None,
 ) -> None:
     """One finished session in `run`'s reference.jsonl: every prompt of `cells` with `counts` and text `sha`
     (conftest.write_run records the text of prompt p as "same-p")."""
     drafts, per_pos = counts
     lines: list[dict[str, object]] = [
-        {"schema": 1, "type": "reference_start", "session": session, "replayed": {"device": "cpu"}}
+        {
+            "schema": 1,
+            "type": "reference_start",
+            "session": session,
+            "replayed": {"device": "cpu", **({"method": method} if method else {})},
+        }
     ]
     for cell in cells:
         for pid in PROMPTS:
