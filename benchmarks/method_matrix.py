@@ -10,7 +10,7 @@ this method here"; the acceptance of a random-weight pair means nothing beyond t
 The models, built in a temporary folder from configs (transformers), all on the embedded Gemma4 pair's
 byte-level tokenizer (mtpbench/fixtures/tiny_gemma4_mtp/target, 260 ids):
 - ngram, suffix: the embedded Gemma4 target (trained weights), no drafter;
-- draft_model: a tiny random-weight Llama target (2 layers, one KV-cache group) and a smaller random Llama
+- draft_model: a tiny random-weight Llama target (4 layers, one KV-cache group) and a smaller random Llama
   drafter (1 layer), weights written by transformers with torch seed 0;
 - eagle / eagle3: the Llama target and a one-layer Llama EAGLE / EAGLE-3 head config; deepseek_mtp and
   qwen3_next_mtp: a tiny DeepSeek-V3 / Qwen3-Next target whose config carries one next-token layer. These
@@ -96,7 +96,7 @@ def build_models(work: Path) -> dict[str, Path]:
     vocab = json.loads((GEMMA_TARGET / "config.json").read_text(encoding="utf-8"))["vocab_size"]
     out = {"gemma4": GEMMA_TARGET}
     out["llama"] = work / "llama-target"
-    _llama(out["llama"], 128, 2, vocab, weights=True)
+    _llama(out["llama"], 128, 4, vocab, weights=True)
     out["llama_drafter"] = work / "llama-drafter"
     _llama(out["llama_drafter"], 64, 1, vocab, weights=True)
     out["eagle"] = work / "eagle-head"
@@ -105,6 +105,8 @@ def build_models(work: Path) -> dict[str, Path]:
     _llama(out["eagle3"], 128, 1, vocab, weights=False, arch="LlamaForCausalLMEagle3")
     eagle3 = json.loads((out["eagle3"] / "config.json").read_text(encoding="utf-8"))
     eagle3["draft_vocab_size"] = vocab
+    # Three distinct target layers to read (vLLM's default, layers 2, n/2 and n-3, needs n >= 8 to be distinct).
+    eagle3["eagle_aux_hidden_state_layer_ids"] = [1, 2, 3]
     (out["eagle3"] / "config.json").write_text(json.dumps(eagle3, indent=2), encoding="utf-8")
 
     out["deepseek"] = work / "deepseek-v3"
@@ -123,9 +125,10 @@ def build_models(work: Path) -> dict[str, Path]:
         topk_group=1,
         first_k_dense_replace=1,
         q_lora_rank=None,
-        kv_lora_rank=64,
+        # vLLM-CPU's MLA kernels take DeepSeek's own latent shape only (512 + 64 = 576; 64 + 16 is refused).
+        kv_lora_rank=512,
         qk_nope_head_dim=32,
-        qk_rope_head_dim=16,
+        qk_rope_head_dim=64,
         v_head_dim=32,
         max_position_embeddings=1024,
         num_nextn_predict_layers=1,
@@ -258,7 +261,7 @@ def _child(job: dict[str, Any], extra_path: str | None, timeout: float) -> dict[
         result = json.loads(text)
         if result.get("error", "") and result["error"].startswith("EngineDeadError"):
             # The engine core died in its own frame: its root cause is the last exception line it logged.
-            result["error"] = _root_cause(proc.stderr) or result["error"]
+            result["error"] = _root_cause(proc.stdout + "\n" + proc.stderr) or result["error"]
         return {**result, "wall_s": wall}
     # The child died without writing (a crash in a worker, an abort): the last error line it printed.
     lines = [ln for ln in proc.stderr.splitlines() if "Error" in ln or "error" in ln] or proc.stderr.splitlines()[-1:]
@@ -267,12 +270,11 @@ def _child(job: dict[str, Any], extra_path: str | None, timeout: float) -> dict[
 
 def _root_cause(stderr: str) -> str | None:
     """The last `SomeError: message` line of a log that is not the EngineDeadError wrapping it."""
-    causes = [
-        ln.strip()
-        for ln in stderr.splitlines()
-        if re.match(r"^\s*[A-Za-z_.]*(Error|Exception)\b.*:", ln) and "EngineDeadError" not in ln
-    ]
-    return causes[-1] if causes else None
+    # vLLM's processes prefix their log lines ("(Worker pid=…) ERROR … [file.py:N] RuntimeError: …"); the
+    # first exception line is the worker's own, the later ones re-raise it.
+    found = (re.search(r"\b([A-Za-z_.]*(Error|Exception)): .*", ln) for ln in stderr.splitlines())
+    causes = [m.group(0).strip() for m in found if m and "EngineDeadError" not in m.group(0)]
+    return causes[0] if causes else None
 
 
 def _row(job: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
