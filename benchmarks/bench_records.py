@@ -9,7 +9,7 @@ head included), then times the real CLI in fresh subprocesses, as CI would call 
 2. `show`, `compare`, `report --html`, `history` again: they read the columnar copy.
 
 Also times, in-process, the stages of one `compare` (load, collect, the verdicts). Writes a Markdown report
-(default benchmarks/REPORT-records.md) with the machine, versions and every measured wall time.
+(default benchmarks/reports/bench_records.md) with the machine, versions and every measured wall time.
 
     python benchmarks/bench_records.py [--records 1000000] [--out /tmp/mtpbench-bench] [--report FILE]
 """
@@ -170,7 +170,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--out", type=Path, default=Path("/tmp/mtpbench-bench"))
-    ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "REPORT-records.md")
+    ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "reports" / "bench_records.md")
     ap.add_argument(
         "--reuse",
         action="store_true",

@@ -30,7 +30,7 @@ Noise model (what a "truth" is and how a run is drawn from it):
   j would make them); in the graph cell only (`1 cell`), or in both cells (`2 cells`).
 
 One command: `python benchmarks/gate_power.py` (7-15 minutes on two shared cores) writes
-benchmarks/gate-power-report.md and .json; `--quick` (under a minute) is what tests/project/test_gate_power.py runs.
+benchmarks/reports/gate_power.md and .json; `--quick` (under a minute) is what tests/project/test_gate_power.py runs.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ from mtpbench.store.writer import RunWriter  # noqa: E402
 K = 3
 # The shipped default's baseline (configs/tiny-gemma4-mtp.yaml names it); --tiny-baseline takes another.
 TINY_BASELINE = REPO / "baselines" / "tiny-gemma4-mtp-humaneval-cpu.yaml"
-REPORT_MD = REPO / "benchmarks" / "gate-power-report.md"
-REPORT_JSON = REPO / "benchmarks" / "gate-power-report.json"
+REPORT_MD = REPO / "benchmarks" / "reports" / "gate_power.md"
+REPORT_JSON = REPO / "benchmarks" / "reports" / "gate_power.json"
 CELLS = ("current/eager/stock", "current/graph/stock")
 GRAPH_CELL = CELLS[1]
 # Goals the rule is built to meet (issue 19): per run, over all its checks.
@@ -580,7 +580,7 @@ def _preamble(data: dict[str, Any]) -> list[str]:
         f"{data['n_drop']} runs per drop scenario in the two main settings (bold below), fewer in the others: "
         f"each table gives its runs; {data['minutes']:.1f} min on this 2-core box) at commit "
         f"`{data['commit']}`{dirty}. "
-        "Raw figures: `gate-power-report.json` beside this file. Every run below is written in mtpbench's "
+        "Raw figures: `gate_power.json` beside this file. Every run below is written in mtpbench's "
         "on-disk format and judged by `mtpbench.judge.compare.judge` with the gate's defaults "
         "(`GateSpec()` of this checkout): the rule measured is the one the code implements, not a copy of it.",
         "",

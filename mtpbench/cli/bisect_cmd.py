@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from mtpbench.cli.common import console, say
+from mtpbench.cli.progress import install_view
 from mtpbench.errors import ExitCode, UserError
 
 _H_GOOD = "A build known good (default: the config's first)."
@@ -118,7 +119,8 @@ class _Session:
         # One build per run: a reference build is the good build's role here, not the run's config's.
         one = self.cfg.model_copy(update={"builds": {build: self.cfg.builds[build]}, "reference_build": None})
         try:
-            one, _ = resolve_builds(one, on_step=say)
+            with install_view() as view:
+                one, _ = resolve_builds(one, on_step=view.step, on_output=view.output)
         except ProvisionError as exc:
             return None, f"install failed: {exc}"
         except PinError as exc:  # a pin no index can satisfy: this build cannot be tested, others may

@@ -191,7 +191,7 @@ def compare_cmd(
     acceptance length (1 + accepted tokens per draft step) fell by 5 % of the baseline's or more; a drop at
     one position that is significant and 5 pts or more fails too (gate.primary: positions certifies every
     position instead). The run's false-alarm rate (1 %) is split over all of its checks; `mtpbench size` says
-    how many prompts make a 5 % drop fail with 90 % power (benchmarks/gate-power-report.md measures both).
+    how many prompts make a 5 % drop fail with 90 % power (benchmarks/reports/gate_power.md measures both).
     """
     from mtpbench.render import junit as junit_xml
     from mtpbench.render import report

@@ -1,8 +1,9 @@
 """`mtpbench reference RUN`: the acceptance a greedy run should report, recomputed from the weights
 (mtpbench/reference/), stored beside the run (runs/<id>/reference.jsonl) and held against the engine's counts
 (judge/reference.py) with the run's own gate settings. No baseline is involved: exit 1 when the engine accepts
-significantly less than its weights say (`engine-below-reference`), 0 otherwise (warnings shown), 2 for a run
-or a pair the reference does not model.
+significantly less than its weights say (`engine-below-reference`) or when its prompts stop counting exactly
+what the weights say where a cell of the reference build counts every prompt exactly (`exactness-lost`), 0
+otherwise (warnings shown), 2 for a run or a pair the reference does not model.
 
 The replay needs torch and transformers (they come with vllm); they are imported only once the options and
 the run have been checked, so a bad invocation fails in a second.
@@ -83,22 +84,9 @@ def reference_cmd(
 
 
 def _replay(run: Run, options: ReferenceOptions) -> ReferenceFile:
-    """The replay with a progress bar on stderr (stdout stays the verdict's, --json included)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """The replay with its progress bar on stderr (stdout stays the verdict's, --json included)."""
+    from mtpbench.cli.progress import replay_bar
     from mtpbench.reference.compute import compute_reference
 
-    with Progress(
-        TextColumn("replaying from the weights"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("replay", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with replay_bar(err_console) as progress:
         return compute_reference(run, options, progress)

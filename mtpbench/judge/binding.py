@@ -5,8 +5,15 @@ The worker stores the probe's table in each repeat's cell_end record (`patch_obs
 read back per cell (`bindings_from`, from the evidence stage's typed cell metadata), folded into a layer ×
 group grid for the report, and judged:
 - `metadata-binding` (FAIL, exit 1): some draft layer consumed another group's metadata (or metadata of no
-  group of its step) in some draft step: which layer, its type, the group it read, the group it should have
-  read, in how many steps and under which PYTHONHASHSEEDs; the layers bound correctly are listed too;
+  group of its step) in some draft step, or "its own" metadata holding another group's block table, or read
+  the KV of a target layer other than the one Gemma4 MTP defines for it: which layer, its type, the group (or
+  target layer) it read, the one it should have read, in how many steps and under which PYTHONHASHSEEDs; the
+  layers bound correctly are listed too, and which target layer's KV each draft layer read.
+
+The KV a draft layer should read is the model's definition, not the proposer's: each Gemma4 MTP draft layer
+reads the KV of the last target layer of its own attention type that owns its KV (not KV-shared itself), as
+transformers' Gemma4 computes it (`return_shared_kv_states`, which the reference replay uses:
+mtpbench/reference/replay.py) and as vLLM 0.32's gemma4.py `_setup_gemma4_kv_sharing` documents it.
 - `metadata-binding-unobserved` (WARN): the probe was applied but recorded no draft step in some repeat,
   so nothing was verified there;
 - `fix-verification` (INFO / WARN): for a cell whose variant applied a shipped fix, whether the probe shows
@@ -23,7 +30,13 @@ from typing import Any
 from mtpbench.fixes.status import is_fix
 from mtpbench.judge.evidence import CellMeta
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
-from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, LayerBinding, MetadataBinding
+from mtpbench.judge.findings_probes import (
+    BindingUnobserved,
+    FixVerification,
+    KvRead,
+    LayerBinding,
+    MetadataBinding,
+)
 
 PROBE = "metadata-binding"
 UNIDENTIFIED = "unidentified"
@@ -35,15 +48,34 @@ class RepeatBinding:
     hash_seed: int | None
     proposes: int
     groups: list[dict[str, Any]]  # {"id", "type", "layers"}
-    layers: dict[str, dict[str, Any]]  # name -> {"own_group", "type", "steps": [{group: count}]}
+    # name -> {"own_group", "type", "steps": [{group: count}], "layer_type", "tables": [{group: count}],
+    # "kv": {target layer: count}}; the last three only in records of the probe since issue 34.
+    layers: dict[str, dict[str, Any]]
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)  # target layer -> {"type", "owns_kv"}
 
     def reads(self, layer: str) -> dict[str, int]:
-        """Group (as str) -> draft steps in which `layer` read it, over all draft positions."""
-        out: dict[str, int] = {}
-        for step in self.layers.get(layer, {}).get("steps") or []:
-            for group, n in step.items():
-                out[str(group)] = out.get(str(group), 0) + int(n)
-        return out
+        """Group (as str) -> draft steps in which `layer` read its metadata, over all draft positions."""
+        return _summed(self.layers.get(layer, {}).get("steps") or [])
+
+    def table_reads(self, layer: str) -> dict[str, int]:
+        """Group (as str) -> draft steps in which `layer`'s metadata held that group's true block table."""
+        return _summed(self.layers.get(layer, {}).get("tables") or [])
+
+    def kv_reads(self, layer: str) -> dict[str, int]:
+        """Target layer -> draft steps in which `layer` read its KV."""
+        return dict(self.layers.get(layer, {}).get("kv") or {})
+
+    def own_type(self, layer: str) -> str:
+        """The draft layer's own attention type: its module's where recorded (a fault can move a layer into
+        another type's group), else its group's."""
+        info = self.layers.get(layer, {})
+        return str(info.get("layer_type") or info.get("type") or "")
+
+    def expected_kv(self, layer: str) -> str | None:
+        """The last target layer of the draft layer's own type that owns its KV (the model's definition)."""
+        kind = self.own_type(layer)
+        owners = [n for n, t in self.targets.items() if t.get("owns_kv") and t.get("type") == kind]
+        return max(owners, key=_layer_key) if owners else None
 
     @property
     def observed(self) -> bool:
@@ -111,6 +143,9 @@ class CellBinding:
                     "type": self.own(name)[1],
                     "reads": self.grid().get(name, {}),
                     "steps_by_seed": {str(r.hash_seed): r.layers.get(name, {}).get("steps", []) for r in self.repeats},
+                    "tables_by_seed": {str(r.hash_seed): r.table_reads(name) for r in self.repeats},
+                    "kv_by_seed": {str(r.hash_seed): r.kv_reads(name) for r in self.repeats},
+                    "expected_kv": next((r.expected_kv(name) for r in self.repeats if r.targets), None),
                 }
                 for name in self.layers
             ],
@@ -125,7 +160,15 @@ class CellBinding:
             own, _ = self.own(name)
             if set(row) != {str(own)}:
                 return False
-        return True
+        return not _wrong_tables(self) and not _wrong_kv(self)
+
+
+def _summed(steps: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for step in steps:
+        for group, n in step.items():
+            out[str(group)] = out.get(str(group), 0) + int(n)
+    return out
 
 
 def _int_or(text: str) -> int:
@@ -191,15 +234,23 @@ def _parse(repeat: int | None, seed: int | None, obs: Mapping[str, Any]) -> Repe
                 "own_group": int(v["own_group"]),
                 "type": str(v.get("type", "")),
                 "steps": [{str(g): int(n) for g, n in step.items()} for step in v.get("steps") or []],
+                "layer_type": str(v["layer_type"]) if v.get("layer_type") else None,
+                "tables": [{str(g): int(n) for g, n in step.items()} for step in v.get("tables") or []],
+                "kv": {str(t): int(n) for t, n in (v.get("kv") or {}).items()},
             }
             for name, v in (obs.get("layers") or {}).items()
+        }
+        targets = {
+            str(name): {"type": str(t.get("type", "")), "owns_kv": bool(t.get("owns_kv"))}
+            for name, t in (obs.get("targets") or {}).items()
         }
         proposes = int(obs.get("proposes") or 0)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    if any(n < 0 for v in layers.values() for step in v["steps"] for n in step.values()):
+    counts = [n for v in layers.values() for step in v["steps"] + v["tables"] for n in step.values()]
+    if any(n < 0 for n in counts + [n for v in layers.values() for n in v["kv"].values()]):
         return None
-    return RepeatBinding(repeat, seed, proposes, groups, layers)
+    return RepeatBinding(repeat, seed, proposes, groups, layers, targets)
 
 
 def _wrong(b: CellBinding) -> list[LayerBinding]:
@@ -228,22 +279,110 @@ def _wrong(b: CellBinding) -> list[LayerBinding]:
     return wrong
 
 
+def _wrong_tables(b: CellBinding) -> list[LayerBinding]:
+    """One entry per repeat, layer and group whose block table it read instead of its own group's."""
+    wrong: list[LayerBinding] = []
+    types = {str(g): t for g, t in b.groups}
+    for r in b.repeats:
+        for name in b.layers:
+            own, kind = b.own(name)
+            reads = r.table_reads(name)
+            ran = sum(reads.values())
+            handed = r.reads(name)
+            for g, n in sorted(reads.items(), key=lambda kv: -kv[1]):
+                # Another group's table inside that group's own metadata object is the metadata misread
+                # (said once, by _wrong); the block-table finding is a table that is not its object's group's.
+                if g != str(own) and g not in handed:
+                    wrong.append(
+                        LayerBinding(
+                            layer=name,
+                            type=kind,
+                            own_group=own if own is not None else -1,
+                            read_group=g,
+                            read_type=types.get(g) or None,
+                            steps=n,
+                            of_steps=ran,
+                            hash_seeds=[r.hash_seed],
+                            via="block-table",
+                        )
+                    )
+    return wrong
+
+
+def _kv_read(r: RepeatBinding, name: str) -> KvRead | None:
+    """Which target layer's KV `name` read most in repeat `r`, beside the one it should read."""
+    reads = r.kv_reads(name)
+    if not reads:
+        return None
+    read, steps = max(reads.items(), key=lambda kv: (kv[1], kv[0]))
+    return KvRead(
+        layer=name,
+        type=r.own_type(name),
+        read=read,
+        read_type=(r.targets.get(read) or {}).get("type"),
+        expected=r.expected_kv(name),
+        steps=steps,
+        of_steps=sum(reads.values()),
+        hash_seeds=[r.hash_seed],
+    )
+
+
+def _wrong_kv(b: CellBinding) -> list[KvRead]:
+    """One entry per repeat and draft layer that read any target layer's KV but the expected one."""
+    wrong: list[KvRead] = []
+    for r in b.repeats:
+        if not r.targets:
+            continue  # a record of the probe before issue 34: nothing to hold the KV against
+        for name in b.layers:
+            expected = r.expected_kv(name)
+            for read, n in sorted(r.kv_reads(name).items(), key=lambda kv: -kv[1]):
+                if read != expected:
+                    wrong.append(
+                        KvRead(
+                            layer=name,
+                            type=r.own_type(name),
+                            read=read,
+                            read_type=(r.targets.get(read) or {}).get("type"),
+                            expected=expected,
+                            steps=n,
+                            of_steps=sum(r.kv_reads(name).values()),
+                            hash_seeds=[r.hash_seed],
+                        )
+                    )
+    return wrong
+
+
 def binding_findings(bindings: Mapping[str, CellBinding]) -> list[Finding]:
     out: list[Finding] = []
     for cell, b in bindings.items():
         seeds = [r.hash_seed for r in b.repeats]
         if b.repeats:
-            wrong = _wrong(b)
-            if wrong:
-                bad = {w.layer for w in wrong}
+            wrong = _wrong(b) + _wrong_tables(b)
+            kv_wrong = _wrong_kv(b)
+            if wrong or kv_wrong:
+                bad = {w.layer for w in wrong} | {w.layer for w in kv_wrong}
+                first = b.repeats[0]
+                kv_reads = [k for k in (_kv_read(first, n) for n in b.layers) if k is not None]
                 payload = MetadataBinding(
                     wrong=wrong,
                     layers=b.layers,
                     correct=[n for n in b.layers if n not in bad],
                     repeats=len(b.repeats),
                     hash_seeds=seeds,
+                    kv_wrong=kv_wrong,
+                    kv_reads=kv_reads,
                 )
-                out.append(Finding(Kind.METADATA_BINDING, Severity.FAIL, cell, Cause.WRONG_GROUP_METADATA, payload))
+                # The cause of the first kind of misreading, in the order a reader should fix them: a layer
+                # handed another group's metadata, then its own metadata with another table, then the KV.
+                vias = {w.via for w in wrong}
+                cause = (
+                    Cause.WRONG_GROUP_METADATA
+                    if "metadata" in vias
+                    else Cause.WRONG_BLOCK_TABLE
+                    if vias
+                    else Cause.WRONG_KV_SHARING
+                )
+                out.append(Finding(Kind.METADATA_BINDING, Severity.FAIL, cell, cause, payload))
         if b.missing:
             why = b.missing[0][2]
             out.append(
@@ -262,7 +401,7 @@ def binding_findings(bindings: Mapping[str, CellBinding]) -> list[Finding]:
                 if b.verified
                 else (
                     "graph-mode"
-                    if b.graph_effective and probed and not _wrong(b)
+                    if b.graph_effective and probed and not (_wrong(b) or _wrong_tables(b) or _wrong_kv(b))
                     else "not-verified"
                     if probed
                     else "no-probe"

@@ -3,7 +3,9 @@ mode or an engine feature the platform ran otherwise), patches that did not appl
 (exact under greedy decoding, a prompt-level permutation test when sampling), every other mode diverging from
 the reference mode (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`; a graph or
 compiled mode is `graph-divergence`, a mode that differs in an engine feature a `mode-divergence` naming it,
-judge/features.py), and text that changed between the cells of a build. `diagnose` makes them all, in the
+judge/features.py), every build against the reference build (build-divergence, and prompt for prompt where
+the reference build repeats itself exactly: exactness-lost, judge/exactness.py), and text that changed
+between the cells of a build. `diagnose` makes them all, in the
 order they are shown; each returns structured findings.
 Nothing here prints.
 """
@@ -26,6 +28,7 @@ from mtpbench.judge.concurrency import level_pairs
 from mtpbench.judge.context import context_decay
 from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
+from mtpbench.judge.exactness import build_exactness
 from mtpbench.judge.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
 from mtpbench.judge.findings import (
     Cause,
@@ -389,7 +392,14 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         out.findings.extend(out.reference.findings)
     # Every build against the reference build, sampled runs too: prompts pair across builds as they do against
     # a baseline, and a release that accepts less is what a release sweep is run to catch (judge/builds.py).
-    out.findings.extend(build_divergences(plan))
+    divergent = build_divergences(plan)
+    out.findings.extend(divergent)
+    if greedy:
+        # Prompt for prompt, where the reference build repeated itself exactly (judge/exactness.py): a cell held
+        # against the weights was judged there, one whose drop build-divergence names is not told twice.
+        held = set() if out.reference is None else {a.cell for a in out.reference.cells}
+        named = {f.cell for f in divergent if f.kind == Kind.BUILD_DIVERGENCE and f.severity == Severity.FAIL}
+        out.findings.extend(build_exactness(plan.build_pairs, gate.tolerance_al_pct, held | named))
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return out

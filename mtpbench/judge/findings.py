@@ -126,6 +126,9 @@ class Kind(ExitCodedKind):
     REFERENCE_DISAGREEMENT = "reference-disagreement", ExitCode.REGRESSION
     # Never FAIL today (WARN), as text-changed: the target's numerics, not the drafter's acceptance.
     REFERENCE_TEXT_DIFFERS = "reference-text-differs", ExitCode.REGRESSION
+    # Prompts that stopped counting exactly what the weights (or the reference build) count, where the run showed
+    # its platform exact (judge/exactness.py): an engine-side bug however small the pooled change.
+    EXACTNESS_LOST = "exactness-lost", ExitCode.REGRESSION
 
 
 class Cause(str, Enum):
@@ -161,11 +164,14 @@ class Cause(str, Enum):
     IN_PROCESS_STATE = "in-process-state"  # state one engine carries across requests (caches, counters)
     ENGINE_STALLED = "engine-stalled"
     WRONG_GROUP_METADATA = "wrong-group-metadata"
+    WRONG_BLOCK_TABLE = "wrong-block-table"  # a draft group's own metadata holding another group's block table
+    WRONG_KV_SHARING = "wrong-kv-sharing"  # a draft layer reading another target layer's KV
     PROBE_SAW_NOTHING = "probe-saw-nothing"
     DRAFT_EAGER_FALLBACK = "draft-eager-fallback"
     UPSTREAM_TOLERANCE = "upstream-tolerance"
     ENGINE_BELOW_WEIGHTS = "engine-below-weights"  # the engine drafts or verifies other than its weights say
     COUNTERS_OR_REFERENCE = "counters-or-reference"  # the counters, or a proposer detail the reference lacks
+    INEXACT_DRAFT_PATH = "inexact-draft-path"  # on a platform shown exact, some steps draft or verify otherwise
 
 
 # --- payloads ------------------------------------------------------------------------------------------------

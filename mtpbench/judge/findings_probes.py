@@ -4,7 +4,7 @@ names them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mtpbench.judge.findings import Payload
 
@@ -21,6 +21,23 @@ class LayerBinding:
     steps: int  # draft steps (summed over draft positions) in which it read `read_group`
     of_steps: int  # draft steps it ran in that repeat
     hash_seeds: list[int | None]  # the repeat's PYTHONHASHSEED
+    # What was wrong: "metadata" (the layer was handed another group's metadata object) or "block-table" (its
+    # metadata held another group's block table: `read_group` is the group whose true table it was).
+    via: str = "metadata"
+
+
+@dataclass(frozen=True)
+class KvRead:
+    """Which target layer's KV one draft layer read in one repeat, and the one Gemma4 MTP defines for it."""
+
+    layer: str
+    type: str  # the draft layer's own attention type (its attention module's)
+    read: str  # the target layer whose KV it read (most steps; "unidentified": no target layer's KV)
+    read_type: str | None  # that target layer's attention type
+    expected: str | None  # the last target layer of the draft layer's type that owns its KV (None: no such layer)
+    steps: int  # draft steps in which it read `read`
+    of_steps: int
+    hash_seeds: list[int | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +49,9 @@ class MetadataBinding(Payload):
     correct: list[str]  # draft layers bound to their own group in every step of every repeat
     repeats: int  # repeats the probe recorded
     hash_seeds: list[int | None]
+    kv_wrong: list[KvRead] = field(default_factory=list)  # draft layers that read another target layer's KV
+    # Which target layer's KV each draft layer read (first repeat's; empty where the probe did not see KV).
+    kv_reads: list[KvRead] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

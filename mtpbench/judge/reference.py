@@ -22,7 +22,10 @@ Under greedy decoding the reference is what a correct engine must count, prompt 
 - `reference-text-differs` (warning): prompts whose engine text (output sha256) differs from the target's
   greedy text as the reference regenerated it: numerics of the target, not of the drafter. Their counts are
   still held against the reference in the pooled checks (acceptance should match in expectation), but they
-  are left out of the exact-match share and the token accounting (they produced other text).
+  are left out of the exact-match share and the token accounting (they produced other text);
+- `exactness-lost` (exit 1, judge/exactness.py): prompts that stopped counting exactly what the weights say,
+  where a cell of the reference build counted every prompt exactly (the platform shown exact), however small
+  the pooled change; a cell already below the reference is not told twice.
 
 What numerics alone do was measured on the embedded pair (docs/reference.md): vLLM-CPU's float32 eager and
 compiled cells match the reference on every prompt, so on that platform any deviation is beyond numerics.
@@ -38,8 +41,11 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import ExitCode, combine_exit_codes
+from mtpbench.judge.builds import reference_build
 from mtpbench.judge.evidence import CellResult, Evidence
+from mtpbench.judge.exactness import ANCHOR_MIN_PROMPTS, NAMED_PROMPTS, WEIGHTS_FLOOR, al_change_pct, lost
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
+from mtpbench.judge.findings_exactness import AGAINST_WEIGHTS, ExactnessLost
 from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers, Unbalanced
 from mtpbench.judge.stats import Estimate, lower_bound, paired_diff
 from mtpbench.specs import GateSpec
@@ -98,6 +104,11 @@ class CellAgreement:
     fewer: list[str] = field(default_factory=list)  # prompts accepting fewer drafts than the weights say
     more: list[str] = field(default_factory=list)
     unbalanced: list[Unbalanced] = field(default_factory=list)
+    build: str = ""
+    repeats: int = 0  # complete repeats held
+    same_text_prompts: list[str] = field(default_factory=list)  # the reference's text on every repeat
+    # Of those, the prompts whose counts differ from the reference's on some repeat, the largest losses first.
+    inexact_prompts: list[str] = field(default_factory=list)
 
     @property
     def exact_share(self) -> float | None:
@@ -210,6 +221,11 @@ def _cell(
         reference_drafts=int(r_drafts.sum()),
     )
     agreement.text_differs = [(int(rep), p) for rep, p, s in zip(repeats, pids, same, strict=True) if not s]
+    agreement.build = c.build
+    agreement.repeats = len({int(x) for x in repeats})
+    agreement.same_text_prompts, agreement.inexact_prompts = _exactness(
+        pids, same, exact, (e_acc, e_drafts), (r_acc, r_drafts)
+    )
     # Fewer / more accepted drafts than the weights say, per prompt over its repeats (AL per draft step).
     agreement.fewer, agreement.more = _directions(prompt_codes, names, (e_acc, e_drafts), (r_acc, r_drafts))
     # Token accounting (same text only: N is then the reference's). A lookup method decodes a token with no
@@ -276,6 +292,33 @@ def _directions(
     return fewer, more
 
 
+def _exactness(
+    pids: list[str],
+    same: np.ndarray,
+    exact: np.ndarray,
+    engine: tuple[np.ndarray, np.ndarray],
+    weights: tuple[np.ndarray, np.ndarray],
+) -> tuple[list[str], list[str]]:
+    """The prompts with the reference's text on every repeat, and of those the ones whose counts differ on some
+    repeat, the largest loss of accepted tokens per draft step first (ties by prompt id)."""
+    same_all: dict[str, bool] = {}
+    exact_all: dict[str, bool] = {}
+    sums: dict[str, np.ndarray] = {}
+    for i, p in enumerate(pids):
+        same_all[p] = same_all.get(p, True) and bool(same[i])
+        exact_all[p] = exact_all.get(p, True) and bool(exact[i])
+        row = np.array([engine[0][i], engine[1][i], weights[0][i], weights[1][i]], dtype=float)
+        sums[p] = sums.get(p, np.zeros(4)) + row
+
+    def loss(p: str) -> float:
+        e_acc, e_drafts, r_acc, r_drafts = sums[p]
+        return (e_acc / e_drafts if e_drafts else 0.0) - (r_acc / r_drafts if r_drafts else 0.0)
+
+    same_text = [p for p in same_all if same_all[p]]
+    inexact = sorted((p for p in same_text if not exact_all[p]), key=lambda p: (loss(p), p))
+    return same_text, inexact
+
+
 def _repeat_checks(
     k: int,
     rep: int | None,
@@ -329,20 +372,26 @@ def hold(
     tolerance_pts: float = 5.0,
     tolerance_al_pct: float = 5.0,
     confidence: float = 0.95,
+    anchor_build: str | None = None,
 ) -> ReferenceComparison:
-    """Every cell's counts against the reference; the findings their checks support."""
+    """Every cell's counts against the reference; the findings their checks support. `anchor_build`: the build
+    whose exact cells make an inexact prompt evidence (the run's reference build; None: the first build held)."""
     by_cell = ref.by_cell()
     held = [c for c in cells if not c.counters_only and c.cell in by_cell and len(c.observations)]
     not_held = [c.cell for c in cells if c not in held]
     alpha = false_alarm / max(1, len(held) * (k + 1))
     skips = str(ref.replayed.get("method") or "mtp") in UNDRAFTED_STEP_METHODS
     agreements = [_cell(c, by_cell[c.cell], k, tolerance_pts, tolerance_al_pct, alpha, confidence, skips) for c in held]
+    findings = [f for a in agreements for f in _findings(a, tolerance_pts, tolerance_al_pct)]
+    below = {f.cell for f in findings if f.kind == Kind.ENGINE_BELOW_REFERENCE}
+    anchor = anchor_build if anchor_build is not None else next((a.build for a in agreements), None)
+    findings.extend(_exactness_lost(agreements, anchor, below, tolerance_al_pct))
     return ReferenceComparison(
         run_id=run_id,
         session=ref.session,
         replayed=dict(ref.replayed),
         cells=agreements,
-        findings=[f for a in agreements for f in _findings(a, tolerance_pts, tolerance_al_pct)],
+        findings=findings,
         not_held=not_held,
         false_alarm=false_alarm,
         tolerance_pts=tolerance_pts,
@@ -400,6 +449,60 @@ def _findings(a: CellAgreement, tolerance_pts: float, tolerance_al_pct: float) -
     return out
 
 
+def _anchors(agreements: list[CellAgreement], build: str | None) -> list[CellAgreement]:
+    """The cells of `build` that counted exactly what the weights say on every prompt and repeat (the platform
+    shown exact on this pair: judge/exactness.py)."""
+    return [
+        a
+        for a in agreements
+        if a.build == build
+        and a.prompts >= ANCHOR_MIN_PROMPTS
+        and a.exact == a.observations
+        and a.same_text == a.observations
+    ]
+
+
+def _exactness_lost(
+    agreements: list[CellAgreement], anchor_build: str | None, skip: set[str], tolerance_al_pct: float
+) -> list[Finding]:
+    """Each cell whose prompts stopped counting what the weights say, held where an anchor shows the platform
+    exact (the anchor of the same mode and variant first); a cell in `skip` (below the reference) is not told
+    twice."""
+    anchors = _anchors(agreements, anchor_build)
+    out: list[Finding] = []
+    for a in agreements:
+        others = [x for x in anchors if x is not a]
+        if a.cell in skip or not others:
+            continue
+        anchor = min(others, key=lambda x: (x.mode != a.mode or x.variant != a.variant, x.mode != a.mode))
+        compared = [p for p in a.same_text_prompts if p in set(anchor.same_text_prompts)]
+        inexact = [p for p in a.inexact_prompts if p in set(compared)]
+        if len(inexact) < WEIGHTS_FLOOR:
+            continue
+        al = next((c for c in a.pooled() if c.position == AL), None)
+        engine_al = None if al is None else al.engine
+        reference_al = None if al is None else al.reference
+        payload = ExactnessLost(
+            against=AGAINST_WEIGHTS,
+            build=a.build,
+            reference_build=anchor.build,
+            anchor=anchor.cell,
+            anchor_prompts=anchor.prompts,
+            anchor_repeats=anchor.repeats,
+            prompts=len(compared),
+            inexact=len(inexact),
+            differing=inexact[:NAMED_PROMPTS],
+            fewer=sum(p in set(a.fewer) for p in inexact),
+            engine_al=engine_al,
+            reference_al=reference_al,
+            al_change_pct=al_change_pct(engine_al, reference_al),
+            tolerance_al_pct=tolerance_al_pct,
+            floor=WEIGHTS_FLOOR,
+        )
+        out.append(lost(a.cell, payload))
+    return out
+
+
 def hold_run(evidence: Evidence, ref: ReferenceFile, gate: GateSpec) -> ReferenceComparison:
     """The run's cells against `ref` under the gate's settings: the one judging of a reference, whether
     `mtpbench reference` has just replayed it or `show`, `compare`, `report` and `run` read it stored."""
@@ -413,6 +516,7 @@ def hold_run(evidence: Evidence, ref: ReferenceFile, gate: GateSpec) -> Referenc
         tolerance_pts=gate.tolerance_pts,
         tolerance_al_pct=gate.tolerance_al_pct,
         confidence=gate.confidence,
+        anchor_build=reference_build(run.typed.config, evidence.cells),
     )
 
 

@@ -1,6 +1,6 @@
 """Pure statistics: raw speculative-decoding counts → rates, acceptance length, intervals, tests and power.
 
-Semantics are vLLM's (see DESIGN.md): per-position acceptance (unconditional) = accepted_per_pos[i] /
+Semantics are vLLM's (see docs/verdicts.md): per-position acceptance (unconditional) = accepted_per_pos[i] /
 num_drafts; conditional rate = accepted_per_pos[i] / accepted_per_pos[i-1]; mean acceptance =
 num_accepted_tokens / num_draft_tokens; avg accepted = num_accepted_tokens / num_drafts; AL = 1 + that.
 

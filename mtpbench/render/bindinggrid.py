@@ -15,6 +15,7 @@ from mtpbench.render.words.probes import (
     attn_type_text,
     binding_verdict,
     layer_label,
+    target_label,
 )
 
 CSS = """
@@ -33,6 +34,27 @@ def _reads(steps: list[dict[str, int]]) -> dict[str, int]:
         for g, n in step.items():
             out[str(g)] = out.get(str(g), 0) + int(n)
     return out
+
+
+def _merged(by_seed: dict[str, dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for reads in by_seed.values():
+        for key, n in reads.items():
+            out[key] = out.get(key, 0) + int(n)
+    return out
+
+
+def _inputs(layer: dict[str, Any]) -> str:
+    """The block table and the KV the layer read (all repeats): red where not its own group's / the expected."""
+    own = str(layer.get("own_group"))
+    tables = _merged(layer.get("tables_by_seed") or {})
+    kv = _merged(layer.get("kv_by_seed") or {})
+    expected = layer.get("expected_kv")
+    table_text = ", ".join(f"group {g}: {n}" for g, n in tables.items()) or "·"
+    kv_text = ", ".join(f"{target_label(t)}: {n}" for t, n in kv.items()) or "·"
+    table_cls = "bad" if any(g != own for g in tables) else ("good" if tables else "")
+    kv_cls = "bad" if expected and any(t != expected for t in kv) else ("good" if kv else "")
+    return f'<td class="{table_cls}">{_e(table_text)}</td><td class="{kv_cls}">{_e(kv_text)}</td>'
 
 
 def _grid(cell: str, doc: dict[str, Any]) -> str:
@@ -57,11 +79,13 @@ def _grid(cell: str, doc: dict[str, Any]) -> str:
                     cls.append("good" if gid == own else "bad")
                 tds.append(f'<td class="{" ".join(cls)}">{n or "·"}</td>')
         label = f"{layer_label(str(layer.get('layer')))} ({attn_type_text(layer.get('type'))}, group {own})"
-        rows.append(f'<tr><td class="l">{_e(label)}</td>{"".join(tds)}</tr>')
+        rows.append(f'<tr><td class="l">{_e(label)}</td>{"".join(tds)}{_inputs(layer)}</tr>')
     verdict = binding_verdict(bool(doc.get("verified")), ", ".join(seeds), bool(doc.get("graph_effective")))
     return (
         f"<h3><code>{_e(cell)}</code>: {_e(verdict)}</h3>"
-        f'<table class="binding"><tr><th class="l" rowspan="2">draft layer</th>{top}</tr><tr>{head}</tr>'
+        f'<table class="binding"><tr><th class="l" rowspan="2">draft layer</th>{top}'
+        '<th rowspan="2">block table read</th><th rowspan="2">KV read</th></tr>'
+        f"<tr>{head}</tr>"
         f"{''.join(rows)}</table>"
     )
 

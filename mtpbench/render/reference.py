@@ -122,13 +122,16 @@ def summary_line(cmp: ReferenceComparison) -> str:
     exact = sum(a.exact for a in cmp.cells)
     obs = sum(a.observations for a in cmp.cells)
     below = [f.cell for f in cmp.findings if f.kind == Kind.ENGINE_BELOW_REFERENCE]
-    head = "FAIL" if below else "PASS"
+    inexact = [f.cell for f in cmp.findings if f.kind == Kind.EXACTNESS_LOST]
+    head = "FAIL" if below or inexact else "PASS"
     text = (
         f"{head}: {exact} of {same} prompt observations with the reference's text count exactly what the weights say "
         f"({obs} held, {len(cmp.cells)} cell(s))"
     )
     if below:
         text += f"; engine below the reference in {', '.join(below)}"
+    if inexact:
+        text += f"; prompts no longer exact in {', '.join(inexact)}"
     if cmp.not_held:
         text += f"; not held: {', '.join(cmp.not_held)}"
     return text + f" (exit {int(cmp.exit_code)})"

@@ -53,12 +53,13 @@ def resolve_build(
     root: Path | None = None,
     installer: Installer | None = None,
     on_step: Progress | None = None,
+    on_output: Progress | None = None,
 ) -> tuple[BuildSpec, Provisioned | None]:
     """`spec` with its interpreter settled: a requirements build provisioned (or found in the cache) and
     given its `provisioned` entry; any other build as it is."""
     if not spec.from_pins:
         return spec, None
-    done = provision(name, spec, root=root, installer=installer, on_step=on_step)
+    done = provision(name, spec, root=root, installer=installer, on_step=on_step, on_output=on_output)
     entry = ProvisionedSpec(python=str(done.python), key=done.key, vllm=done.vllm)
     return spec.model_copy(update={"provisioned": entry}), done
 
@@ -70,6 +71,7 @@ def resolve_builds(
     root: Path | None = None,
     installer: Installer | None = None,
     on_step: Progress | None = None,
+    on_output: Progress | None = None,
 ) -> tuple[ExperimentConfig, list[Provisioned]]:
     """A copy of `cfg` whose requirements builds (those in `only`, when given: a run limited with --build
     installs nothing else) carry their environment, and what was provisioned, in the config's order."""
@@ -80,7 +82,9 @@ def resolve_builds(
         if wanted is not None and name not in wanted:
             builds[name] = spec
             continue
-        resolved, provisioned = resolve_build(name, spec, root=root, installer=installer, on_step=on_step)
+        resolved, provisioned = resolve_build(
+            name, spec, root=root, installer=installer, on_step=on_step, on_output=on_output
+        )
         builds[name] = resolved
         if provisioned is not None:
             done.append(provisioned)

@@ -1,6 +1,7 @@
 """`mtpbench doctor`: what a user checks first — platform and device, the versions of vllm / vllm-ascend /
 torch / torch_npu in the build's interpreter, whether torchvision is a broken CUDA build beside a CPU
-torch, and whether an engine can start (the embedded tiny pair, one short prompt).
+torch, whether an engine can start (the embedded tiny pair, one short prompt), and which installer
+`mtpbench build` will provision builds with (uv in seconds, pip in minutes).
 
 The probe runs in a subprocess of the build's interpreter, which may not have mtpbench's dependencies:
 it is a stdlib-only module (mtpbench/probes/doctor.py) that prints one JSON object; this mtpbench is put
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from mtpbench.probes import doctor as doctor_probe
+from mtpbench.run.installers import Installer
 from mtpbench.run.pythonpath import worker_pythonpath
 
 # The probe runs as `python -m mtpbench.probes.doctor` and prints one line after its MARKER.
@@ -103,6 +106,47 @@ def checks_from_probe(info: dict[str, Any]) -> list[Check]:
     return out
 
 
+def installer_check(installer: Installer) -> Check:
+    """The installer builds are provisioned with (`installers.default_installer()`'s choice): uv is ok, pip a
+    warning with the way to uv (a release takes pip minutes where uv takes seconds, docs/builds.md)."""
+    version = installer.version()
+    if installer.kind == "uv":
+        return Check("installer", "ok", f"builds are provisioned with {version} ({installer.argv[0]})")
+    return Check(
+        "installer",
+        "warn",
+        f"builds are provisioned with {version}, in minutes: no uv beside {sys.executable} or on PATH "
+        "(`pip install uv` into this environment; `make run` installs it)",
+    )
+
+
+def ray_cluster_check(address: str) -> Check:
+    """The Ray cluster a run would join, looked at without joining it: its GCS answering, demanding a token,
+    reachable beyond loopback (run/rayauth.py). `warn` is the run's own warning line about it."""
+    import importlib.util
+
+    from mtpbench.run import rayauth
+    from mtpbench.run.raycluster import host_port
+
+    if importlib.util.find_spec("ray") is None:
+        return Check("ray cluster", "warn", f"{address}: Ray is not installed here (pip install 'mtpbench[ray]')")
+    host_and_port = host_port(address)
+    if host_and_port is None:
+        return Check("ray cluster", "info", f"{address}: not HOST:PORT, only Ray resolves it; not looked at")
+    try:
+        with socket.create_connection(host_and_port, timeout=rayauth.PROBE_S):
+            pass
+    except OSError as exc:
+        return Check("ray cluster", "warn", f"{address}: does not answer ({exc.strerror or exc})")
+    safety = rayauth.assess(address, *host_and_port)
+    warning = safety.warning()
+    if warning is not None:
+        return Check("ray cluster", "warn", warning)
+    if safety.demands_token is None:
+        return Check("ray cluster", "warn", f"{address}: answers, but not as a Ray GCS")
+    return Check("ray cluster", "ok", f"{address}: token authentication on, GCS on loopback")
+
+
 def device_pool_text(info: dict[str, Any]) -> str:
     """What `run --jobs N` would use as its device pool on this interpreter (see devices.py)."""
     t = info.get("torch") or {}
@@ -114,6 +158,6 @@ def device_pool_text(info: dict[str, Any]) -> str:
         return f"{t['count']} device(s) {ids} ({src}); --jobs binds each worker through {var}"
     cpus = info.get("usable_cpus") or []
     return (
-        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N splits them into "
-        "N core sets, one per worker, through VLLM_CPU_OMP_THREADS_BIND"
+        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N gives each worker "
+        "its share as OpenMP threads, unpinned (VLLM_CPU_OMP_THREADS_BIND=nobind, OMP_NUM_THREADS)"
     )

@@ -5,12 +5,17 @@ machine's (`python -m pip config list`: index, extra indexes, find-links, constr
 timeout, as pip merges its files and PIP_* variables) is read here and passed on to it; pip reads its own.
 A failed install is told apart as a pin no index can satisfy (bad input) or a failure of the network, the
 disk or the installer, from the installer's own words, and shortened to one line of them.
+
+The Makefile makes the project's own venv through this file too (`main`, run as a script before anything
+but pip and uv is installed there), so the project and its builds are installed the same way: the module
+imports nothing but the standard library.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -163,6 +168,12 @@ class Installer:
                 str(python),
                 "--index-strategy",
                 "unsafe-best-match",
+                # uv's default links files from its cache by hard link: an in-place edit in one environment
+                # (a post_install patch script, a hand edit) then changed uv's cache and every environment of
+                # the same pin (issue 34). A copy isolates them. Not `clone`: uv 0.13.9 falls back to a hard
+                # link where the filesystem has no reflinks (ext4). pip extracts wheels, so it copies anyway.
+                "--link-mode",
+                "copy",
                 *self.settings.uv_args(),
                 *extra,
                 *requirements,
@@ -259,6 +270,24 @@ def classify_failure(output: str) -> Literal["bad-pin", "install-failed"]:
     return "bad-pin" if _BAD_PIN.search(output) else "install-failed"
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The project's own venv (the Makefile)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -I mtpbench/run/installers.py ARG...`: install ARGs (requirements and the installer's options,
+    e.g. `-e .[cpu,plot]`) into this interpreter's environment with `default_installer()`, the command shown
+    first. Run as a file with -I (no package import, no script folder on the path): the venv has no mtpbench
+    dependencies yet, and this folder's bisect.py would stand for the standard library's."""
+    installer = default_installer()
+    if not argv:
+        print("usage: python -I mtpbench/run/installers.py REQUIREMENT-OR-OPTION...", file=sys.stderr)
+        return 2
+    command = installer.install(Path(sys.executable), list(argv), None)
+    print(f"{installer.kind}: {shlex.join(command)}", file=sys.stderr, flush=True)
+    return subprocess.run(command, env=installer.env(), check=False).returncode
+
+
 __all__ = [
     "Installer",
     "PipSettings",
@@ -266,6 +295,11 @@ __all__ = [
     "default_installer",
     "failure_reason",
     "find_uv",
+    "main",
     "parse_pip_config",
     "pip_settings",
 ]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

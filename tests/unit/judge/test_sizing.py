@@ -92,7 +92,7 @@ PUBLISHED = ROOT / "baselines" / "gemma4-mtp-v0.26.0rc1.yaml"
 
 
 def test_size_agrees_with_the_benchmark_at_40_and_150_prompts() -> None:
-    # benchmarks/gate-power-report.md (bursty, the default two-cell run): the tiny pair at 40 prompts fails
+    # benchmarks/reports/gate_power.md (bursty, the default two-cell run): the tiny pair at 40 prompts fails
     # a quarter of harmless runs and at 80 misses the goals, at 150 it meets them. Issue 30: `size` of the
     # 40-prompt baseline said 37 suffice (the between-prompt spread alone, AL only).
     for path, lo, hi in ((TINY, 81, 150), (HUMANEVAL, 81, 150)):

