@@ -60,7 +60,8 @@ def reference_cmd(
     else:
         raw = run.manifest.get("config") or {}
         # The pair is checked before torch is imported: an architecture it does not model is one line, at once.
-        check_pair(target or raw.get("model") or "", drafter or (raw.get("speculative") or {}).get("model"))
+        spec = raw.get("speculative") or {}
+        check_pair(target or raw.get("model") or "", drafter or spec.get("model"), str(spec.get("method") or ""))
         options = ReferenceOptions(
             device=device,
             threads=threads,

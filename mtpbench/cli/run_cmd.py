@@ -247,7 +247,7 @@ def _run(
         from mtpbench.reference.pair import check_pair
 
         # A pair the reference does not model is refused now, not after minutes of engines.
-        check_pair(cfg.model, cfg.speculative.model)
+        check_pair(cfg.model, cfg.speculative.model, cfg.speculative.method)
     _need_ray(opts.executor or cfg.executor)
     ensure_out_dir(out)
     # The one place builds from pins get their environments (cached, or installed now: one line per step).

@@ -52,6 +52,9 @@ from mtpbench.specs import GateSpec
 from mtpbench.store.reference import ReferenceFile, ReferencePrompt, read_reference
 
 AL = -1  # the `position` of the acceptance-length check
+# Methods whose proposer may propose nothing for a step (vLLM 0.32 `ngram_proposer.py` lines 285-287: no
+# match, no draft; suffix decoding likewise): the step decodes one token and is no draft step.
+UNDRAFTED_STEP_METHODS = frozenset({"ngram", "suffix"})
 
 
 @dataclass(frozen=True)
@@ -171,8 +174,16 @@ def _cluster(prompt: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _cell(
-    c: CellResult, ref: dict[str, ReferencePrompt], k: int, tol_pts: float, tol_al_pct: float, alpha: float, conf: float
+    c: CellResult,
+    ref: dict[str, ReferencePrompt],
+    k: int,
+    tol_pts: float,
+    tol_al_pct: float,
+    alpha: float,
+    conf: float,
+    skips: bool = False,
 ) -> CellAgreement:
+    """One cell against the reference; `skips`: the method may decode a step with no draft (a lookup)."""
     obs = c.observations
     names = c.prompt_names
     pos_cols = [f"a{i}" for i in range(k)]
@@ -217,10 +228,11 @@ def _cell(
     )
     # Fewer / more accepted drafts than the weights say, per prompt over its repeats (AL per draft step).
     agreement.fewer, agreement.more = _directions(prompt_codes, names, (e_acc, e_drafts), (r_acc, r_drafts))
-    # Token accounting (same text only: N is then the reference's).
+    # Token accounting (same text only: N is then the reference's). A lookup method decodes a token with no
+    # draft where its lookup finds nothing, so there only the upper bound holds.
     gen = np.array([r.num_generated_tokens for r in refs], dtype=float)
     slack = e_acc + e_drafts + 1 - gen
-    bad = same & ((slack < 0) | (slack > k))
+    bad = same & (((slack < 0) & (not skips)) | (slack > k))
     agreement.unbalanced = [
         Unbalanced(p, int(rep), int(n), int(d), int(a))
         for p, rep, n, d, a, b in zip(pids, repeats, gen, e_drafts, e_acc, bad, strict=True)
@@ -370,8 +382,9 @@ def hold(
     # A k sweep's cell is held at its own k (its evidence's width); every other run's cells all have `k`.
     ks = {c.cell: c.evidence.k or k for c in held}
     alpha = false_alarm / max(1, sum(ks[c.cell] + 1 for c in held))
+    skips = str(ref.replayed.get("method") or "mtp") in UNDRAFTED_STEP_METHODS
     agreements = [
-        _cell(c, by_cell[c.cell], ks[c.cell], tolerance_pts, tolerance_al_pct, alpha, confidence) for c in held
+        _cell(c, by_cell[c.cell], ks[c.cell], tolerance_pts, tolerance_al_pct, alpha, confidence, skips) for c in held
     ]
     findings = [f for a in agreements for f in _findings(a, tolerance_pts, tolerance_al_pct)]
     below = {f.cell for f in findings if f.kind == Kind.ENGINE_BELOW_REFERENCE}

@@ -21,8 +21,9 @@ from typing import Any
 from mtpbench import __version__
 from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
-from mtpbench.reference.pair import check_pair, load_pair, torch_threads
-from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_prompts
+from mtpbench.reference.ngram import lookup_bounds
+from mtpbench.reference.pair import LOOKUP_METHODS, check_pair, load_pair, torch_threads
+from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.reference import ReferenceFile, ReferencePrompt, append_lines, read_reference
 from mtpbench.store.results import Run
@@ -122,7 +123,9 @@ def compute_reference(
     check_run(run)
     raw = run.manifest.get("config") or {}
     spec = raw.get("speculative") or {}
-    info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"))
+    method = str(spec.get("method") or "")
+    info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"), method)
+    lookup = lookup_bounds(dict(spec.get("extra") or {})) if method in LOOKUP_METHODS else None
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
     prompts, chat = _prompts(run)
@@ -142,8 +145,9 @@ def compute_reference(
     import transformers
 
     replayed: dict[str, Any] = {
+        "method": method,
         "target": str(info.target),
-        "drafter": str(info.drafter),
+        "drafter": None if info.drafter is None else str(info.drafter),
         "target_architecture": info.target_architecture,
         "drafter_architecture": info.drafter_architecture,
         "device": options.device,
@@ -154,6 +158,7 @@ def compute_reference(
         "mtpbench": __version__,
         # A k sweep's list of k (each group says its own); a single-k run's one int, as before.
         "k": run.typed.config.speculative.num_speculative_tokens,
+        **({"prompt_lookup": list(lookup)} if lookup else {}),
         "max_tokens": max_tokens,
         "ignore_eos": ignore_eos,
         "groups": [
@@ -173,12 +178,17 @@ def compute_reference(
             tell(ReplayStage.LOADING)
             pair = load_pair(info, num.dtype, options.device)
             ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
-            replays = replay_prompts(
-                pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
-            )
+            if lookup is not None:
+                replays = replay_lookup_prompts(
+                    pair, ids, group_k, max_tokens, lookup, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
+            else:
+                replays = replay_prompts(
+                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
             for index, (pid, _) in enumerate(prompts):
                 if index % options.batch == 0:
-                    # replay_prompts regenerates the next batch's text when it is asked for its first prompt.
+                    # The replay regenerates the next batch's text when it is asked for its first prompt.
                     tell(ReplayStage.REGENERATING, min(options.batch, len(prompts) - index))
                 rep = next(replays)
                 lines = [_line(cell, pid, rep, group_k).to_json(session) for cell in group_cells]

@@ -4,8 +4,9 @@ naming anything else, before torch is imported) and how they are loaded (`load_p
 in the engine's dtype on the chosen torch device), with the stop tokens the engine stops at.
 
 Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`Gemma4ForConditionalGeneration`,
-its language model), and a drafter of model_type `gemma4_assistant`; the weights must be on this host (a
-folder, or the Hugging Face cache for a hub id). Anything else is refused: exit 2, one line.
+its language model), drafting by method `mtp` with a drafter of model_type `gemma4_assistant`, or by method
+`ngram` with no drafter (mtpbench/reference/ngram.py's lookup); the weights must be on this host (a folder,
+or the Hugging Face cache for a hub id). Any other method or architecture is refused: exit 2, one line.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 TARGET_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration"}
 DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
+# The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
+MODEL_METHODS = ("mtp",)
+LOOKUP_METHODS = ("ngram",)
 
 
 @dataclass(frozen=True)
@@ -31,11 +35,12 @@ class PairInfo:
     """What `check_pair` read from the two config.json files."""
 
     target: Path
-    drafter: Path
+    drafter: Path | None  # None: a lookup method (ngram) drafts from the token ids, no model
     target_type: str
     drafter_type: str
     target_architecture: str
     drafter_architecture: str
+    method: str = "mtp"
 
 
 def _local(path: Path) -> Path | None:
@@ -76,8 +81,13 @@ def _architecture(data: dict[str, Any]) -> str:
     return str(archs[0]) if archs else str(data.get("model_type") or "unknown")
 
 
-def check_pair(target: str | Path, drafter: str | Path | None) -> PairInfo:
-    """Refuse, in one line naming it, a pair the reference does not model (exit 2)."""
+def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mtp") -> PairInfo:
+    """Refuse, in one line naming it, a method or pair the reference does not model (exit 2)."""
+    if method not in MODEL_METHODS + LOOKUP_METHODS:
+        raise UserError(
+            f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
+            "(Gemma4 MTP and n-gram lookup); it does not model this method's draft rule"
+        )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     target, t = _config(target, "target")
     t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
@@ -86,6 +96,9 @@ def check_pair(target: str | Path, drafter: str | Path | None) -> PairInfo:
             f"{target}: the reference models Gemma4 targets ({', '.join(sorted(TARGET_TYPES.values()))}); "
             f"this target is {t_arch} (model_type {t_type or 'unset'})"
         )
+    if method in LOOKUP_METHODS:
+        # The lookup needs no drafter; one given is not what the engine drafted with, so it is not read.
+        return PairInfo(target, None, t_type, "", t_arch, method, method)
     if drafter_path is None:
         raise UserError(
             f"{target}: the reference needs a draft model (a gemma4_assistant MTP drafter); the run has none"
@@ -97,18 +110,19 @@ def check_pair(target: str | Path, drafter: str | Path | None) -> PairInfo:
             f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
             f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
         )
-    return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch)
+    return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
 
 
 @dataclass
 class Pair:
-    """The loaded pair: the target's text model and head, the drafter, and how they were loaded."""
+    """The loaded pair: the target's text model and head, the drafter (None for a lookup method), and how
+    they were loaded."""
 
     info: PairInfo
     target: Any  # Gemma4ForCausalLM or Gemma4ForConditionalGeneration
     text: Any  # the target's Gemma4TextModel
     head: Any  # the target's lm_head
-    assistant: Any  # Gemma4AssistantForCausalLM
+    assistant: Any  # Gemma4AssistantForCausalLM, or None (a lookup method drafts with no model)
     tokenizer: Any
     dtype: str
     device: str
@@ -133,7 +147,11 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     transformers_logging.disable_progress_bar()
     try:
         target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
-        assistant = Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
+        assistant = (
+            None
+            if info.drafter is None
+            else Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
+        )
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
     finally:

@@ -20,6 +20,9 @@ A draft step j from p is accepted iff its token equals the target's greedy token
 earlier drafts were: a rejected draft ends the step, so teacher-forcing the true tokens into later steps
 changes no count). Which starts the engine meets is mtpbench/reference/walk.py's.
 
+A lookup method (ngram) has no drafter: `replay_lookup_prompts` regenerates the same greedy text and walks it
+with mtpbench/reference/ngram.py's rule, the target teacher-forced once for its margins.
+
 Which pairs are modelled, and how they are loaded, is mtpbench/reference/pair.py's.
 """
 
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mtpbench.errors import UserError
+from mtpbench.reference.ngram import ngram_walk
 from mtpbench.reference.pair import Pair
 from mtpbench.reference.walk import Walk, walk
 
@@ -274,3 +278,39 @@ def _draft_margin(steps: list[torch.Tensor], w: Walk) -> float:
             out = min(out, float(gaps[j][n - 1]))
         n += accepted + 1
     return out
+
+
+def replay_lookup_prompts(
+    pair: Pair,
+    prompts: Sequence[Sequence[int]],
+    k: int,
+    max_tokens: int,
+    lookup: tuple[int, int],
+    max_model_len: int | None = None,
+    batch: int = 32,
+    *,
+    ignore_eos: bool = False,
+) -> Iterator[PromptReplay]:
+    """Every prompt of an n-gram run replayed, in order: the target's greedy text regenerated in batches,
+    then walked with the lookup's drafts (`lookup`: prompt_lookup_min and max)."""
+    import torch
+
+    min_n, max_n = lookup
+    for i in range(0, len(prompts), batch):
+        chunk = prompts[i : i + batch]
+        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
+        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
+        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
+            p = len(prompt)
+            n, reason = stop_index(stop_ids(pair, ignore_eos), text, max_tokens, room)
+            continuation = list(text[: n + k])
+            w = ngram_walk(prompt, continuation, n, k, min_n, max_n, max_model_len)
+            generated = continuation[:n]
+            ids = torch.tensor([[*prompt, *generated]], dtype=torch.long, device=pair.device)
+            with torch.no_grad():
+                target_logits = pair.head(pair.text(input_ids=ids).last_hidden_state[0])
+            forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
+            mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
+            target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
+            # A lookup's drafts are copies of earlier tokens, not a model's choices: no draft margin.
+            yield PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, float("inf"), mismatches)

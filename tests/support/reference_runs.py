@@ -21,12 +21,18 @@ def write_reference(
     counts: tuple[int, list[int]] | dict[str, tuple[int, list[int]]] = GOOD,
     sha: str = "same",
     session: str = "s1",
+    method: str | None = None,
 ) -> None:
     """One finished session in `run`'s reference.jsonl: every prompt of `cells` with `counts` (or each cell's
     own, a k sweep's cells having other k) and text `sha` (synthetic_runs.write_run records the text of prompt p
     as "same-p")."""
     lines: list[dict[str, object]] = [
-        {"schema": 1, "type": "reference_start", "session": session, "replayed": {"device": "cpu"}}
+        {
+            "schema": 1,
+            "type": "reference_start",
+            "session": session,
+            "replayed": {"device": "cpu", **({"method": method} if method else {})},
+        }
     ]
     for cell in cells:
         drafts, per_pos = counts[cell] if isinstance(counts, dict) else counts

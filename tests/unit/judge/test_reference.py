@@ -93,6 +93,21 @@ def test_counters_that_do_not_add_up_with_the_text_are_a_disagreement(make_run: 
     assert n.unbalanced[0].generated == 128 and n.unbalanced[0].num_drafts == 0
 
 
+def test_a_lookup_methods_undrafted_steps_are_no_accounting_disagreement(make_run: Callable[..., Path]) -> None:
+    # Issue 38: n-gram lookup decodes a token with no draft wherever its lookup finds nothing, so
+    # 60 accepted + 20 drafts + 1 < 128 tokens is a correct engine there (and a broken one for MTP).
+    sparse = (20, [20, 20, 20])
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(sparse)}, baseline=None, method="ngram")
+    write_reference(run, [CELL], counts=sparse, method="ngram")
+    cmp = _hold(run)
+    assert cmp.findings == []
+    assert cmp.cells[0].exact == len(PROMPTS)
+    mtp = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(sparse)}, baseline=None)
+    write_reference(mtp, [CELL], counts=sparse, method="mtp")
+    (f,) = _hold(mtp).findings
+    assert isinstance(f.payload, ReferenceDisagreement) and len(f.payload.unbalanced) == len(PROMPTS)
+
+
 def test_other_text_is_its_own_warning_and_leaves_the_exact_share(make_run: Callable[..., Path]) -> None:
     run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None, text={CELL: ["other"]})
     write_reference(run, [CELL])

