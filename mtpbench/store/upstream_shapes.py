@@ -93,7 +93,7 @@ def read_shape(
         rtol = float(rtol_m.group(1)) if rtol_m else default
         return "pooled", al, pos, UpstreamRule(al_rtol=default, pos_rtol=rtol), "Eagle3ModelConfig", ""
     if fmt == "vllm-acceptance-rates":
-        pairs = dict(re.findall(r"[\"']([\w.-]+)[\"']\s*:\s*" + _NUM, text))
+        pairs = dict(re.findall(r"[\"']([^\"']+)[\"']\s*:\s*" + _NUM, text))
         name, value = _pick(pairs, key, fmt)
         return "per-request-mean", float(value), None, UpstreamRule(al_floor=0.95), name, ""
     if fmt == "vllm-ascend-golden":
@@ -138,10 +138,10 @@ def baseline_of_shape(
     if per_pos is not None and not all(0.0 <= x <= 1.0 for x in per_pos):
         raise UserError(f"{fmt}: per-position rates are fractions in [0, 1], got {per_pos}")
     k_positions = len(per_pos) if per_pos else k
+    if fmt == "inferencex":
+        k_positions = int(entry_name.rsplit("[", 1)[1].rstrip("]"))  # the draft length read
     if k_positions is None:
         raise UserError(f"{fmt}: an AL-only golden needs --k (the draft length it was measured at)")
-    if fmt == "inferencex" and k is None:
-        k_positions = int(entry_name.rsplit("[", 1)[1].rstrip("]"))
     repository, file = FILES[fmt]
     rates = None if per_pos is None else sorted((100.0 * x for x in per_pos), reverse=True)
     if rates is not None and rates != [100.0 * x for x in per_pos or []]:
