@@ -22,7 +22,7 @@ __all__ = ["calibrate_cmd", "import_upstream"]
 SPREADS = ("stored", "gemma4-like")
 
 
-def _stored_truth(path: Path, entry: str | None) -> tuple[Truth, str, int | None]:
+def _stored_truth(path: Path, entry: str | None, variant: str) -> tuple[Truth, str, int | None]:
     """The per-prompt counts of a baseline file or a run folder (its baseline, as `baseline save` makes it)."""
     import numpy as np
 
@@ -33,7 +33,7 @@ def _stored_truth(path: Path, entry: str | None) -> tuple[Truth, str, int | None
         from mtpbench.judge.save import baseline_of_run
         from mtpbench.store.results import load_run
 
-        b = baseline_of_run(load_run(path), path.name)
+        b = baseline_of_run(load_run(path), path.name, variant)
     else:
         b = load_baseline(path)
     have = [e for e in b.entries if e.prompts]
@@ -64,6 +64,7 @@ def calibrate_cmd(
         str, typer.Option(help="Per-prompt spread: 'stored' (the RUN_OR_BASELINE's) or 'gemma4-like'.")
     ] = "stored",
     entry: Annotated[str | None, typer.Option(help="The entry (build/mode) to read; default the first.")] = None,
+    variant: Annotated[str, typer.Option(help="A run folder's variant whose cells are read.")] = "stock",
     tolerance: Annotated[
         float | None, typer.Option(help="The rule's tolerance instead of its file's (rtol, 1 - floor, margin).")
     ] = None,
@@ -99,7 +100,7 @@ def calibrate_cmd(
     if spread == "stored":
         if source is None:
             raise UserError("RUN_OR_BASELINE: give a run folder or a baseline (or --spread gemma4-like)")
-        truth, spread_name, cap = _stored_truth(source, entry)
+        truth, spread_name, cap = _stored_truth(source, entry, variant)
     else:
         truth, spread_name, cap = gemma_like(), "gemma4-like", None
     cals = [calibrate(RULES[n], truth, spread_name, cap, reps, seed, tolerance) for n in names]

@@ -59,3 +59,12 @@ def test_an_emitted_entry_imports_as_a_baseline(tmp_path: Path) -> None:
     assert b.upstream is not None and b.upstream.rule.pos_margin is not None and b.upstream.per_pos
     r = invoke("baseline", "import-upstream", "nope", entry, "--out", tmp_path / "x.yaml", "--commit", COMMIT)
     assert r.exit_code == 2 and "unknown shape 'nope'" in one_error_line(r)
+
+
+def test_a_stored_run_folder_is_read_through_its_baseline() -> None:
+    run = REPO / "tests" / "data" / "runs" / "nightly" / "20261203T082003Z-tiny-gemma4-mtp"
+    r = invoke("calibrate", run, "--variant", "nightly", "--rule", "vllm-ascend-golden", "--reps", 40)
+    assert r.exit_code == 0, r.output
+    assert "20261203T082003Z-tiny-gemma4-mtp current/eager" in r.stdout
+    r = invoke("calibrate", run, "--rule", "vllm-ascend-golden")  # its cells are variant nightly, not stock
+    assert r.exit_code == 2 and "no cells of variant 'stock'" in one_error_line(r)
