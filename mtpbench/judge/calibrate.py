@@ -7,14 +7,17 @@ prompt-level noise of judge/noise.py (the model benchmarks/gate_power.py measure
 The rules (RULES), each read from the upstream file named in its `source` (the lines quoted there):
 - `vllm-acceptance-rates`: the mean over prompts of each prompt's AL (1 + accepted / drafts, 1 without
   drafts), prompts sent one at a time, `mean >= expected * 0.95`, one-sided; min(200, dataset) prompts,
-  max_tokens 2048 (vllm tests/v1/e2e/spec_decode/acceptance_rates/utils.py @025aa2e8, lines 47-83
-  run_acceptance_length_eval; the AL per prompt from counter deltas, ../utils.py compute_acceptance_len).
+  max_tokens 2048 (vllm tests/v1/e2e/spec_decode/acceptance_rates/utils.py @025aa2e8
+  run_acceptance_length_eval: the 200-prompt cap l.57, max_tokens=2048 l.80, each prompt's AL from counter
+  deltas l.84 (../utils.py compute_acceptance_len), the mean l.88, x 0.95 l.92, the assert l.98).
   The dataset here is HumanEval: 164 prompts.
 - `vllm-acceptance-length`: vLLM's counters pooled over 80 MT-Bench prompts x 256 tokens, AL two-sided
   `abs(AL - expected) / expected <= DEFAULT_RTOL` (0.05) and each position one-sided
   `rate_i >= expected_i * (1 - rtol)` where `expected_i > 0` (vllm tests/v1/spec_decode/test_acceptance_length.py
-  @029ba375: DEFAULT_NUM_PROMPTS/DEFAULT_OUTPUT_LEN/DEFAULT_RTOL lines 96-100, extract_acceptance_metrics
-  lines 175-205, the asserts lines 283-310). Per-position rates are per draft step (accepted_i / drafts).
+  @029ba375: the module constants DEFAULT_NUM_PROMPTS = 80, DEFAULT_OUTPUT_LEN = 256, DEFAULT_RTOL = 0.05;
+  extract_acceptance_metrics pools the counters; test_eagle3_acceptance_length's two asserts, the AL one on
+  DEFAULT_RTOL and the per-position one on the entry's rtol). Per-position rates are per draft step
+  (accepted_i / drafts).
 - `vllm-ascend-golden`: pooled per-position rates over 15 coding prompts x 256 tokens, each
   `a >= b or b - a < 0.06` (vllm-ascend tests/e2e/pull_request/one_card/spec_decode/test_gemma4_mtp.py as
   vllm-ascend#16394 describes it; baselines/vllm-ascend-gemma4-31b-mtp-coding.yaml says why no commit).
@@ -90,7 +93,8 @@ RULES: dict[str, Rule] = {
         Rule(
             "vllm-acceptance-rates",
             "vLLM",
-            "vllm-project/vllm tests/v1/e2e/spec_decode/acceptance_rates/utils.py@025aa2e8 lines 47-83",
+            "vllm-project/vllm tests/v1/e2e/spec_decode/acceptance_rates/utils.py@025aa2e8 run_acceptance_length_eval "
+            "l.57-98",
             "per-request-mean",
             164,
             2048,
@@ -101,7 +105,8 @@ RULES: dict[str, Rule] = {
         Rule(
             "vllm-acceptance-length",
             "vLLM",
-            "vllm-project/vllm tests/v1/spec_decode/test_acceptance_length.py@029ba375 lines 96-100, 175-205, 283-310",
+            "vllm-project/vllm tests/v1/spec_decode/test_acceptance_length.py@029ba375 DEFAULT_* constants, "
+            "extract_acceptance_metrics, test_eagle3_acceptance_length's asserts",
             "pooled",
             80,
             256,
