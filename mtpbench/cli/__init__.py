@@ -45,7 +45,7 @@ import typer
 from typer.core import TyperGroup
 
 from mtpbench import __version__
-from mtpbench.cli import bisect_cmd, build_cmds, judge_cmds, reference_cmd, run_cmd, tool_cmds
+from mtpbench.cli import bisect_cmd, build_cmds, calibrate_cmd, judge_cmds, reference_cmd, run_cmd, tool_cmds
 from mtpbench.cli.common import clickx, command_exit_code, console, say, show_warning, untyped_flags
 from mtpbench.errors import ExitCode
 
@@ -90,11 +90,13 @@ app.command("compare")(judge_cmds.compare_cmd)
 app.command()(tool_cmds.doctor)
 app.command()(tool_cmds.selftest)
 app.command("size")(judge_cmds.size)
+app.command("calibrate")(calibrate_cmd.calibrate_cmd)
 app.command("report")(judge_cmds.report_cmd)
 app.command("history")(judge_cmds.history_cmd)
 app.command("reference")(reference_cmd.reference_cmd)
 app.command("bisect")(bisect_cmd.bisect)
 baseline_app.command("save")(tool_cmds.baseline_save)
+baseline_app.command("import-upstream")(calibrate_cmd.import_upstream)
 app.add_typer(build_cmds.build_app, name="build")
 untyped_flags(app)
 
