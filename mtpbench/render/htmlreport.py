@@ -29,6 +29,7 @@ from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
 from mtpbench.render.words import htmlpage as page_words
 from mtpbench.render.words.context import BUCKET_HEADERS, PLOT_CAPTION, PLOT_TITLE, TABLE_TITLE, bucket_cells
+from mtpbench.render.words.positions import POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
@@ -151,7 +152,8 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
         "patches",
         "repeats",
         "drafts",
-        *[f"pos{i} %" for i in range(k)],
+        *[unconditional_title(i) for i in range(k)],
+        *[conditional_title(i) for i in range(1, k)],
         "mean %",
         "AL pooled",
         "AL per request",
@@ -179,6 +181,7 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
             f"<td>{c.repeats_done}/{len(c.repeats)}</td>",
             f"<td>{s.counts.num_drafts}</td>",
             *[f"<td>{_pct(s.per_pos[i]) if i < s.counts.k else ''}</td>" for i in range(k)],
+            *[f"<td>{_pct(s.conditional[i]) if i < s.counts.k else ''}</td>" for i in range(1, k)],
             f"<td>{_pct(s.mean)}</td>",
             f"<td>{'–' if s.acceptance_length is None else f'{s.acceptance_length:.2f}'}</td>",
             f"<td>{'–' if s.request_al is None else f'{s.request_al:.2f}'}</td>",
@@ -334,7 +337,7 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 {_context_section(comp, figures.get("context"))}
 {_builds_section(views.builds_view(run, comp), figures.get("builds"))}
 <section><h2>Cells: graph mode requested vs effective</h2>
-<div class="wide">{_cells_table(comp, changed)}</div></section>
+<div class="wide">{_cells_table(comp, changed)}</div><p class="meta">{_e(POSITIONS_NOTE)}</p></section>
 {diagnosis_checks}
 {_reference_section(comp)}
 <h2>Fingerprint and provenance</h2>

@@ -35,6 +35,7 @@ from mtpbench.render.words import cause_text, finding_head, finding_message, sev
 from mtpbench.render.words.builds import BUILDS_TITLE, builds_outcome, builds_summary
 from mtpbench.render.words.context import BUCKET_HEADERS, bucket_cells
 from mtpbench.render.words.context import TABLE_TITLE as CONTEXT_TITLE
+from mtpbench.render.words.positions import DEFINITIONS, POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.render.words.reference import reference_title
 from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.render.words.verdict import EXPECTED_FAIL
@@ -85,7 +86,10 @@ Column = tuple[str, str, str]  # (title, subtitle, justify)
 def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column], list[list[Cell]]]:
     k = max((c.evidence.k for c in cells), default=0)
     cols: list[Column] = [("cell", "graph mode", "left"), ("rep", "drafts", "right"), ("prompts", "", "right")]
-    cols += [(f"pos{i} %", "[95% CI]" if ci else "", "right") for i in range(k)]
+    # Both per-position definitions side by side (words/positions.py): unconditional with its interval,
+    # then conditional from pos1 on (at pos0 it is the unconditional figure).
+    cols += [(unconditional_title(i), "[95% CI]" if ci else "", "right") for i in range(k)]
+    cols += [(conditional_title(i), "", "right") for i in range(1, k)]
     cols += [
         ("mean", "%", "right"),
         ("avg", "acc", "right"),
@@ -107,6 +111,8 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
         for i in range(k):
             has = i < len(s.per_pos)
             row.append((pct(s.per_pos[i]) if has else "", ci_text(s.per_pos_ci[i]) if ci and has else "", ""))
+        for i in range(1, k):
+            row.append((pct(s.conditional[i]) if i < len(s.conditional) else "", "", ""))
         row += [
             (pct(s.mean), "", ""),
             ("–" if s.avg_accepted is None else f"{s.avg_accepted:.2f}", "", ""),
@@ -246,10 +252,12 @@ def builds_document(bv: BuildsView, tolerance_pts: float) -> dict[str, Any]:
     }
 
 
-def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
+def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "", caption: str = "") -> Table:
     t = Table(
         title=title or None,
         title_justify="left",
+        caption=caption or None,
+        caption_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         pad_edge=False,
@@ -290,7 +298,7 @@ def markdown_table(cols: list[Column], rows: list[list[Cell]]) -> list[str]:
 
 def summary_table(cells: list[CellResult], title: str = "", ci: bool = True) -> Table:
     cols, rows = summary_rows(cells, ci)
-    return rich_table(cols, rows, title)
+    return rich_table(cols, rows, title, caption=POSITIONS_NOTE)
 
 
 def checks_table(checks: list[PositionCheck], baseline: str | None, ci: bool = True) -> Table:
@@ -392,6 +400,8 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "baseline_provenance": _jsonable(comp.baseline_provenance),
         "unchecked": comp.unchecked,
         "cells": _jsonable(comp.cells),
+        # Which per-position figure is which in each cell's summary (vllm#39359).
+        "per_pos_definitions": DEFINITIONS,
         "lengths": _jsonable(comp.lengths),
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
@@ -424,6 +434,7 @@ def comparison_markdown(comp: Comparison) -> str:
     lines = [f"### mtpbench: run `{comp.run_id}`" + (f" vs `{comp.baseline}`" if comp.baseline else ""), ""]
     lines += [f"**{verdict_text(comp)}**", ""]
     lines += markdown_table(*summary_rows(comp.cells, ci=True))
+    lines += ["", f"_{POSITIONS_NOTE}_"]
     if comp.baseline:
         if comp.lengths:
             lines += ["", *markdown_table(*length_rows(comp.lengths, comp.gate.primary == "acceptance_length"))]
