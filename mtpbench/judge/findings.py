@@ -129,6 +129,10 @@ class Kind(ExitCodedKind):
     # Prompts that stopped counting exactly what the weights (or the reference build) count, where the run showed
     # its platform exact (judge/exactness.py): an engine-side bug however small the pooled change.
     EXACTNESS_LOST = "exactness-lost", ExitCode.REGRESSION
+    # Per-request acceptance with no baseline (judge/per_request.py): a request (or a cell-repeat's requests
+    # together) accepting nothing over many verify steps, or every draft at every step (the NaN-logits class).
+    REQUEST_COLLAPSE = "request-acceptance-collapse", ExitCode.REGRESSION
+    REQUEST_ALL_ACCEPTED = "request-accepts-everything", ExitCode.REGRESSION
 
 
 class Cause(str, Enum):
@@ -172,6 +176,8 @@ class Cause(str, Enum):
     ENGINE_BELOW_WEIGHTS = "engine-below-weights"  # the engine drafts or verifies other than its weights say
     COUNTERS_OR_REFERENCE = "counters-or-reference"  # the counters, or a proposer detail the reference lacks
     INEXACT_DRAFT_PATH = "inexact-draft-path"  # on a platform shown exact, some steps draft or verify otherwise
+    DRAFTS_ALL_REJECTED = "drafts-all-rejected"  # a drafter whose every proposal the target rejects
+    DEGENERATE_LOGITS = "degenerate-logits"  # target and drafter agreeing on everything: NaN / constant logits
 
 
 # --- payloads ------------------------------------------------------------------------------------------------

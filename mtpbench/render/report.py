@@ -28,6 +28,7 @@ from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings import Finding, Severity, Verdict
 from mtpbench.judge.findings_context import ContextTable
+from mtpbench.judge.per_request import CellHistogram
 from mtpbench.render.reference import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
@@ -35,6 +36,7 @@ from mtpbench.render.words import cause_text, finding_head, finding_message, sev
 from mtpbench.render.words.builds import BUILDS_TITLE, builds_outcome, builds_summary
 from mtpbench.render.words.context import BUCKET_HEADERS, bucket_cells
 from mtpbench.render.words.context import TABLE_TITLE as CONTEXT_TITLE
+from mtpbench.render.words.per_request import HISTOGRAM_NOTE, HISTOGRAM_TITLE, source_text
 from mtpbench.render.words.positions import DEFINITIONS, POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.render.words.reference import reference_title
 from mtpbench.render.words.units import ci_text, pct, pts
@@ -196,6 +198,24 @@ def length_rows(lengths: list[LengthCheck], primary: bool, ci: bool = True) -> t
             (_tok(x.mde), "", "yellow" if weak else ""),
             (x.verdict.value + note + role, "", VERDICT_STYLE.get(x.verdict, "")),
         ]
+        rows.append(row)
+    return cols, rows
+
+
+def histogram_rows(hists: list[CellHistogram]) -> tuple[list[Column], list[list[Cell]]]:
+    """Per cell, its verify steps by drafts accepted (vLLM's per-request acceptance_histogram, pooled over
+    its requests) as % of its steps, beside where the counts came from (judge/per_request.py)."""
+    k = max((len(h.histogram) - 1 for h in hists), default=0)
+    cols: list[Column] = [("cell", "", "left"), ("from", "", "left"), ("requests", "", "right")]
+    cols += [("steps", "", "right")] + [(f"accepted {j}", "% of steps", "right") for j in range(k + 1)]
+    rows: list[list[Cell]] = []
+    for h in hists:
+        steps = h.num_spec_steps
+        row: list[Cell] = [(h.cell, "", ""), (source_text(h.source), "", ""), (str(len(h.requests)), "", "")]
+        row.append((str(steps), "", ""))
+        for j in range(k + 1):
+            has = j < len(h.histogram) and steps > 0
+            row.append((pct(h.histogram[j] / steps) if has else "–", "", ""))
         rows.append(row)
     return cols, rows
 
@@ -406,6 +426,8 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
         **({"context": _jsonable(comp.context)} if comp.context else {}),
+        # Per cell, vLLM's per-request shape pooled: verify steps by drafts accepted (judge/per_request.py).
+        **({"per_request": [h.document() for h in comp.per_request]} if comp.per_request else {}),
         **({"builds": builds_document(comp.builds, comp.gate.divergence_pts)} if comp.builds is not None else {}),
         "findings": [
             {
@@ -443,6 +465,9 @@ def comparison_markdown(comp: Comparison) -> str:
         lines += ["", f"**{reference_title(comp.run_id)}**", "", *markdown_table(*reference_rows(comp.reference))]
     if comp.context:
         lines += ["", f"**{CONTEXT_TITLE}**", "", *markdown_table(*context_rows(comp.context))]
+    if any(h.requests for h in comp.per_request):
+        lines += ["", f"**{HISTOGRAM_TITLE}**", "", *markdown_table(*histogram_rows(comp.per_request))]
+        lines += ["", f"_{HISTOGRAM_NOTE}_"]
     if comp.builds is not None:
         lines += ["", f"**{BUILDS_TITLE}**", "", *markdown_table(*builds_rows(comp.builds))]
         lines += ["", builds_summary(comp.builds, comp.gate.divergence_pts)]

@@ -86,4 +86,10 @@ CAUSE_TEXT: dict[Cause, str] = {
     "some steps only: a draft input that is off now and then (draft positions advancing between draft steps, "
     "another KV-cache group's block table or slot mapping, another layer's K/V), too rare to move the pooled "
     "acceptance by δ; diff the proposer against the reference build's, or bisect (`mtpbench bisect`)",
+    Cause.DRAFTS_ALL_REJECTED: "the target rejects every draft: drafter weights not loaded or not bound (a "
+    "random or zeroed head), the draft reading the wrong KV-cache group or positions, or a verify step that "
+    "compares against the wrong tokens (docs/verdicts.md)",
+    Cause.DEGENERATE_LOGITS: "target and drafter agree on every token: NaN or constant logits whose argmax is one "
+    "fixed token on both sides (TRT-LLM#5146), or a verify step that compares the draft with itself; read the "
+    "request's text (docs/verdicts.md)",
 }
