@@ -108,12 +108,14 @@ class CellHistogram:
         }
 
 
-def _source(run: Run, cell: str) -> str:
+def _sources(run: Run) -> dict[str, str]:
+    """Per cell, where its per-request counts came from: vLLM's histogram where any of its prompt records
+    says `source: per_request`, else mtpbench's counter deltas (the prompt frame read once)."""
     df = run.prompt_frame()
     if "source" not in df.columns or not len(df):
-        return MTPBENCH_COUNTERS
-    sources = set(df.loc[df["cell"] == cell, "source"].dropna().astype(str))
-    return VLLM_PER_REQUEST if "per_request" in sources else MTPBENCH_COUNTERS
+        return {}
+    vllm = df.loc[df["source"].astype(str) == "per_request", "cell"]
+    return dict.fromkeys(map(str, vllm.unique()), VLLM_PER_REQUEST)
 
 
 def requests_of(c: CellResult) -> list[RequestAcceptance]:
@@ -140,7 +142,12 @@ def requests_of(c: CellResult) -> list[RequestAcceptance]:
 
 def cell_histograms(run: Run, cells: list[CellResult]) -> list[CellHistogram]:
     """Per cell with per-request evidence (a counters-only serving cell has none), its histogram."""
-    return [CellHistogram(c.cell, _source(run, c.cell), requests_of(c)) for c in cells if not c.counters_only]
+    sources = _sources(run)
+    return [
+        CellHistogram(c.cell, sources.get(c.cell, MTPBENCH_COUNTERS), requests_of(c))
+        for c in cells
+        if not c.counters_only
+    ]
 
 
 @dataclass(frozen=True)
