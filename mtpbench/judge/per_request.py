@@ -33,6 +33,7 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,7 @@ class CellHistogram:
     source: str  # VLLM_PER_REQUEST | MTPBENCH_COUNTERS
     requests: list[RequestAcceptance]
 
-    @property
+    @functools.cached_property
     def histogram(self) -> tuple[int, ...]:
         if not self.requests:
             return ()
@@ -122,22 +123,22 @@ def requests_of(c: CellResult) -> list[RequestAcceptance]:
     """The cell's requests of its complete repeats (round 0 of a soak) that drafted at all, in one shape."""
     obs: pd.DataFrame = c.observations
     k = c.evidence.k
-    out: list[RequestAcceptance] = []
     if not len(obs):
-        return out
-    per_pos = obs[pos_cols(k)].to_numpy(dtype=np.int64)
+        return []
+    # histogram_from_counts over every row at once (a serving run holds up to 10⁶ requests).
     drafts = obs["num_drafts"].to_numpy(dtype=np.int64)
-    tokens = obs["num_draft_tokens"].to_numpy(dtype=np.int64)
-    prompts = obs["prompt"].to_numpy()
-    repeats = obs["repeat"].to_numpy()
-    for i in range(len(obs)):
-        if drafts[i] <= 0:
-            continue
-        hist = histogram_from_counts(int(drafts[i]), per_pos[i])
-        if hist is None:
-            continue
-        out.append(RequestAcceptance(str(c.prompt_names[prompts[i]]), int(repeats[i]), hist, int(tokens[i])))
-    return out
+    prefix = np.column_stack([drafts, obs[pos_cols(k)].to_numpy(dtype=np.int64), np.zeros(len(obs), np.int64)])
+    hists = prefix[:, :-1] - prefix[:, 1:]
+    keep = (drafts > 0) & (hists >= 0).all(axis=1)
+    names = c.prompt_names[obs["prompt"].to_numpy()[keep]]
+    rows = zip(
+        names.tolist(),
+        obs["repeat"].to_numpy()[keep].tolist(),
+        hists[keep].tolist(),
+        obs["num_draft_tokens"].to_numpy(dtype=np.int64)[keep].tolist(),
+        strict=True,
+    )
+    return [RequestAcceptance(str(p), int(r), tuple(h), int(t)) for p, r, h, t in rows]
 
 
 def cell_histograms(run: Run, cells: list[CellResult]) -> list[CellHistogram]:
