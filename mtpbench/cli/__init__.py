@@ -46,7 +46,7 @@ from typer.core import TyperGroup
 
 from mtpbench import __version__
 from mtpbench.cli import bisect_cmd, build_cmds, judge_cmds, reference_cmd, run_cmd, tool_cmds
-from mtpbench.cli.common import clickx, command_exit_code, console, say, show_warning
+from mtpbench.cli.common import clickx, command_exit_code, console, say, show_warning, untyped_flags
 from mtpbench.errors import ExitCode
 
 __all__ = ["app", "main"]
@@ -96,6 +96,7 @@ app.command("reference")(reference_cmd.reference_cmd)
 app.command("bisect")(bisect_cmd.bisect)
 baseline_app.command("save")(tool_cmds.baseline_save)
 app.add_typer(build_cmds.build_app, name="build")
+untyped_flags(app)
 
 
 def main() -> None:
@@ -131,5 +132,12 @@ def main() -> None:
     # At exit the interpreter's last garbage collections walk every object still alive (pandas, pyarrow,
     # a loaded run): 0.15-0.3 s of every command on a 2-core box, measured. Nothing is left that only a
     # collection would free or finish (files are closed, workers reaped; atexit and weakref finalizers run).
-    gc.freeze()
+    # Not after triton was loaded (torch imports it: `reference`, a run's reference replay): triton's
+    # extension is built with nanobind, which checks at interpreter exit that every object of its types
+    # was freed and prints "nanobind: leaked …" for each one alive; frozen objects are never collected, so
+    # every such command ended in ~30 lines of leak reports (issue 37). Such a command has spent seconds
+    # in torch; the collections cost it nothing that matters. (nanobind's own switch, set_leak_warnings,
+    # is a C++ call triton does not expose to Python.)
+    if "triton" not in sys.modules:
+        gc.freeze()
     sys.exit(code if isinstance(code, int) else 0)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 # typer >= 0.26 vendors click as typer._click and no longer installs click; an older typer depends on click
 # and raises click's own exceptions. Either way the exceptions come from what typer brings: mtpbench does not
@@ -47,6 +48,7 @@ __all__ = [
     "publish_github",
     "say",
     "show_warning",
+    "untyped_flags",
     "wide",
 ]
 
@@ -135,3 +137,49 @@ def publish_github(comp: Comparison, flag: bool) -> None:
     sys.stdout.flush()
     if note:
         err_console.print(f"mtpbench: {note}", markup=False, highlight=False)
+
+
+def _untype(params: list[Any]) -> None:
+    # typer 0.29 prints a flag's Python type beside it in --help (`--version <bool>`), as if it took a
+    # value; a flag takes none, so its type column stays empty (an empty metavar is what typer shows).
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+
+
+class _UntypedFlags:
+    """Mixed into typer's command and group classes: their flags, the help option included, untyped."""
+
+    params: list[Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _untype(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _untype([option])
+        return option
+
+
+class _FlagsCommand(_UntypedFlags, TyperCommand):
+    pass
+
+
+class _FlagsGroup(_UntypedFlags, TyperGroup):
+    pass
+
+
+def untyped_flags(app: typer.Typer) -> None:
+    """Every command and group of `app` (sub-apps included) shows its flags without a `<bool>` type; a group
+    class of the app's own (the root command's, which handles every command's errors) keeps its behaviour."""
+    own = app.info.cls
+    if isinstance(own, type) and issubclass(own, TyperGroup) and own is not TyperGroup:
+        app.info.cls = type(f"_Flags{own.__name__}", (_UntypedFlags, own), {})
+    else:
+        app.info.cls = _FlagsGroup
+    for command in app.registered_commands:
+        command.cls = _FlagsCommand
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            untyped_flags(group.typer_instance)

@@ -1,19 +1,26 @@
 """The live view of a run: turns the runner's events into rich progress bars (cells, prompts, one line per
-active cell-repeat) and one printed line per finished cell-repeat. `run`, `run --resume` and `selftest` show it."""
+active cell-repeat) and one printed line per finished cell-repeat. `run`, `run --resume` and `selftest` show it.
+And the bar of a replay from the weights (`reference`, a run's `reference_replay`): prompts replayed of all,
+with what it is doing meanwhile (loading the pair, regenerating a batch's text: the long waits)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.status import Status
+from rich.text import Text
 
 from mtpbench.cli.common import console, err_console, say
 
-__all__ = ["InstallView", "ProgressView", "install_view", "progress_bars"]
+if TYPE_CHECKING:
+    from mtpbench.reference.compute import ReplayProgress
+
+__all__ = ["InstallView", "ProgressView", "install_view", "progress_bars", "replay_bar", "replay_text"]
 
 
 class ProgressView:
@@ -39,6 +46,10 @@ class ProgressView:
                 self.run_dir_file.write_text(f"{payload['path']}\n", encoding="utf-8")
             self.p.update(self.cells, total=payload.get("cells"))
             self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
+        elif kind == "warning":  # about where the run runs (run/rayauth.py): one line, before any cell
+            self.p.console.print(
+                Text("warning", style="yellow").append(f": {payload['text']}", style=""), soft_wrap=True
+            )
         elif kind == "cell_start":
             devs = payload.get("devices")
             on = f" on {','.join(devs)}" if devs else ""
@@ -60,12 +71,16 @@ class ProgressView:
             if idx in self.active:
                 self.p.remove_task(self.active.pop(idx))
             self.p.advance(self.cells)
-            missing = self.per_cell - self.done_prompts.pop(idx, 0)
-            if missing > 0:
-                self.p.advance(self.prompts, missing)
+            # The prompts bar counts what was recorded, nothing else: a cell-repeat that failed, timed out
+            # or was interrupted leaves its unrecorded prompts uncounted (issue 37: Ctrl-C during the first
+            # engine start read "prompts 150/600" with none recorded).
+            recorded = self.done_prompts.pop(idx, 0)
             status = payload.get("status")
             style = "green" if status == "ok" else "red"
-            tail = "" if status == "ok" else f": {(str(payload.get('error') or '').splitlines() or [''])[0]}"
+            tail = ""
+            if status != "ok":
+                first = (str(payload.get("error") or "").splitlines() or [""])[0]
+                tail = f", {recorded} of {self.per_cell} prompts recorded: {first}"
             self.p.console.print(
                 f"[{style}]{status}[/] {label} in {payload.get('wall_s', 0):.1f} s{tail}", markup=True, highlight=False
             )
@@ -115,3 +130,29 @@ def install_view() -> Iterator[InstallView]:
         yield view
     finally:
         view.close()
+
+
+def replay_text(p: ReplayProgress) -> str:
+    """What a replay from the weights is doing, as its bar's label."""
+    from mtpbench.reference.compute import ReplayStage
+
+    if p.stage is ReplayStage.LOADING:
+        return "reference: loading the pair"
+    if p.stage is ReplayStage.REGENERATING:
+        return f"reference: regenerating the greedy text of prompts {p.done + 1}-{p.done + p.batch}"
+    return "reference: prompts replayed from the weights"
+
+
+@contextmanager
+def replay_bar(out: Console) -> Iterator[Callable[[ReplayProgress], None]]:
+    """A bar over the prompts a replay from the weights works through, on `out`; yields the callback the
+    replay reports to (compute_reference's `progress`)."""
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out
+    ) as bar:
+        task = bar.add_task("reference: starting", total=None)
+
+        def show(p: ReplayProgress) -> None:
+            bar.update(task, completed=p.done, total=p.total, description=replay_text(p))
+
+        yield show

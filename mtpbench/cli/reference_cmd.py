@@ -83,22 +83,9 @@ def reference_cmd(
 
 
 def _replay(run: Run, options: ReferenceOptions) -> ReferenceFile:
-    """The replay with a progress bar on stderr (stdout stays the verdict's, --json included)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """The replay with its progress bar on stderr (stdout stays the verdict's, --json included)."""
+    from mtpbench.cli.progress import replay_bar
     from mtpbench.reference.compute import compute_reference
 
-    with Progress(
-        TextColumn("replaying from the weights"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("replay", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with replay_bar(err_console) as progress:
         return compute_reference(run, options, progress)

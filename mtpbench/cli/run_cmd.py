@@ -336,10 +336,11 @@ def _execute(
 def _replay_reference(run: Run) -> None:
     """The config's `reference_replay`: the run's prompts replayed from the weights (`mtpbench reference`),
     stored beside it, so that the verdict below also holds the engine against them."""
+    from mtpbench.cli.progress import replay_bar
     from mtpbench.reference import ReferenceOptions, compute_reference
 
-    with console.status("replaying the run from the weights (reference_replay)…"):
-        ref = compute_reference(run, ReferenceOptions())
+    with replay_bar(console) as progress:
+        ref = compute_reference(run, ReferenceOptions(), progress)
     console.print(
         f"reference: {len(ref.prompts)} prompt lines replayed from the weights in {ref.wall_s or 0:.1f} s "
         f"({run.path / 'reference.jsonl'})",

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -39,14 +40,19 @@ def baseline_save(
     return 0
 
 
+_H_DOCTOR_ADDRESS = (
+    "Ray cluster HOST:PORT to look at (default: RAY_ADDRESS): does it demand a token, is it reachable beyond loopback."
+)
 DOCTOR_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
 
 def doctor(
     python: Annotated[str | None, typer.Option(help="Interpreter of the build to check (default: this one).")] = None,
     engine: Annotated[bool, typer.Option(help="Also start an engine on the embedded tiny pair.")] = True,
+    address: Annotated[str | None, typer.Option(help=_H_DOCTOR_ADDRESS)] = None,
 ) -> int:
-    """Platform, device, package versions, broken torchvision, and whether an engine starts."""
+    """Platform, device, package versions, broken torchvision, whether an engine starts, and the Ray cluster
+    a run would join (is it open to anyone)."""
     from mtpbench.run import doctor as doc
     from mtpbench.run.installers import default_installer
 
@@ -54,6 +60,9 @@ def doctor(
     if python and "probe" in info.get("errors", {}):
         raise UserError(f"--python {python}: not a usable interpreter: {info['errors']['probe']}")
     checks = [*doc.checks_from_probe(info), doc.installer_check(default_installer())]
+    ray_address = address or os.environ.get("RAY_ADDRESS")
+    if ray_address:
+        checks.append(doc.ray_cluster_check(ray_address))
     t = Table(show_header=True)
     t.add_column("check")
     t.add_column("status")

@@ -8,8 +8,18 @@ judge/reference.py holds the engine's counts against it (it reads the file throu
 never imports torch).
 """
 
-from mtpbench.reference.compute import ReferenceOptions, check_run, compute_reference
+from mtpbench.reference.compute import ReferenceOptions, ReplayProgress, ReplayStage, check_run, compute_reference
 from mtpbench.reference.pair import PairInfo, check_pair
 from mtpbench.reference.walk import Walk, walk
 
-__all__ = ["PairInfo", "ReferenceOptions", "Walk", "check_pair", "check_run", "compute_reference", "walk"]
+__all__ = [
+    "PairInfo",
+    "ReferenceOptions",
+    "ReplayProgress",
+    "ReplayStage",
+    "Walk",
+    "check_pair",
+    "check_run",
+    "compute_reference",
+    "walk",
+]

@@ -5,7 +5,8 @@ What a run asked for is read back from its manifest (pair, k, max_tokens, prompt
 cell_start record (the dtype and max_model_len the engine really ran): cells that ran the same numerics
 share one replay, and each gets its own lines. The prompts are rebuilt from the config the manifest holds and
 must hash to the run's prompt sha256: a prompt file edited since the run would be a reference of other text.
-Nothing here prints; a caller may pass `progress` to hear of each prompt.
+Nothing here prints; a caller may pass `progress` to hear of each step: the pair loading, each batch of
+prompts being regenerated (the long part, minutes on a busy 2-core box), each prompt replayed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,23 @@ class ReferenceOptions:
     batch: int = 32
     target: str | None = None
     drafter: str | None = None
+
+
+class ReplayStage(str, Enum):
+    LOADING = "loading"  # the pair being loaded (once per dtype)
+    REGENERATING = "regenerating"  # a batch of prompts' greedy text being regenerated
+    REPLAYING = "replaying"  # prompts teacher-forced, drafted and walked one by one
+
+
+@dataclass(frozen=True)
+class ReplayProgress:
+    """Where a replay is: `done` of `total` prompt replays finished (a prompt counts once per dtype group),
+    the stage it is in, and with REGENERATING the number of prompts in the batch being regenerated."""
+
+    done: int
+    total: int
+    stage: ReplayStage
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -96,7 +115,7 @@ def check_run(run: Run) -> None:
 
 
 def compute_reference(
-    run: Run, options: ReferenceOptions = ReferenceOptions(), progress: Callable[[int, int], None] | None = None
+    run: Run, options: ReferenceOptions = ReferenceOptions(), progress: Callable[[ReplayProgress], None] | None = None
 ) -> ReferenceFile:
     """Replay every prompt of every cell of `run`, append the lines to its reference.jsonl, and return what
     was written (read back, as every later reader will see it)."""
@@ -139,18 +158,27 @@ def compute_reference(
     }
     append_lines(run.path, [{"schema": 1, "type": "reference_start", "session": session, "replayed": replayed}])
     done, total, drafts = 0, len(prompts) * len(groups), 0
+
+    def tell(stage: ReplayStage, batch: int = 0) -> None:
+        if progress is not None:
+            progress(ReplayProgress(done, total, stage, batch))
+
     with torch_threads(options.threads):
         for num, group_cells in groups.items():
+            tell(ReplayStage.LOADING)
             pair = load_pair(info, num.dtype, options.device)
             ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
             replays = replay_prompts(pair, ids, k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos)
-            for (pid, _), rep in zip(prompts, replays, strict=True):
+            for index, (pid, _) in enumerate(prompts):
+                if index % options.batch == 0:
+                    # replay_prompts regenerates the next batch's text when it is asked for its first prompt.
+                    tell(ReplayStage.REGENERATING, min(options.batch, len(prompts) - index))
+                rep = next(replays)
                 lines = [_line(cell, pid, rep, k).to_json(session) for cell in group_cells]
                 append_lines(run.path, lines)
                 drafts += rep.walk.num_drafts
                 done += 1
-                if progress is not None:
-                    progress(done, total)
+                tell(ReplayStage.REPLAYING)
     wall = time.perf_counter() - t0
     # CPU seconds beside the wall: on a shared box the wall says as much about the neighbours as the replay.
     cpu = time.process_time() - cpu0

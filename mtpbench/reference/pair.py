@@ -125,12 +125,20 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     else:
         from transformers import Gemma4ForCausalLM as TargetClass
     from transformers import Gemma4AssistantForCausalLM
+    from transformers.utils import logging as transformers_logging
 
+    # transformers draws a tqdm bar per model it loads ("Loading weights"), on stderr beside the replay's
+    # own progress: off while the pair loads, as the user had it after.
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
     try:
         target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
         assistant = Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
     text = target.model.language_model if info.target_type == "gemma4" else target.model
     tok = AutoTokenizer.from_pretrained(str(tokenizer or info.target))
     stops: set[int] = set()

@@ -17,7 +17,7 @@ What a caller wants, and the module it imports it from (no face here: each name 
   (`default_installer`, `Installer`; installers.py);
 - bisect: `search` an ordered list of builds for the first bad one (`Judged`, `Outcome`, `BisectResult`,
   `max_builds`), `git_bisect_code` (bisect.py).
-doctor.py and devices.py are imported by module name.
+doctor.py, devices.py and rayauth.py (who may use a Ray cluster: its token, its exposure) are imported by module name.
 
 The package imports nothing: `python -m mtpbench.run.raykeeper` imports it before the keeper runs, and the keeper,
 alive as long as its cluster, stays a small standard-library process instead of loading the whole stage

@@ -88,11 +88,18 @@ def search(
     build and judges it (against the config's baseline when there is one; else it must have drafted at
     all); `test(b)` judges build b against the good build."""
     order = list(builds)
+    if len(order) < 2:
+        raise UserError(
+            f"bisect searches between builds and the config lists one ({order[0]}): list the builds to "
+            "search under builds:, oldest first"
+        )
     for name, what in ((good, "--good"), (bad, "--bad")):
         if name not in order:
             raise UserError(f"{what} {name}: not a build of the config (builds: {', '.join(order)})")
+    if good == bad:
+        raise UserError(f"--good and --bad are the same build ({good}): name a good build and a later bad one")
     lo, hi = order.index(good), order.index(bad)
-    if lo >= hi:
+    if lo > hi:
         raise UserError(f"--good {good} must come before --bad {bad} in the config's builds")
     result = BisectResult(None, None)
     verdict = check_good()

@@ -40,6 +40,9 @@ def time_breakdown(manifest: dict[str, Any]) -> dict[str, float]:
         "queued_max_s": max(queued, default=0.0),
         "queued_mean_s": sum(queued) / len(queued) if queued else 0.0,
         "utilisation": worker / slot_s if slot_s else 0.0,
+        # The most cell-repeats any session ran at once: 1 means one after another, where a cell-repeat's
+        # wait is the time of those before it, not a shortage of devices.
+        "slots": float(max((int(s.get("jobs") or 1) for s in sessions), default=1)),
     }
 
 

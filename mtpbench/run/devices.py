@@ -5,7 +5,8 @@ A build runs on one platform (CUDA, Ascend or CPU), and each platform has its ow
 core list plays the part of a device, so two workers never compute on the same cores). The variable is
 chosen per build from what its interpreter has installed, or set by the build's `device_env`. The device
 list comes from the command line, the config, or detection (the variable already set in the
-environment, else the build's torch; for CPU builds, the cores split into one set per job). A cell that
+environment, else the build's torch; for CPU builds, the cores split into one set per job). A CPU worker
+gets its set's size as its OpenMP thread count, unpinned (`binding_env`). A cell that
 runs tensor (or pipeline) parallel needs that many devices; the pool hands them out and takes them back
 when the worker ends, whatever the outcome.
 """
@@ -70,6 +71,15 @@ def cpu_core_sets(jobs: int, cores: list[int] | None = None) -> list[str]:
     return sets
 
 
+def core_count(core_set: str) -> int:
+    """The cores of one vLLM-CPU core list: "0,1" → 2, "0-3" → 4, "0-1,6" → 3."""
+    n = 0
+    for part in core_set.split(","):
+        low, _, high = part.strip().partition("-")
+        n += int(high) - int(low) + 1 if high else 1
+    return n
+
+
 def parse_devices(text: str) -> list[str]:
     """`0,1,2` or `0 1 2` → ["0", "1", "2"]; CPU core sets are separated by `;` or `|` (`0-3;4-7`)."""
     seps = ";|" if any(s in text for s in ";|") else ", "
@@ -132,6 +142,10 @@ def binding_env(var: str | None, devices: list[str]) -> dict[str, str]:
     if var is None or not devices:
         return {}
     if var == VISIBILITY_ENV["cpu"]:
-        # vLLM-CPU: one core list per local rank, ranks separated by '|'.
-        return {var: "|".join(devices)}
+        # vLLM-CPU: the worker's share of the cores as a thread count, not pinned to them ("nobind", as the
+        # Ray executor does). Pinned to one core each, two workers on the shared 2-core box ran the same
+        # cell-repeats 1.9x (the issue's figure) and 1.22x longer than one at a time, or in 0.64x; unpinned,
+        # in 0.32x the serial time, generation 4x faster than pinned (issue 37, docs/parallel.md): a pinned
+        # OpenMP thread cannot move off a core that its engine's scheduler or another process is using.
+        return {var: "nobind", "OMP_NUM_THREADS": str(core_count(devices[0]))}
     return {var: ",".join(devices)}

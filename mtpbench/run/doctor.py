@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -119,6 +120,33 @@ def installer_check(installer: Installer) -> Check:
     )
 
 
+def ray_cluster_check(address: str) -> Check:
+    """The Ray cluster a run would join, looked at without joining it: its GCS answering, demanding a token,
+    reachable beyond loopback (run/rayauth.py). `warn` is the run's own warning line about it."""
+    import importlib.util
+
+    from mtpbench.run import rayauth
+    from mtpbench.run.raycluster import host_port
+
+    if importlib.util.find_spec("ray") is None:
+        return Check("ray cluster", "warn", f"{address}: Ray is not installed here (pip install 'mtpbench[ray]')")
+    host_and_port = host_port(address)
+    if host_and_port is None:
+        return Check("ray cluster", "info", f"{address}: not HOST:PORT, only Ray resolves it; not looked at")
+    try:
+        with socket.create_connection(host_and_port, timeout=rayauth.PROBE_S):
+            pass
+    except OSError as exc:
+        return Check("ray cluster", "warn", f"{address}: does not answer ({exc.strerror or exc})")
+    safety = rayauth.assess(address, *host_and_port)
+    warning = safety.warning()
+    if warning is not None:
+        return Check("ray cluster", "warn", warning)
+    if safety.demands_token is None:
+        return Check("ray cluster", "warn", f"{address}: answers, but not as a Ray GCS")
+    return Check("ray cluster", "ok", f"{address}: token authentication on, GCS on loopback")
+
+
 def device_pool_text(info: dict[str, Any]) -> str:
     """What `run --jobs N` would use as its device pool on this interpreter (see devices.py)."""
     t = info.get("torch") or {}
@@ -130,6 +158,6 @@ def device_pool_text(info: dict[str, Any]) -> str:
         return f"{t['count']} device(s) {ids} ({src}); --jobs binds each worker through {var}"
     cpus = info.get("usable_cpus") or []
     return (
-        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N splits them into "
-        "N core sets, one per worker, through VLLM_CPU_OMP_THREADS_BIND"
+        f"no accelerator; {len(cpus)} usable CPU core(s) {','.join(map(str, cpus))}: --jobs N gives each worker "
+        "its share as OpenMP threads, unpinned (VLLM_CPU_OMP_THREADS_BIND=nobind, OMP_NUM_THREADS)"
     )

@@ -231,6 +231,7 @@ class LocalExecutor:
     """Workers on this machine; the runner's thread per active cell-repeat calls `run`."""
 
     name = "local"
+    warnings: tuple[str, ...] = ()  # what the run says about where it runs: nothing, here
 
     def run(self, spec: WorkerSpec, stop: threading.Event, on_event: EventSink) -> dict[str, Any]:
         return supervise(spec, stop, on_event)
@@ -285,6 +286,8 @@ class RayExecutor:
         self._nodes_lock = threading.Lock()
         self.joined = join(ray, settings)  # stops what it started if it fails
         self.address = self.joined.address
+        # A named cluster that anyone may use (no token, or reachable beyond loopback): said once in the run.
+        self.warnings = tuple(w for w in (self.joined.warning,) if w)
         self.task = ray.remote(max_retries=0)(ray_task_body)
 
     def _placeable(self, request: dict[str, float]) -> bool:

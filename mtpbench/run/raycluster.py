@@ -7,7 +7,11 @@ With no `--address`, `RAY_ADDRESS` or `ray_address`, mtpbench starts its own sin
 /tmp/ray/ray_current_cluster and, if that cluster is gone, retries for ever (issue 23's hang). Ray binds a
 node to every interface on the machine's outward address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0; an
 unauthenticated cluster beyond loopback runs anyone's code, so the switch is set for the cluster and, while
-joined to it, for the driver (which would otherwise rewrite 127.0.0.1 into the outward address).
+joined to it, for the driver (which would otherwise rewrite 127.0.0.1 into the outward address). Loopback keeps
+the network out, not the machine's other users: the cluster also demands a fresh token, handed to it and to the
+driver through the environment only (run/rayauth.py). A cluster the user names is looked at before it is joined:
+the user's token is presented when its GCS demands one, and one warning line says when it demands none or is
+reachable beyond loopback.
 
 The cluster runs in a session led by a keeper (run/raykeeper.py, `python -m mtpbench.run.raykeeper`) whose
 stdin is a pipe from mtpbench: when it closes (the run ended, a signal stopped it, or mtpbench died, even by
@@ -41,11 +45,12 @@ from typing import Any, TypeVar
 # By its full path: `from mtpbench.run import raykeeper` also imports the package, whose face names this module.
 import mtpbench.run.raykeeper as raykeeper
 from mtpbench.errors import ClusterError, UserError
+from mtpbench.run import rayauth
 from mtpbench.run.control import RunInterrupted
 from mtpbench.run.raykeeper import session_members
 
 T = TypeVar("T")
-LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+LOOPBACK_ENV = rayauth.LOOPBACK_ENV
 STARTED = "Ray runtime started"  # what `ray start` prints once its GCS and raylet run
 STOP_WAIT_S = 10.0  # for the keeper to have killed the cluster, then for what is left to die of SIGKILL
 
@@ -165,6 +170,7 @@ class LocalCluster:
         self.tmp: Path | None = None
         self.log: Path | None = None
         self.address: str | None = None
+        self.token: str | None = None  # what every client of the cluster must present; never logged
 
     def start(self) -> str:
         """Start the head and wait until it runs; its address. Stops what it started on any failure."""
@@ -173,8 +179,9 @@ class LocalCluster:
         log_fd, log = tempfile.mkstemp(prefix="mtpbench-ray-head-", suffix=".log")
         self.log = Path(log)
         port = _free_port()
+        self.token = rayauth.new_token()
         try:
-            self.proc = self._launch_keeper(self._ray_start(port, self.tmp), log_fd)
+            self.proc = self._launch_keeper(self._ray_start(port, self.tmp), log_fd, self.token)
         finally:
             os.close(log_fd)
         try:
@@ -202,9 +209,10 @@ class LocalCluster:
             "--block",
         ]
 
-    def _launch_keeper(self, ray_start: list[str], log_fd: int) -> subprocess.Popen[bytes]:
-        """The keeper, leading a session of its own, runs `ray start`; its stdin is the pipe whose EOF stops it."""
-        env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, LOOPBACK_ENV: "0"}
+    def _launch_keeper(self, ray_start: list[str], log_fd: int, token: str) -> subprocess.Popen[bytes]:
+        """The keeper, leading a session of its own, runs `ray start`; its stdin is the pipe whose EOF stops it.
+        The token travels in its environment, which `ray start` and every process of the cluster inherit."""
+        env = rayauth.cluster_env(os.environ, token)
         keeper = [sys.executable, "-m", raykeeper.__name__, str(self.tmp), *ray_start]
         return subprocess.Popen(
             keeper,
@@ -214,6 +222,12 @@ class LocalCluster:
             start_new_session=True,
             env=env,
         )
+
+    def client_env(self) -> dict[str, str | None]:
+        """The variables a client of the started cluster needs to present its token."""
+        if self.token is None:
+            raise ClusterError("the local Ray cluster was not started: it has no token yet")
+        return rayauth.token_env(self.token)
 
     def _wait_started(self, keeper: subprocess.Popen[bytes], log: Path) -> None:
         """Until `ray start` says the runtime started; a ClusterError if it exits first or the deadline passes."""
@@ -287,6 +301,7 @@ class Joined:
     address: str
     cluster: LocalCluster | None = None
     restore: Callable[[], None] = lambda: None
+    warning: str | None = None  # a named cluster that anyone may use (run/rayauth.py ClusterSafety)
 
     def leave(self, ray: Any) -> None:
         """Leave the cluster; stop it if mtpbench started it (a cluster the user started keeps running)."""
@@ -325,8 +340,67 @@ def _start_or_reach(joined: Joined, settings: RaySettings) -> None:
         joined.cluster = LocalCluster(settings.deadlines.start_s, settings.caught)
         joined.address = joined.cluster.start()
         joined.restore = driver_on_loopback()
+        joined.restore = _both(joined.restore, rayauth.driver_env(joined.cluster.client_env()))
     else:
         wait_reachable(settings.address, settings.deadlines.connect_s, settings.caught)
+        joined.warning, joined.restore = _look_before_joining(settings)
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    """One undo for two: the later one undone first."""
+
+    def undo() -> None:
+        try:
+            second()
+        finally:
+            first()
+
+    return undo
+
+
+def _look_before_joining(settings: RaySettings) -> tuple[str | None, Callable[[], None]]:
+    """A named cluster looked at (bounded) before it is joined: the warning a run gives about it, and what
+    undoes the driver's token mode, set when its GCS demands a token (Ray presents a token to an address the
+    user names only when RAY_AUTH_MODE=token says so: ray/_private/worker.py init)."""
+    address = settings.address or ""
+    host_and_port = host_port(address)
+    if host_and_port is None:  # auto, ray://...: only Ray resolves it, and Ray's own rules apply
+        return None, lambda: None
+    safety = bounded(
+        lambda: rayauth.assess(address, *host_and_port),
+        settings.deadlines.connect_s,
+        what=f"looking at the Ray cluster at {address}",
+        key="ray_connect_timeout_s",
+        caught=settings.caught,
+    )
+    # A GCS on loopback alone was started with the loopback switch: its nodes registered as 127.0.0.1, which
+    # this driver must keep (Ray would rewrite it into the outward address and reach nothing). A GCS that
+    # listens beyond loopback registered its nodes at the outward address: Ray's own rewrite finds them.
+    restore = driver_on_loopback() if safety.exposed is None else (lambda: None)
+    if not safety.demands_token:
+        return safety.warning(), restore
+    try:
+        return safety.warning(), _both(restore, _present_user_token(address))
+    except BaseException:
+        restore()
+        raise
+
+
+def _present_user_token(address: str) -> Callable[[], None]:
+    """This driver in token mode with the user's token, checked against the cluster first; what undoes it."""
+    token = rayauth.user_token()
+    if token is None:
+        raise UserError(
+            f"the Ray cluster at {address} demands a token (token authentication) and none is set here: set "
+            f"{rayauth.TOKEN_ENV}, or {rayauth.TOKEN_PATH_ENV} to a file that holds it (Ray also reads "
+            "~/.ray/auth_token)"
+        )
+    if rayauth.gcs_answer(address, token) is rayauth.GcsAnswer.REFUSED:
+        raise UserError(
+            f"the Ray cluster at {address} refuses the token set here ({rayauth.TOKEN_ENV}, "
+            f"{rayauth.TOKEN_PATH_ENV} or ~/.ray/auth_token): it is not that cluster's token"
+        )
+    return rayauth.driver_env({rayauth.AUTH_MODE_ENV: "token"})
 
 
 def _init(ray: Any, address: str, **options: Any) -> Any:

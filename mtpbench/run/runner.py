@@ -203,8 +203,12 @@ class _Scheduler:
     def run_all(self, todo: list[int]) -> list[str]:
         """Run `todo`; the ones that failed. RunInterrupted when a stop signal ended it."""
         self.session = {"started": now_iso(), "cells": len(todo), **self.setup.describe()}
+        if self.executor.warnings:
+            self.session["warnings"] = list(self.executor.warnings)
         self.run.manifest.setdefault("sessions", []).append(self.session)
         self.run.save()
+        for text in self.executor.warnings:
+            self._emit("warning", {"text": text})
         self.pending = list(todo)
         self.t_start = time.monotonic()
         try:

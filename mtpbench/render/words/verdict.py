@@ -9,6 +9,7 @@ import shlex
 from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import Comparison
 from mtpbench.judge.findings import Cause, Severity, Verdict
+from mtpbench.render.words.units import count
 from mtpbench.schema import COUNTERS_ONLY
 
 __all__ = ["EXPECTED_FAIL", "certified_text", "compare_command", "reproduction_note", "verdict_text"]
@@ -85,7 +86,8 @@ def verdict_text(comp: Comparison) -> str:
     if code == ExitCode.OK:
         warns = sum(1 for d in comp.diagnoses if d.severity == Severity.WARN)
         tail = f", {warns} warning(s)" if warns else ""
-        return f"PASS: {len(comp.cells)} cells, {certified_text(comp)}; no regression or bug signature{tail} (exit 0)"
+        cells = count(len(comp.cells), "cell")
+        return f"PASS: {cells}, {certified_text(comp)}; no regression or bug signature{tail} (exit 0)"
     if code == ExitCode.REGRESSION:
         return f"FAIL: {kinds} in {ncells} cell(s) (exit 1)"
     if code == ExitCode.NOT_COMPARABLE:

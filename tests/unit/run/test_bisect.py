@@ -82,3 +82,13 @@ def test_git_bisect_run_reads_the_gate() -> None:
         ExitCode.NOT_COMPARABLE: 125,
         ExitCode.INCONCLUSIVE: 125,
     }
+
+
+def test_one_build_or_the_same_good_and_bad_names_the_real_problem_not_the_order() -> None:
+    # Issue 37 item 18: both read "--good X must come before --bad X", which is no order problem at all.
+    _, test = planted(RELEASES, 3)
+    with pytest.raises(UserError, match=r"the config lists one \(current\): list the builds") as one:
+        search(["current"], "current", "current", test, lambda: Judged("current", Outcome.GOOD))
+    with pytest.raises(UserError, match=r"--good and --bad are the same build \(v0\.29\.0\)") as same:
+        search(RELEASES, "v0.29.0", "v0.29.0", test, lambda: Judged("v0.29.0", Outcome.GOOD))
+    assert "must come before" not in str(one.value) + str(same.value)

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from raynodes import client_without_token, kill_session, listening, off_loopback, safe_env, start_node
 from runfake import execute, fake_config, only_run, prompt_totals, wait_for
 
+from mtpbench.run.rayauth import new_token
 from mtpbench.run.raycluster import fit_problem, host_port, ray_request, session_members
 
 # Real Ray clusters (tens of seconds each): not part of the fast loop.
@@ -150,31 +152,73 @@ def test_sigterm_while_the_own_cluster_starts_leaves_no_process_of_it(tmp_path: 
     assert marked(tmp_path) == [], [Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in marked(tmp_path)]
 
 
-def _ray_node(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """`ray start ... --block` in a session of its own (so that it can be killed whole), once it runs."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--block", "--disable-usage-stats"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
-    deadline = time.monotonic() + 300
-    while "Ray runtime started" not in log.read_text():
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-        time.sleep(0.2)
-    return proc
+def _cmdline(pid: int) -> bytes:
+    """A process's command line (empty once it is gone: a cluster's helpers come and go)."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
 
 
-def _kill_session(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a node and everything it started, as a machine that loses power would stop."""
-    while members := session_members(proc.pid):
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    proc.wait()
+def _files_holding(folder: Path, secret: bytes) -> list[Path]:
+    """The files under `folder` (a live cluster's: they come and go) whose bytes hold `secret`."""
+    found = []
+    for path in folder.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink() and secret in path.read_bytes():
+                found.append(path)
+    return found
+
+
+def test_the_cluster_mtpbench_starts_listens_on_loopback_only_and_lets_no_client_in_without_its_token(
+    tmp_path: Path,
+) -> None:
+    # Issue 35: loopback kept the network out but not the machine's other users: any of them could join
+    # 127.0.0.1:<port> and run code as the user who started mtpbench. Looked at while a cell-repeat runs: every
+    # socket of mtpbench (the driver) and of its cluster listens on loopback, and a client without the token
+    # is not let in.
+    config = fake_config(tmp_path, {"current": {"hang": "generation"}}, repeats=1)
+    proc = cli(
+        tmp_path,
+        "run",
+        config,
+        "--out",
+        tmp_path / "runs",
+        "--no-compare",
+        "--executor",
+        "ray",
+        "--ray-resource",
+        "CPU",
+    )
+    try:
+        wait_for(lambda: any((tmp_path / "marks").glob("ready-*")), timeout=300)  # a worker runs on the cluster
+        # The `ray start` process itself (its keeper's command line names it too).
+        starts = [
+            pid for pid in marked(tmp_path, "ray.scripts.scripts start") if pid not in marked(tmp_path, "raykeeper")
+        ]
+        assert len(starts) == 1, starts
+        ray_start = Path(f"/proc/{starts[0]}/cmdline").read_bytes().decode().split("\0")
+        port = next(arg.split("=", 1)[1] for arg in ray_start if arg.startswith("--port="))
+        pids = marked(tmp_path)
+        assert any(address.endswith(f":{port}") for address in listening(pids)), listening(pids)  # the GCS
+        assert off_loopback(pids) == [], listening(pids)
+        assert client_without_token(f"127.0.0.1:{port}", tmp_path / "stranger") != "joined"
+        # The token lives in the cluster's environment only: on no command line (readable by every user) and
+        # in no file of the cluster's temp folder.
+        environ = Path(f"/proc/{starts[0]}/environ").read_bytes().split(b"\0")
+        token = next(item.split(b"=", 1)[1] for item in environ if item.startswith(b"RAY_AUTH_TOKEN="))
+        assert len(token) == 64 and b"RAY_AUTH_MODE=token" in environ
+        assert [pid for pid in marked(tmp_path) if token in _cmdline(pid)] == []
+        temp = Path(next(arg.split("=", 1)[1] for arg in ray_start if arg.startswith("--temp-dir=")))
+        assert _files_holding(temp, token) == []
+        # doctor looks at the cluster a run would join, without joining it.
+        doctor = cli(tmp_path, "doctor", "--no-engine", "--address", f"127.0.0.1:{port}")
+        doctor_out, doctor_err = doctor.communicate(timeout=300)
+        assert "token authentication on, GCS on loopback" in doctor_out, doctor_out + doctor_err
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out + err
+    assert marked(tmp_path) == []
 
 
 def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_its_cell_until_resume(
@@ -188,15 +232,11 @@ def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_
     temp = Path(tempfile.mkdtemp(prefix="mtpb-test-ray-", dir="/tmp"))
     port = _closed_port()
     # The GCS declares a lost node dead after 3 missed health checks of 0.5 s (Ray's default: 5 of 3 s).
-    env = {
-        **os.environ,
-        MARK: str(tmp_path),
-        "RAY_health_check_period_ms": "500",
-        "RAY_health_check_failure_threshold": "3",
-    }
-    env.pop("RAY_ADDRESS", None)
+    token = new_token()
+    health = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3"}
+    env = safe_env(token, **{MARK: str(tmp_path)}, **health)
     common = ["--node-ip-address=127.0.0.1"]
-    head = _ray_node(
+    head = start_node(
         ["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={temp}", *common],
         tmp_path / "head.log",
         env,
@@ -204,12 +244,26 @@ def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_
     nodes = [head]
     try:
         node_args = [f"--address=127.0.0.1:{port}", "--num-cpus=1", *common]
-        node = _ray_node(node_args, tmp_path / "node1.log", env)
+        node = start_node(node_args, tmp_path / "node1.log", env)
         nodes.append(node)
+        # Issue 35: the suite's own cluster listens on loopback only (the head's GCS, raylet, agents and
+        # client server; the node's raylet and workers) and lets no client in without its token.
+        pids = [*session_members(head.pid), *session_members(node.pid)]
+        assert any(address.endswith(f":{port}") for address in listening(pids)), listening(pids)  # the GCS
+        assert off_loopback(pids) == [], listening(pids)
+        assert client_without_token(f"127.0.0.1:{port}", tmp_path / "stranger") != "joined"
         release = tmp_path / "release"
         config = fake_config(tmp_path, {"current": {"hang_unless": str(release)}}, repeats=2, ray_place_timeout_s=2)
         ray_opts = ["--no-compare", "--executor", "ray", "--address", f"127.0.0.1:{port}", "--ray-resource"]
-        proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", *ray_opts, "GPU")
+        # No token here: one line, bad input, before anything runs (Ray's own join would retry until its deadline).
+        proc = cli(
+            tmp_path, "run", config, "--out", tmp_path / "runs", *ray_opts, "CPU", HOME=str(tmp_path / "stranger")
+        )
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, out + err
+        assert f"the Ray cluster at 127.0.0.1:{port} demands a token" in err and len(err.strip().splitlines()) == 1
+        # The user's token, as a user hands it to mtpbench: RAY_AUTH_TOKEN (mtpbench turns token mode on).
+        proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", *ray_opts, "GPU", RAY_AUTH_TOKEN=token)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 2, out + err
         assert (
@@ -220,9 +274,9 @@ def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_
         assert head.poll() is None and node.poll() is None  # the user's cluster is left running
 
         ray_opts.append("CPU")
-        proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--jobs", "2", *ray_opts)
+        proc = cli(tmp_path, "run", config, "--out", tmp_path / "runs", "--jobs", "2", *ray_opts, RAY_AUTH_TOKEN=token)
         wait_for(lambda: any((tmp_path / "marks").glob("ready-*")), timeout=300)  # a worker generates (hangs)
-        _kill_session(node)
+        kill_session(node)
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 3, out + err
         run = only_run(tmp_path / "runs")
@@ -233,13 +287,13 @@ def test_unplaceable_cells_are_refused_and_a_node_that_dies_mid_task_fails_only_
         assert marked(tmp_path, "fake_worker.py") == []  # the dead node's worker went with it
 
         release.touch()
-        nodes.append(_ray_node(node_args, tmp_path / "node2.log", env))
-        res = cli(tmp_path, "run", "--resume", run, *ray_opts)
+        nodes.append(start_node(node_args, tmp_path / "node2.log", env))
+        res = cli(tmp_path, "run", "--resume", run, *ray_opts, RAY_AUTH_TOKEN=token)
         out, err = res.communicate(timeout=300)
         assert res.returncode == 0, out + err
         local = execute(config, tmp_path / "local")
         assert prompt_totals(run) == prompt_totals(local.path) and len(prompt_totals(run)) == 2
     finally:
         for n in nodes:
-            _kill_session(n)
+            kill_session(n)
         shutil.rmtree(temp, ignore_errors=True)

@@ -21,7 +21,7 @@ from runfake import REPO, execute, fake_config, only_run, prompt_totals, wait_fo
 from mtpbench.config import load_config, load_prompts
 from mtpbench.errors import UserError
 from mtpbench.run import runner
-from mtpbench.run.devices import DevicePool, binding_env, cpu_core_sets, devices_needed, parse_devices
+from mtpbench.run.devices import DevicePool, binding_env, core_count, cpu_core_sets, devices_needed, parse_devices
 from mtpbench.store.manifest import new_run_dir
 from mtpbench.store.results import current_attempts, load_run
 
@@ -304,7 +304,17 @@ def test_device_helpers() -> None:
     assert pool.take(2) == ["0", "1"]
     assert devices_needed({"tensor_parallel_size": 4, "pipeline_parallel_size": 2}) == 8
     assert binding_env("CUDA_VISIBLE_DEVICES", ["2", "3"]) == {"CUDA_VISIBLE_DEVICES": "2,3"}
-    assert binding_env("VLLM_CPU_OMP_THREADS_BIND", ["0-3", "4-7"]) == {"VLLM_CPU_OMP_THREADS_BIND": "0-3|4-7"}
+    assert core_count("0-1,6") == 3 and core_count("4") == 1
+
+
+def test_a_cpu_worker_gets_its_share_of_the_cores_as_unpinned_threads() -> None:
+    # Issue 37 item 17: pinned to one core each (VLLM_CPU_OMP_THREADS_BIND=0 and =1), two workers on the
+    # 2-core box ran the same cell-repeats 1.9x longer than one at a time; unpinned, in 0.32x.
+    assert binding_env("VLLM_CPU_OMP_THREADS_BIND", ["1"]) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
+    }
+    assert binding_env("VLLM_CPU_OMP_THREADS_BIND", ["0-3"])["OMP_NUM_THREADS"] == "4"
 
 
 # --- cost ------------------------------------------------------------------------------------------------
