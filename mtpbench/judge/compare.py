@@ -51,6 +51,7 @@ from mtpbench.judge.findings import (
     Verdict,
 )
 from mtpbench.judge.findings_context import ContextTable
+from mtpbench.judge.per_request import CellHistogram
 from mtpbench.judge.plan import Against, Levels, Plan, admit, make_plan
 from mtpbench.judge.reference import ReferenceComparison
 from mtpbench.judge.serving_summary import ServingCell
@@ -97,6 +98,9 @@ class Comparison(Levels):
     reference: ReferenceComparison | None = None
     # A context sweep's acceptance per bucket, per cell (judge/context.py); empty for any other run.
     context: list[ContextTable] = field(default_factory=list)
+    # Per cell, its requests in vLLM's per-request shape and their pooled acceptance histogram
+    # (judge/per_request.py); empty until the diagnoses are made.
+    per_request: list[CellHistogram] = field(default_factory=list, repr=False)
 
     @property
     def findings(self) -> list[Finding]:
@@ -225,6 +229,7 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
         builds=builds_table(plan.run.typed.config, plan.cells, diagnoses),
         reference=diagnosed.reference,
         context=[t for c in plan.cells if (t := context_table(c)) is not None],
+        per_request=diagnosed.per_request,
     )
 
 

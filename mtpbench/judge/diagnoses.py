@@ -46,6 +46,7 @@ from mtpbench.judge.findings import (
     TextChanged,
 )
 from mtpbench.judge.ksweep import as_k_dependence, first_position, reference_k_findings
+from mtpbench.judge.per_request import CellHistogram, cell_histograms, per_request_findings
 from mtpbench.judge.plan import Plan
 from mtpbench.judge.reference import ReferenceComparison, stored_reference
 from mtpbench.judge.replay import replay_findings
@@ -359,6 +360,8 @@ class Diagnosed:
     binding: dict[str, Any] = field(default_factory=dict)
     # The run held against its stored reference (judge/reference.py), for the tables beside the findings.
     reference: ReferenceComparison | None = None
+    # Per cell, its requests in vLLM's per-request shape (judge/per_request.py), for the histogram table.
+    per_request: list[CellHistogram] = field(default_factory=list)
 
 
 def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
@@ -381,6 +384,9 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         d = instability(c, gate, greedy)
         if d:
             out.findings.append(d)
+    # Per request, with no baseline: a collapse, or every draft accepted at every step (judge/per_request.py).
+    out.per_request = cell_histograms(plan.run, cells)
+    out.findings.extend(per_request_findings(out.per_request))
     # Soak cells: drift between the rounds of one engine, rounds that accepted nothing, stalls (judge/drift.py).
     # Their own family: each soak cell gets an even share of the false-alarm rate.
     soak = [c for c in cells if c.rounds is not None or c.round_ends]

@@ -133,6 +133,10 @@ class Kind(ExitCodedKind):
     # pos0 (greedy drafting makes the first draft independent of k: vllm#48892), or below the weights at this k
     # where another k is not. A bug signature of the draft path at that k, exit 1.
     K_DEPENDENT = "k-dependent-acceptance", ExitCode.REGRESSION
+    # Per-request acceptance with no baseline (judge/per_request.py): a request (or a cell-repeat's requests
+    # together) accepting nothing over many verify steps, or every draft at every step (the NaN-logits class).
+    REQUEST_COLLAPSE = "request-acceptance-collapse", ExitCode.REGRESSION
+    REQUEST_ALL_ACCEPTED = "request-accepts-everything", ExitCode.REGRESSION
 
 
 class Cause(str, Enum):
@@ -177,6 +181,8 @@ class Cause(str, Enum):
     COUNTERS_OR_REFERENCE = "counters-or-reference"  # the counters, or a proposer detail the reference lacks
     INEXACT_DRAFT_PATH = "inexact-draft-path"  # on a platform shown exact, some steps draft or verify otherwise
     K_DEPENDENT_DRAFT = "k-dependent-draft"  # the draft path depends on k where greedy drafting says it cannot
+    DRAFTS_ALL_REJECTED = "drafts-all-rejected"  # a drafter whose every proposal the target rejects
+    DEGENERATE_LOGITS = "degenerate-logits"  # target and drafter agreeing on everything: NaN / constant logits
 
 
 # --- payloads ------------------------------------------------------------------------------------------------

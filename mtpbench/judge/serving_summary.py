@@ -89,6 +89,8 @@ class ServingCell:
     # Pooled over all requests (vLLM's /metrics definition), fractions.
     pooled_per_pos: list[float | None]
     pooled_per_pos_ci: list[Interval | None]
+    # Conditional rate per position (accepted at i / accepted at i-1; vllm#39359), beside the unconditional.
+    pooled_conditional: list[float | None]
     pooled_mean: float | None
     pooled_al: float | None
     # Mean over requests of each request's acceptance length 1 + accepted/drafts.
@@ -190,6 +192,7 @@ def summarize_serving(run: Run, confidence: float = 0.95, evidence: Evidence | N
                 e2e_s=_pcts([float(r["e2e_s"]) for r in reqs if r.get("e2e_s") is not None]),
                 pooled_per_pos=per_pos,
                 pooled_per_pos_ci=per_pos_ci,
+                pooled_conditional=[s_.conditional[i] if i < len(s_.conditional) else None for i in range(k)],
                 pooled_mean=s_.mean,
                 pooled_al=s_.acceptance_length,
                 mean_request_al=sum(als) / len(als) if als else None,

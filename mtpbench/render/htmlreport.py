@@ -29,6 +29,8 @@ from mtpbench.render.bindinggrid import binding_section
 from mtpbench.render.painter import Drawn, Job, Painter
 from mtpbench.render.words import htmlpage as page_words
 from mtpbench.render.words.context import BUCKET_HEADERS, PLOT_CAPTION, PLOT_TITLE, TABLE_TITLE, bucket_cells
+from mtpbench.render.words.per_request import HISTOGRAM_NOTE, HISTOGRAM_TITLE
+from mtpbench.render.words.positions import POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.render.words.units import enum_text
 from mtpbench.store.results import Run
 
@@ -151,7 +153,8 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
         "patches",
         "repeats",
         "drafts",
-        *[f"pos{i} %" for i in range(k)],
+        *[unconditional_title(i) for i in range(k)],
+        *[conditional_title(i) for i in range(1, k)],
         "mean %",
         "AL pooled",
         "AL per request",
@@ -179,6 +182,7 @@ def _cells_table(comp: Comparison, changed: set[tuple[str, str]]) -> str:
             f"<td>{c.repeats_done}/{len(c.repeats)}</td>",
             f"<td>{s.counts.num_drafts}</td>",
             *[f"<td>{_pct(s.per_pos[i]) if i < s.counts.k else ''}</td>" for i in range(k)],
+            *[f"<td>{_pct(s.conditional[i]) if i < s.counts.k else ''}</td>" for i in range(1, k)],
             f"<td>{_pct(s.mean)}</td>",
             f"<td>{'–' if s.acceptance_length is None else f'{s.acceptance_length:.2f}'}</td>",
             f"<td>{'–' if s.request_al is None else f'{s.request_al:.2f}'}</td>",
@@ -332,9 +336,10 @@ dots apart mean cross-process instability.</figcaption></figure></section>
 <figcaption>{_e(page_words.heatmap_caption(rows))}</figcaption></figure></section>
 {_rounds_section(figures.get("rounds"))}
 {_context_section(comp, figures.get("context"))}
+{_histogram_section(comp)}
 {_builds_section(views.builds_view(run, comp), figures.get("builds"))}
 <section><h2>Cells: graph mode requested vs effective</h2>
-<div class="wide">{_cells_table(comp, changed)}</div></section>
+<div class="wide">{_cells_table(comp, changed)}</div><p class="meta">{_e(POSITIONS_NOTE)}</p></section>
 {diagnosis_checks}
 {_reference_section(comp)}
 <h2>Fingerprint and provenance</h2>
@@ -412,6 +417,33 @@ def _rounds_section(svg: str | None) -> str:
 <figcaption>Acceptance per round of one long-lived engine, per position and the mean (black). Under greedy
 decoding every round must repeat round 0 exactly; a dashed red line marks the first round that drifted, a
 cross a round that stalled past its deadline.</figcaption></figure></section>"""
+
+
+def _histogram_section(comp: Comparison) -> str:
+    """Per cell, its verify steps by drafts accepted (report.histogram_rows, as the Markdown shows them)."""
+    from mtpbench.render.report import histogram_rows
+
+    if not any(h.requests for h in comp.per_request):
+        return ""
+    cols, rows = histogram_rows(comp.per_request)
+    head = "".join(
+        f"<th{_cls(['l'] if just == 'left' else [])}>{_e(title)}{' ' + _e(sub) if sub else ''}</th>"
+        for title, sub, just in cols
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td{_cls(['l'] if just == 'left' else [])}>{_e(text)}</td>"
+            for (_t, _s, just), (text, _d, _st) in zip(cols, row, strict=True)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<section id="per-request"><h2>{_e(HISTOGRAM_TITLE)}</h2>'
+        f'<div class="wide"><table id="acceptance-histogram"><tr>{head}</tr>{body}</table></div>'
+        f'<p class="meta">{_e(HISTOGRAM_NOTE)}</p></section>'
+    )
 
 
 def _context_section(comp: Comparison, svg: str | None) -> str:

@@ -28,6 +28,7 @@ from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings import Finding, Severity, Verdict
 from mtpbench.judge.findings_context import ContextTable
+from mtpbench.judge.per_request import CellHistogram
 from mtpbench.render.reference import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
@@ -35,6 +36,8 @@ from mtpbench.render.words import cause_text, finding_head, finding_message, sev
 from mtpbench.render.words.builds import BUILDS_TITLE, builds_outcome, builds_summary
 from mtpbench.render.words.context import BUCKET_HEADERS, bucket_cells
 from mtpbench.render.words.context import TABLE_TITLE as CONTEXT_TITLE
+from mtpbench.render.words.per_request import HISTOGRAM_NOTE, HISTOGRAM_TITLE, source_text
+from mtpbench.render.words.positions import DEFINITIONS, POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.render.words.reference import reference_title
 from mtpbench.render.words.units import ci_text, pct, pts
 from mtpbench.render.words.verdict import EXPECTED_FAIL
@@ -85,7 +88,10 @@ Column = tuple[str, str, str]  # (title, subtitle, justify)
 def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column], list[list[Cell]]]:
     k = max((c.evidence.k for c in cells), default=0)
     cols: list[Column] = [("cell", "graph mode", "left"), ("rep", "drafts", "right"), ("prompts", "", "right")]
-    cols += [(f"pos{i} %", "[95% CI]" if ci else "", "right") for i in range(k)]
+    # Both per-position definitions side by side (words/positions.py): unconditional with its interval,
+    # then conditional from pos1 on (at pos0 it is the unconditional figure).
+    cols += [(unconditional_title(i), "[95% CI]" if ci else "", "right") for i in range(k)]
+    cols += [(conditional_title(i), "", "right") for i in range(1, k)]
     cols += [
         ("mean", "%", "right"),
         ("avg", "acc", "right"),
@@ -107,6 +113,8 @@ def summary_rows(cells: list[CellResult], ci: bool = True) -> tuple[list[Column]
         for i in range(k):
             has = i < len(s.per_pos)
             row.append((pct(s.per_pos[i]) if has else "", ci_text(s.per_pos_ci[i]) if ci and has else "", ""))
+        for i in range(1, k):
+            row.append((pct(s.conditional[i]) if i < len(s.conditional) else "", "", ""))
         row += [
             (pct(s.mean), "", ""),
             ("–" if s.avg_accepted is None else f"{s.avg_accepted:.2f}", "", ""),
@@ -194,6 +202,24 @@ def length_rows(lengths: list[LengthCheck], primary: bool, ci: bool = True) -> t
     return cols, rows
 
 
+def histogram_rows(hists: list[CellHistogram]) -> tuple[list[Column], list[list[Cell]]]:
+    """Per cell, its verify steps by drafts accepted (vLLM's per-request acceptance_histogram, pooled over
+    its requests) as % of its steps, beside where the counts came from (judge/per_request.py)."""
+    k = max((len(h.histogram) - 1 for h in hists), default=0)
+    cols: list[Column] = [("cell", "", "left"), ("from", "", "left"), ("requests", "", "right")]
+    cols += [("steps", "", "right")] + [(f"accepted {j}", "% of steps", "right") for j in range(k + 1)]
+    rows: list[list[Cell]] = []
+    for h in hists:
+        steps = h.num_spec_steps
+        row: list[Cell] = [(h.cell, "", ""), (source_text(h.source), "", ""), (str(len(h.requests)), "", "")]
+        row.append((str(steps), "", ""))
+        for j in range(k + 1):
+            has = j < len(h.histogram) and steps > 0
+            row.append((pct(h.histogram[j] / steps) if has else "–", "", ""))
+        rows.append(row)
+    return cols, rows
+
+
 def context_rows(tables: list[ContextTable]) -> tuple[list[Column], list[list[Cell]]]:
     """A context sweep's acceptance per bucket (judge/context.py), one row per cell × bucket."""
     cols: list[Column] = [(h, "", "left" if i == 0 else "right") for i, h in enumerate(BUCKET_HEADERS)]
@@ -246,10 +272,12 @@ def builds_document(bv: BuildsView, tolerance_pts: float) -> dict[str, Any]:
     }
 
 
-def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "") -> Table:
+def rich_table(cols: list[Column], rows: list[list[Cell]], title: str = "", caption: str = "") -> Table:
     t = Table(
         title=title or None,
         title_justify="left",
+        caption=caption or None,
+        caption_justify="left",
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         pad_edge=False,
@@ -290,7 +318,7 @@ def markdown_table(cols: list[Column], rows: list[list[Cell]]) -> list[str]:
 
 def summary_table(cells: list[CellResult], title: str = "", ci: bool = True) -> Table:
     cols, rows = summary_rows(cells, ci)
-    return rich_table(cols, rows, title)
+    return rich_table(cols, rows, title, caption=POSITIONS_NOTE)
 
 
 def checks_table(checks: list[PositionCheck], baseline: str | None, ci: bool = True) -> Table:
@@ -397,10 +425,14 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "baseline_provenance": _jsonable(comp.baseline_provenance),
         "unchecked": comp.unchecked,
         "cells": _jsonable(comp.cells),
+        # Which per-position figure is which in each cell's summary (vllm#39359).
+        "per_pos_definitions": DEFINITIONS,
         "lengths": _jsonable(comp.lengths),
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
         **({"context": _jsonable(comp.context)} if comp.context else {}),
+        # Per cell, vLLM's per-request shape pooled: verify steps by drafts accepted (judge/per_request.py).
+        **({"per_request": [h.document() for h in comp.per_request]} if comp.per_request else {}),
         **({"builds": builds_document(comp.builds, comp.gate.divergence_pts)} if comp.builds is not None else {}),
         "findings": [
             {
@@ -429,6 +461,7 @@ def comparison_markdown(comp: Comparison) -> str:
     lines = [f"### mtpbench: run `{comp.run_id}`" + (f" vs `{comp.baseline}`" if comp.baseline else ""), ""]
     lines += [f"**{verdict_text(comp)}**", ""]
     lines += markdown_table(*summary_rows(comp.cells, ci=True))
+    lines += ["", f"_{POSITIONS_NOTE}_"]
     if comp.baseline:
         if comp.lengths:
             lines += ["", *markdown_table(*length_rows(comp.lengths, comp.gate.primary == "acceptance_length"))]
@@ -437,6 +470,9 @@ def comparison_markdown(comp: Comparison) -> str:
         lines += ["", f"**{reference_title(comp.run_id)}**", "", *markdown_table(*reference_rows(comp.reference))]
     if comp.context:
         lines += ["", f"**{CONTEXT_TITLE}**", "", *markdown_table(*context_rows(comp.context))]
+    if any(h.requests for h in comp.per_request):
+        lines += ["", f"**{HISTOGRAM_TITLE}**", "", *markdown_table(*histogram_rows(comp.per_request))]
+        lines += ["", f"_{HISTOGRAM_NOTE}_"]
     if comp.builds is not None:
         lines += ["", f"**{BUILDS_TITLE}**", "", *markdown_table(*builds_rows(comp.builds))]
         lines += ["", builds_summary(comp.builds, comp.gate.divergence_pts)]

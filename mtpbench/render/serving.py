@@ -16,6 +16,7 @@ from rich import box
 from rich.table import Table
 
 from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD, PER_REQUEST, LevelRow, Percentiles, ServingCell
+from mtpbench.render.words.positions import POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.schema import COUNTERS_ONLY
 
 
@@ -43,7 +44,8 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
         "out\ntok/s",
         "TTFT ms\np50/p99",
         "TPOT ms\np50/p99",
-        *[f"pos{i} %\n[95% CI]" for i in range(k)],
+        *[f"{unconditional_title(i)}\n[95% CI]" for i in range(k)],
+        *[conditional_title(i) for i in range(1, k)],
         "mean %\npooled",
         "AL\npooled",
         "AL\nreq mean",
@@ -65,6 +67,7 @@ def serving_rows(cells: list[ServingCell]) -> tuple[list[str], list[list[str]]]:
                     f"{_p(r)}\n[{_p(ci.low)},{_p(ci.high)}]" if ci else _p(r)
                     for r, ci in zip(c.pooled_per_pos, c.pooled_per_pos_ci, strict=True)
                 ],
+                *[_p(c.pooled_conditional[i]) if i < len(c.pooled_conditional) else "" for i in range(1, k)],
                 _p(c.pooled_mean),
                 _num(c.pooled_al, ".2f"),
                 _num(c.mean_request_al, ".2f"),
@@ -92,6 +95,7 @@ def _level_row(level: LevelRow) -> list[str]:
         _ms(level.ttft_s),
         _ms(level.tpot_s),
         *[_p(r) for r in level.pooled_per_pos],
+        *["" for _ in level.pooled_per_pos[1:]],
         _p(level.pooled_mean),
         _num(level.pooled_al, ".2f"),
         "–",
@@ -103,8 +107,9 @@ def _level_row(level: LevelRow) -> list[str]:
 def serving_table(cells: list[ServingCell]) -> Table:
     head, rows = serving_rows(cells)
     t = Table(
-        title="serving load: pos/mean/AL pooled = accepted/drafts over all requests (as /metrics and vllm bench "
-        "serve), CI clustered by request; AL req mean = mean over requests of 1 + accepted/drafts; "
+        title=f"serving load: {POSITIONS_NOTE}; pos/mean/AL pooled = accepted/drafts over all requests "
+        "(as /metrics and vllm bench serve), CI clustered by request; "
+        "AL req mean = mean over requests of 1 + accepted/drafts; "
         "/metrics = sum: the counter deltas equal the per-request counts; └ concurrency N: one level of a "
         "concurrency sweep (the cell's row pools every level); counters-only: the build returned no "
         "per-request counts, acceptance is the /metrics deltas pooled over the load (no interval)",
@@ -126,6 +131,7 @@ def serving_markdown(cells: list[ServingCell]) -> str:
     flat = [[x.replace("\n", " ") for x in r] for r in [head, *rows]]
     lines = ["| " + " | ".join(flat[0]) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in flat[1:]]
+    lines += ["", f"_{POSITIONS_NOTE}_"]
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,9 @@ Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
 - upstream.py: upstream-rule, request-al-regression, request-al-inconclusive;
 - reference.py: engine-below-reference, reference-disagreement, reference-text-differs (the engine held
   against the acceptance its weights give);
-- exactness.py: exactness-lost (prompts that stopped counting exactly, on a platform the run showed exact).
+- exactness.py: exactness-lost (prompts that stopped counting exactly, on a platform the run showed exact);
+- per_request.py: request-acceptance-collapse, request-accepts-everything (per-request alarms with no
+  baseline), and the acceptance-histogram table's words.
 Beside them: causes.py (the likely cause each finding points at), verdict.py (the verdict line and what a pass
 certifies), runtime.py (where a run's time went) and units.py (numbers as the sentences and tables write
 them). No arithmetic beyond turning fractions into the percentages people read.
@@ -58,6 +60,7 @@ from mtpbench.render.words.context import msg_context_decay
 from mtpbench.render.words.exactness import msg_exactness_lost
 from mtpbench.render.words.features import msg_feature_ignored, msg_mode_divergence
 from mtpbench.render.words.ksweep import msg_k_dependence
+from mtpbench.render.words.per_request import msg_request_alarm
 from mtpbench.render.words.probes import (
     msg_binding_unobserved,
     msg_fix_verification,
@@ -130,6 +133,8 @@ MESSAGES: dict[Kind, Callable[[Any], str]] = {
     Kind.REFERENCE_TEXT_DIFFERS: msg_reference_text_differs,
     Kind.EXACTNESS_LOST: msg_exactness_lost,
     Kind.K_DEPENDENT: msg_k_dependence,
+    Kind.REQUEST_COLLAPSE: msg_request_alarm,
+    Kind.REQUEST_ALL_ACCEPTED: msg_request_alarm,
 }
 
 

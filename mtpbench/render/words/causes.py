@@ -90,4 +90,10 @@ CAUSE_TEXT: dict[Cause, str] = {
     "of a step is the drafter's argmax after the verified prefix whatever k is (vllm#48892: pos0 83.39 % at k=1 "
     "vs 76.17 % at k=8); look at what k sizes in the proposer (draft buffers, positions, the per-step metadata "
     "of the chained draft steps, the rejection sampler's indexing) (docs/configs.md, k as an axis)",
+    Cause.DRAFTS_ALL_REJECTED: "the target rejects every draft: drafter weights not loaded or not bound (a "
+    "random or zeroed head), the draft reading the wrong KV-cache group or positions, or a verify step that "
+    "compares against the wrong tokens (docs/verdicts.md)",
+    Cause.DEGENERATE_LOGITS: "target and drafter agree on every token: NaN or constant logits whose argmax is one "
+    "fixed token on both sides (TRT-LLM#5146), or a verify step that compares the draft with itself; read the "
+    "request's text (docs/verdicts.md)",
 }

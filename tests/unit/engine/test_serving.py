@@ -21,6 +21,7 @@ from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import FAIL, WARN
 from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message
+from mtpbench.render.words.positions import POSITIONS_NOTE
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run
 from tests.support.polling import wait_for
@@ -418,3 +419,13 @@ def test_throughput_is_judged_by_the_entry_that_judged_acceptance(tmp_path: Path
     comp = judge(run, base, accept_unchecked=True, entry_map={"b/NONE/stock": "slow/NONE"})
     assert {ch.entry for ch in comp.checks} == {"slow/NONE"}
     assert not [d for d in comp.diagnoses if d.kind == "throughput-drop"], comp.diagnoses
+
+
+def test_serving_table_shows_the_conditional_rate_beside_the_unconditional(tmp_path: Path) -> None:
+    # Issue 39 item 4 (vllm#39359): accepted at i / accepted at i-1 next to accepted at i / drafts.
+    run = load_run(write_serving_run(tmp_path, {"cpu/eager/stock": GOOD}, wall_s=2.0))
+    (c,) = ss.summarize_serving(run)
+    assert c.pooled_conditional == [pytest.approx(36 / 40), pytest.approx(32 / 36), pytest.approx(29 / 32)]
+    md = rs.serving_markdown([c])
+    assert "pos1 % uncond [95% CI]" in md and "pos1 % cond" in md and POSITIONS_NOTE in md
+    assert f"| {100 * 32 / 36:.1f} | {100 * 29 / 32:.1f} |" in md

@@ -276,7 +276,7 @@ def test_counters_only_table_keeps_latencies_and_names_the_method(tmp_path: Path
     assert c.acceptance == "counters-only" and "refused" in c.acceptance_reasons[0]
     head, rows = rs.serving_rows([c])
     assert rows[0][head.index("acceptance\nfrom")] == ss.COUNTERS_ONLY_METHOD
-    assert rows[0][head.index("/metrics\n= sum")] == "n/a" and rows[0][head.index("pos0 %\n[95% CI]")] == "81.6"
+    assert rows[0][head.index("/metrics\n= sum")] == "n/a" and rows[0][head.index("pos0 % uncond\n[95% CI]")] == "81.6"
     assert "counters-only: pooled over the load, no per-request clustering" in rs.serving_markdown([c])
     # No failed-requests or count-mismatch finding, and the single pooled record makes the repeat complete.
     comp = judge(run)
