@@ -22,7 +22,7 @@ from mtpbench import __version__
 from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
 from mtpbench.reference.ngram import lookup_bounds
-from mtpbench.reference.pair import LOOKUP_METHODS, check_pair, load_pair, torch_threads
+from mtpbench.reference.pair import LOOKUP_METHODS, PairInfo, check_pair, load_pair, torch_threads
 from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.reference import ReferenceFile, ReferencePrompt, append_lines, read_reference
@@ -134,38 +134,10 @@ def compute_reference(
     missing = [c for c in cells if c not in numerics]
     if missing:
         raise UserError(f"{run.path}: cell {missing[0]} never started (no cell_start record): nothing to hold against")
-    # Cells that share numerics and k share one replay; a k sweep's cells each replay with their own k (the
-    # walk drafts k tokens per step, so the positions, the drafts and the steps all depend on it).
-    groups: dict[tuple[_Numerics, int], list[str]] = {}
-    for cell in cells:
-        groups.setdefault((numerics[cell], run.typed.k_of(cell)), []).append(cell)
+    groups = _replay_groups(run, cells, numerics)
     session = now_iso()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    import torch
-    import transformers
-
-    replayed: dict[str, Any] = {
-        "method": method,
-        "target": str(info.target),
-        "drafter": None if info.drafter is None else str(info.drafter),
-        "target_architecture": info.target_architecture,
-        "drafter_architecture": info.drafter_architecture,
-        "device": options.device,
-        "threads": options.threads,
-        "batch": options.batch,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "mtpbench": __version__,
-        # A k sweep's list of k (each group says its own); a single-k run's one int, as before.
-        "k": run.typed.config.speculative.num_speculative_tokens,
-        **({"prompt_lookup": list(lookup)} if lookup else {}),
-        "max_tokens": max_tokens,
-        "ignore_eos": ignore_eos,
-        "groups": [
-            {"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs, **({"k": gk} if run.typed.sweep else {})}
-            for (n, gk), cs in groups.items()
-        ],
-    }
+    replayed = _replayed(run, options, info, method, lookup, groups)
     append_lines(run.path, [{"schema": 1, "type": "reference_start", "session": session, "replayed": replayed}])
     done, total, drafts = 0, len(prompts) * len(groups), 0
 
@@ -217,6 +189,53 @@ def compute_reference(
     if ref is None or ref.session != session:
         raise RuntimeError(f"{Path(run.path) / 'reference.jsonl'}: the session just written does not read back")
     return ref
+
+
+def _replay_groups(
+    run: Run, cells: list[str], numerics: dict[str, _Numerics]
+) -> dict[tuple[_Numerics, int], list[str]]:
+    """Cells that share numerics and k share one replay; a k sweep's cells each replay with their own k (the
+    walk drafts k tokens per step, so the positions, the drafts and the steps all depend on it)."""
+    groups: dict[tuple[_Numerics, int], list[str]] = {}
+    for cell in cells:
+        groups.setdefault((numerics[cell], run.typed.k_of(cell)), []).append(cell)
+    return groups
+
+
+def _replayed(
+    run: Run,
+    options: ReferenceOptions,
+    info: PairInfo,
+    method: str,
+    lookup: tuple[int, int] | None,
+    groups: dict[tuple[_Numerics, int], list[str]],
+) -> dict[str, Any]:
+    """What the session replayed, as its reference_start line says it: the pair, the versions, the groups."""
+    import torch
+    import transformers
+
+    return {
+        "method": method,
+        "target": str(info.target),
+        "drafter": None if info.drafter is None else str(info.drafter),
+        "target_architecture": info.target_architecture,
+        "drafter_architecture": info.drafter_architecture,
+        "device": options.device,
+        "threads": options.threads,
+        "batch": options.batch,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "mtpbench": __version__,
+        # A k sweep's list of k (each group says its own); a single-k run's one int, as before.
+        "k": run.typed.config.speculative.num_speculative_tokens,
+        **({"prompt_lookup": list(lookup)} if lookup else {}),
+        "max_tokens": int(run.typed.config.sampling.max_tokens or 0),
+        "ignore_eos": bool(run.typed.config.sampling.ignore_eos),
+        "groups": [
+            {"dtype": n.dtype, "max_model_len": n.max_model_len, "cells": cs, **({"k": gk} if run.typed.sweep else {})}
+            for (n, gk), cs in groups.items()
+        ],
+    }
 
 
 def _line(cell: str, prompt_id: str, rep: PromptReplay, k: int) -> ReferencePrompt:
