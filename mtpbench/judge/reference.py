@@ -228,16 +228,7 @@ def _cell(
     )
     # Fewer / more accepted drafts than the weights say, per prompt over its repeats (AL per draft step).
     agreement.fewer, agreement.more = _directions(prompt_codes, names, (e_acc, e_drafts), (r_acc, r_drafts))
-    # Token accounting (same text only: N is then the reference's). A lookup method decodes a token with no
-    # draft where its lookup finds nothing, so there only the upper bound holds.
-    gen = np.array([r.num_generated_tokens for r in refs], dtype=float)
-    slack = e_acc + e_drafts + 1 - gen
-    bad = same & (((slack < 0) & (not skips)) | (slack > k))
-    agreement.unbalanced = [
-        Unbalanced(p, int(rep), int(n), int(d), int(a))
-        for p, rep, n, d, a, b in zip(pids, repeats, gen, e_drafts, e_acc, bad, strict=True)
-        if b
-    ]
+    agreement.unbalanced = _unbalanced(pids, repeats, refs, same, (e_acc, e_drafts), k, skips)
     seeds = {r.repeat: r.hash_seed for r in c.repeats}
     engine = _Counts(e_acc, e_pos, e_drafts)
     weights = _Counts(r_acc, r_pos, r_drafts)
@@ -259,6 +250,28 @@ def _cell(
             )
         )
     return agreement
+
+
+def _unbalanced(
+    pids: list[str],
+    repeats: np.ndarray,
+    refs: list[ReferencePrompt],
+    same: np.ndarray,
+    engine: tuple[np.ndarray, np.ndarray],
+    k: int,
+    skips: bool,
+) -> list[Unbalanced]:
+    """Token accounting (same text only: N is then the reference's). A lookup method decodes a token with no
+    draft where its lookup finds nothing, so there only the upper bound holds."""
+    e_acc, e_drafts = engine
+    gen = np.array([r.num_generated_tokens for r in refs], dtype=float)
+    slack = e_acc + e_drafts + 1 - gen
+    bad = same & (((slack < 0) & (not skips)) | (slack > k))
+    return [
+        Unbalanced(p, int(rep), int(n), int(d), int(a))
+        for p, rep, n, d, a, b in zip(pids, repeats, gen, e_drafts, e_acc, bad, strict=True)
+        if b
+    ]
 
 
 @dataclass(frozen=True)
