@@ -192,8 +192,8 @@ def _prompt_fields(*names: str) -> tuple[str, ...]:
     return names
 
 
-# The prompt frame's columns (store/records.py: one row per prompt record, what judging reads), in order.
-PROMPT_FRAME_COLUMNS = _prompt_fields(
+# Where a prompt record belongs and its counts: the first columns of both lists below, in this order.
+_PROMPT_KEYS = (
     "cell",
     "build",
     "mode",
@@ -205,6 +205,11 @@ PROMPT_FRAME_COLUMNS = _prompt_fields(
     "num_drafts",
     "num_draft_tokens",
     "num_accepted_tokens",
+)
+
+# The prompt frame's columns (store/records.py: one row per prompt record, what judging reads), in order.
+PROMPT_FRAME_COLUMNS = _prompt_fields(
+    *_PROMPT_KEYS,
     "accepted_per_pos",
     "num_generated_tokens",
     "output_sha256",
@@ -215,17 +220,7 @@ PROMPT_FRAME_COLUMNS = _prompt_fields(
 # The scalar fields the columnar copy keeps as columns (store/columnar.py); the rest of a record goes to its
 # `extra_json` column. Changing this changes the copy's layout: bump columnar.COPY_VERSION with it.
 PROMPT_SCALAR_COLUMNS = _prompt_fields(
-    "cell",
-    "build",
-    "mode",
-    "variant",
-    "repeat",
-    "hash_seed",
-    "prompt_id",
-    "prompt_index",
-    "num_drafts",
-    "num_draft_tokens",
-    "num_accepted_tokens",
+    *_PROMPT_KEYS,
     "num_prompt_tokens",
     "num_generated_tokens",
     "finish_reason",
