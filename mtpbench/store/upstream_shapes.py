@@ -24,10 +24,12 @@ import re
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from mtpbench.errors import UserError
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry, BaselineFingerprint, Provenance
+from mtpbench.store.records import first_error
 from mtpbench.store.upstream import UpstreamGolden, UpstreamRule, UpstreamSource
 
 # Where each shape lives upstream: (repository, file).
@@ -134,7 +136,10 @@ def baseline_of_shape(
 ) -> Baseline:
     """A baseline whose upstream block is the shape's golden and rule (judge/upstream.py applies it); its entry
     holds the golden's pooled rates where the shape has them, else none (the AL alone judges)."""
-    definition, al, per_pos, rule, entry_name, notes = read_shape(fmt, text, key, k)
+    try:
+        definition, al, per_pos, rule, entry_name, notes = read_shape(fmt, text, key, k)
+    except ValidationError as exc:  # a rule the file's numbers cannot make (NaN, a negative floor)
+        raise UserError(f"{fmt}: the file's numbers make no rule: {first_error(exc)}") from None
     if per_pos is not None and not all(0.0 <= x <= 1.0 for x in per_pos):
         raise UserError(f"{fmt}: per-position rates are fractions in [0, 1], got {per_pos}")
     k_positions = len(per_pos) if per_pos else k

@@ -93,3 +93,13 @@ def test_a_shape_without_its_numbers_is_one_clear_error() -> None:
         read_shape("vllm-acceptance-length", "nothing here")
     with pytest.raises(UserError, match="needs --k"):
         baseline_of_shape("sglang-threshold", "accept_length_thres = 2.0", "x", COMMIT, "2026-12-06")
+
+
+def test_a_trtllm_entry_with_nan_or_negative_numbers_is_one_line_not_a_crash() -> None:
+    # Found by feeding hostile files after the merge: `ref_al: .nan` / `min_al: -1` made UpstreamRule refuse
+    # al_floor=nan, which escaped as an internal error (exit 3) instead of bad input (exit 2).
+    from mtpbench.errors import UserError
+    from mtpbench.store.upstream_shapes import baseline_of_shape
+
+    with pytest.raises(UserError, match="trtllm-min-al: the file's numbers make no rule"):
+        baseline_of_shape("trtllm-min-al", "x:\n  ref_al: .nan\n  min_al: -1\n", "b", "abc", "2026-12-06")
