@@ -69,7 +69,7 @@ def calibrate_cmd(
         float | None, typer.Option(help="The rule's tolerance instead of its file's (rtol, 1 - floor, margin).")
     ] = None,
     reps: Annotated[int, typer.Option(help="Bursty draws per scenario.", min=20, max=100_000)] = 200,
-    seed: Annotated[int, typer.Option(help="The draws' seed (the same seed, the same answer).")] = 39,
+    seed: Annotated[int, typer.Option(help="The draws' seed (the same seed, the same answer).", min=0)] = 39,
     emit: Annotated[
         str | None, typer.Option(help="Write the entry this upstream shape takes, at the calibrated threshold.")
     ] = None,

@@ -67,3 +67,13 @@ def test_a_stored_run_folder_is_read_through_its_baseline() -> None:
     assert "20261203T082003Z-tiny-gemma4-mtp current/eager" in r.stdout
     r = invoke("calibrate", run, "--rule", "vllm-ascend-golden")  # its cells are variant nightly, not stock
     assert r.exit_code == 2 and "no cells of variant 'stock'" in one_error_line(r)
+
+
+def test_a_negative_seed_is_one_line_exit_2_not_an_internal_error() -> None:
+    # Found by feeding hostile options: numpy refused seed -1 deep in the draws, an internal error (exit 3).
+    from tests.support.cli import invoke
+
+    run = Path(__file__).resolve().parents[1] / "data" / "runs" / "tiny-stock-fault"
+    res = invoke("calibrate", run, "--rule", "all", "--seed", "-1")
+    assert res.exit_code == 2, res.output
+    assert "--seed" in res.output and "Traceback" not in res.output
