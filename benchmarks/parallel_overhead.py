@@ -35,9 +35,9 @@ from mtpbench.run import runner  # noqa: E402
 def fake_config(tmp: Path, cells: int, work: float) -> Path:
     py = tmp / "fakepy"
     fake = REPO / "tests" / "support" / "fake_worker.py"
-    # The platform probe (`-m mtpbench.probes.devices`) runs for real; the worker is the fake.
+    # The platform probe (`-m mtpbench.buildprobes.devices`) runs for real; the worker is the fake.
     py.write_text(
-        f'#!/bin/sh\ncase "$1 $2" in "-c "* | "-m mtpbench.probes."*) exec {sys.executable} "$@" ;; esac\n'
+        f'#!/bin/sh\ncase "$1 $2" in "-c "* | "-m mtpbench.buildprobes."*) exec {sys.executable} "$@" ;; esac\n'
         f'exec {sys.executable} {fake} "$@"\n'
     )
     py.chmod(0o755)

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mtpbench.run.provision import STAMP
+from mtpbench.run.envs.provision import STAMP
 from mtpbench.store.results import load_run
 
 

@@ -97,7 +97,7 @@ class ExperimentConfig(Strict):
     ray_upload_timeout_s: float = Field(300.0, gt=0, allow_inf_nan=False, description="shipping mtpbench to nodes")
     ray_place_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="a task no node can place")
     reference_mode: str | None = Field(None, description="mode graph modes are checked against")
-    # Issue 28: every other build is held against this one, mode by mode (`build-divergence`, judge/builds.py).
+    # Issue 28: every other build is held against this one, mode by mode (`build-divergence`, judge/signals/builds.py).
     reference_build: str | None = Field(None, description="build the other builds are checked against (first)")
     # Issue 29: after the run, replay its greedy prompts from the weights (`mtpbench reference`) so the verdict
     # also holds the engine against the acceptance its weights give (docs/reference.md).

@@ -3,7 +3,7 @@
 The CLI turns a `UserError` into one line on stderr and its exit code, never a traceback; any other
 exception becomes exit 3 with the traceback in a log file (cli/__init__.py's root command, the one place either is
 caught). Exit 1 means "regression" to every CI, so nothing but a finding of the gate ever produces it; the
-code a failing finding gives is declared with its kind (judge/findings.py `Kind`).
+code a failing finding gives is declared with its kind (judge/findings/__init__.py `Kind`).
 """
 
 from __future__ import annotations

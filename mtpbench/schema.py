@@ -25,7 +25,7 @@ BASELINE_SCHEMA = 1  # baselines/*.yaml
 COUNTERS_ONLY = "counters-only"
 # Engine features a worker reads back from its engine's config (engine/fingerprint.py effective_config), under
 # their engine-argument names: a cell-repeat records each as requested where its mode or config sets it
-# (run/cells.py), and the judge warns where the engine ran it otherwise (judge/features.py).
+# (run/cells.py), and the judge warns where the engine ran it otherwise (judge/signals/features.py).
 FEATURES_READ_BACK = (
     "enable_prefix_caching",
     "enable_chunked_prefill",

@@ -211,7 +211,7 @@ PostInstallStep = UninstallStep | CommandStep
 
 class ProvisionedSpec(Strict):
     """Written by mtpbench, never by hand: the environment a `requirements` build was provisioned into
-    (mtpbench/run/provision.py), kept in the run's manifest beside the pins it came from."""
+    (mtpbench/run/envs/provision.py), kept in the run's manifest beside the pins it came from."""
 
     python: PathStr = Field(description="the environment's interpreter")
     key: str = Field(pattern=r"^[0-9a-f]{16,64}$", description="the cache key (pins, Python, platform, steps)")
@@ -311,7 +311,7 @@ class BuildSpec(Strict):
 
     def interpreter(self) -> str | None:
         """The build's interpreter: the user's, the provisioned environment's, or None (mtpbench's own).
-        A `requirements` build not yet provisioned has none: resolve it first (run/builds.py)."""
+        A `requirements` build not yet provisioned has none: resolve it first (run/envs/builds.py)."""
         if self.provisioned is not None:
             return self.provisioned.python
         return self.python
@@ -387,7 +387,7 @@ class GateSpec(Strict):
 
 # A context sweep's prompt ids: the set's id, then the bucket's shared-context length in tokens
 # (`fizzbuzz@ctx256`). One spelling, written by config.config_prompts and read back by the judge
-# (judge/context.py), so that a run's records, its manifest and its baseline all name the bucket alike.
+# (judge/signals/context.py), so that a run's records, its manifest and its baseline all name the bucket alike.
 CONTEXT_ID_SEP = "@ctx"
 
 
@@ -406,7 +406,7 @@ def split_context_id(prompt_id: str) -> tuple[str, int] | None:
 class ContextSweep(Strict):
     """The same prompts behind shared contexts of growing length (issue 31): each prompt runs once per
     bucket, after the first `fraction × max_model_len` tokens of one shared text, so acceptance can be read
-    per context length, paired by prompt (judge/context.py: `context-decay`)."""
+    per context length, paired by prompt (judge/signals/context.py: `context-decay`)."""
 
     fractions: list[float] = Field(
         min_length=2,
@@ -447,7 +447,7 @@ class ServingWorkload(Strict):
 
     kind: Literal["serving"]
     # A list sweeps concurrency in one run (engine/serving.py: its levels one after another against one server
-    # per cell-repeat, num_requests each); the judge holds each level against the first (judge/concurrency.py).
+    # per cell-repeat, num_requests each); the judge holds each level against the first (judge/signals/concurrency.py).
     concurrency: StrictInt | list[StrictInt] = Field(
         16, description="requests in flight at once; a list (e.g. [1, 4, 16]) sweeps the levels, first = reference"
     )

@@ -111,7 +111,7 @@ class _Session:
         """The build's run folder (reused or made now), or None with why it cannot be tested."""
         from mtpbench.errors import PinError, ProvisionError
         from mtpbench.run import runner
-        from mtpbench.run.builds import resolve_builds
+        from mtpbench.run.envs.builds import resolve_builds
         from mtpbench.store.manifest import ensure_out_dir
 
         if build in self.runs:

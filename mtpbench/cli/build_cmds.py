@@ -1,6 +1,6 @@
-"""`mtpbench build prepare|list|verify|remove`: the environments of builds from pins (run/provision.py),
+"""`mtpbench build prepare|list|verify|remove`: the environments of builds from pins (run/envs/provision.py),
 made ahead of a run, listed with their sizes and states, checked byte for byte against what was installed
-(run/envfiles.py), removed. A run provisions what it needs by itself; these commands let a CI job fill the
+(run/envs/envfiles.py), removed. A run provisions what it needs by itself; these commands let a CI job fill the
 cache in its own step and a user see, trust and reclaim the space."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def prepare(
 ) -> int:
     """Provision the config's builds from pins (cached: a build already there is ready at once)."""
     from mtpbench.config import load_config
-    from mtpbench.run.builds import resolve_builds
+    from mtpbench.run.envs.builds import resolve_builds
 
     cfg = load_config(config)
     unknown = [b for b in build or [] if b not in cfg.builds]
@@ -51,7 +51,7 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document instead of the table.")] = False,
 ) -> int:
     """The environments in mtpbench's builds cache, with what they hold and their sizes."""
-    from mtpbench.run.provision import builds_root, list_cached
+    from mtpbench.run.envs.provision import builds_root, list_cached
 
     root = builds_root()
     entries = list_cached(root)
@@ -99,8 +99,8 @@ def verify(
 ) -> int:
     """Hash every pinned file of the environments again (vLLM, its platform plugin, torch's Python side) and
     compare with what was installed; exit 3 when one changed."""
-    from mtpbench.run.envfiles import full_changes, named, read_digest, write_digest
-    from mtpbench.run.provision import builds_root, list_cached
+    from mtpbench.run.envs.envfiles import full_changes, named, read_digest, write_digest
+    from mtpbench.run.envs.provision import builds_root, list_cached
 
     entries = [e for e in list_cached(builds_root()) if e.state != "incomplete"]
     chosen = [_one(entries, key) for key in keys] if keys else entries
@@ -143,7 +143,7 @@ def remove(
     remove_all: Annotated[bool, typer.Option("--all", help="Every environment in the cache.")] = False,
 ) -> int:
     """Remove environments from the builds cache (a later run installs them again)."""
-    from mtpbench.run.provision import builds_root, list_cached, remove_cached
+    from mtpbench.run.envs.provision import builds_root, list_cached, remove_cached
 
     if remove_all and (keys or incomplete):
         # A mixed request is a typo waiting to happen: "remove these" and "remove everything" at once.

@@ -17,9 +17,9 @@ if TYPE_CHECKING:  # config brings pydantic, run/ and fixes/ bring more: `mtpben
     from mtpbench.config import ExperimentConfig, PromptSet
     from mtpbench.fixes.status import Preflight
     from mtpbench.judge.sizing import Sizing
-    from mtpbench.run.builds import BuildState
-    from mtpbench.run.cells import Cell, CellPlan
+    from mtpbench.run.cells import Cell, CellJob
     from mtpbench.run.cost import Estimate
+    from mtpbench.run.envs.builds import BuildState
 
 __all__ = [
     "blocking_models",
@@ -202,7 +202,7 @@ def _render_missing(cfg: ExperimentConfig) -> None:
         )
 
 
-def render_dry_run(cfg: ExperimentConfig, prompts: PromptSet, plans: list[CellPlan]) -> None:
+def render_dry_run(cfg: ExperimentConfig, prompts: PromptSet, plans: list[CellJob]) -> None:
     from mtpbench.fixes.status import preflight
 
     # Said first and again last, so neither the head nor the tail of a long listing hides an unapplied fix

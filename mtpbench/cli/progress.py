@@ -46,7 +46,7 @@ class ProgressView:
                 self.run_dir_file.write_text(f"{payload['path']}\n", encoding="utf-8")
             self.p.update(self.cells, total=payload.get("cells"))
             self.p.update(self.prompts, total=int(payload.get("cells", 0)) * self.per_cell)
-        elif kind == "warning":  # about where the run runs (run/rayauth.py): one line, before any cell
+        elif kind == "warning":  # about where the run runs (run/ray/auth.py): one line, before any cell
             self.p.console.print(
                 Text("warning", style="yellow").append(f": {payload['text']}", style=""), soft_wrap=True
             )
@@ -97,7 +97,7 @@ class InstallView:
     """What a build's provisioning shows: each step as a line (stderr, as every step line is), and while an
     installer runs, a live line under a spinner with the step and the installer's latest output (uv's
     "Resolved 150 packages", pip's "Downloading torch-…"): minutes of installing no longer look hung. The
-    whole output goes to the build's log (run/provision.py); on a console that is not a terminal the live
+    whole output goes to the build's log (run/envs/provision.py); on a console that is not a terminal the live
     line is not drawn."""
 
     def __init__(self, status: Status) -> None:

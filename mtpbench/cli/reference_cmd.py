@@ -1,8 +1,8 @@
 """`mtpbench reference RUN`: the acceptance a greedy run should report, recomputed from the weights
 (mtpbench/reference/), stored beside the run (runs/<id>/reference.jsonl) and held against the engine's counts
-(judge/reference.py) with the run's own gate settings. No baseline is involved: exit 1 when the engine accepts
-significantly less than its weights say (`engine-below-reference`) or when its prompts stop counting exactly
-what the weights say where a cell of the reference build counts every prompt exactly (`exactness-lost`), 0
+(judge/signals/reference_comparison.py) with the run's own gate settings. No baseline is involved: exit 1 when the
+engine accepts significantly less than its weights say (`engine-below-reference`) or when its prompts stop counting
+exactly what the weights say where a cell of the reference build counts every prompt exactly (`exactness-lost`), 0
 otherwise (warnings shown), 2 for a run or a pair the reference does not model.
 
 The replay needs torch and transformers (they come with vllm); they are imported only once the options and
@@ -23,7 +23,7 @@ from mtpbench.errors import UserError
 
 if TYPE_CHECKING:
     from mtpbench.reference.compute import ReferenceOptions
-    from mtpbench.store.reference import ReferenceFile
+    from mtpbench.store.reference_records import ReferenceFile
     from mtpbench.store.results import Run
 
 __all__ = ["reference_cmd"]
@@ -44,11 +44,11 @@ def reference_cmd(
     """Recompute from the weights the acceptance a greedy run should report, and hold the engine's counts
     against it: exit 1 when the engine accepts significantly less than its weights say (no baseline needed)."""
     from mtpbench.judge.evidence import collect_evidence
-    from mtpbench.judge.reference import hold_run
+    from mtpbench.judge.signals.reference_comparison import hold_run
     from mtpbench.reference.compute import ReferenceOptions, check_run
     from mtpbench.reference.pair import check_pair
-    from mtpbench.render.reference import finding_lines, reference_document, reference_table, summary_line
-    from mtpbench.store.reference import read_reference
+    from mtpbench.render.referencereport import finding_lines, reference_document, reference_table, summary_line
+    from mtpbench.store.reference_records import read_reference
     from mtpbench.store.results import load_run
 
     run = load_run(run_dir)
@@ -71,7 +71,8 @@ def reference_cmd(
         )
         ref = _replay(run, options)
     gate = run.typed.config.gate
-    # The one holding every judging command makes of a stored reference (judge/reference.py hold_run).
+    # The one holding every judging command makes of a stored reference (judge/signals/reference_comparison.py
+    # hold_run).
     cmp = hold_run(collect_evidence(run, gate.confidence), ref, gate)
     if as_json:
         sys.stdout.write(json.dumps(reference_document(cmp), indent=2) + "\n")

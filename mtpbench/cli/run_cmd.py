@@ -175,7 +175,7 @@ def _select(
         if chosen:
             setattr(cfg, axis, {k: v for k, v in have.items() if k in chosen})
     if cfg.reference_build is not None and cfg.reference_build not in cfg.builds:
-        # --build left the reference build out: the run's builds are held against its first (judge/builds.py).
+        # --build left the reference build out: the run's builds are held against its first (judge/signals/builds.py).
         cfg.reference_build = None
     if repeats is not None:
         seeds = cfg.seeds()
@@ -213,7 +213,7 @@ def _run(
 ) -> int:
     from mtpbench.config import config_prompts, load_config
     from mtpbench.run import runner
-    from mtpbench.run.builds import preview_builds, resolve_builds
+    from mtpbench.run.envs.builds import preview_builds, resolve_builds
     from mtpbench.store.manifest import ensure_out_dir
 
     cfg = load_config(config)
@@ -225,7 +225,7 @@ def _run(
     if dry_run:
         # Builds from pins as they will run, from the cache or installed when the run starts: nothing here.
         cfg, states = preview_builds(cfg)
-        plans = runner.plan(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
+        plans = runner.cell_jobs(cfg, prompts, cells, "DRY-RUN", str(out / "<run>" / "records.jsonl"))
         render_dry_run(cfg, prompts, plans)
         render_build_states(cfg, states)
         base = baseline or (Path(cfg.baseline) if cfg.baseline else None)

@@ -33,11 +33,11 @@ from mtpbench.errors import UserError
 from mtpbench.judge.compare import Comparison, judge
 from mtpbench.judge.evidence import CellResult, collect_evidence
 from mtpbench.judge.findings import Instability, Kind, Severity
-from mtpbench.judge.findings_probes import MetadataBinding
-from mtpbench.judge.findings_reference import ReferenceBelow
-from mtpbench.judge.findings_soak import Drift
-from mtpbench.judge.reference import ReferenceComparison
-from mtpbench.patches.drift import AFTER_ENV
+from mtpbench.judge.findings.probes import MetadataBinding
+from mtpbench.judge.findings.reference import ReferenceBelow
+from mtpbench.judge.findings.soak import Drift
+from mtpbench.judge.signals.reference_comparison import ReferenceComparison
+from mtpbench.patches.faults.drift_after_requests import AFTER_ENV
 from mtpbench.render.words import finding_message
 from mtpbench.run import runner
 from mtpbench.specs import SoakWorkload
@@ -51,7 +51,7 @@ __all__ = ["SelftestResult", "engine_check", "evaluate", "evaluate_soak", "run_s
 DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"
 FAULT = "flatten-draft-metadata"
 # The metadata-binding probe rides along in both variants, so the selftest also shows *where* the fault is:
-# which draft layer read which KV-cache group, per hash seed (mtpbench/patches/binding.py).
+# which draft layer read which KV-cache group, per hash seed (mtpbench/patches/probes/metadata_binding.py).
 PROBE = "metadata-binding"
 # vLLM 0.32 keeps the draft layer names in a set and the fault binds every draft layer to the first name it
 # iterates, so PYTHONHASHSEED decides which KV-cache group wins. With the shipped drafter (layers: full,
@@ -161,7 +161,7 @@ def evaluate_reference(cmp: ReferenceComparison) -> tuple[bool, list[str]]:
 
 def run_reference_check(run_dir: Path) -> tuple[bool, list[str]]:
     """The selftest run replayed from the weights (mtpbench/reference/) and held against its engine counts."""
-    from mtpbench.judge.reference import hold
+    from mtpbench.judge.signals.reference_comparison import hold
     from mtpbench.reference import ReferenceOptions, compute_reference
 
     run = load_run(run_dir)

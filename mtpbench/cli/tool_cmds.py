@@ -54,7 +54,7 @@ def doctor(
     """Platform, device, package versions, broken torchvision, whether an engine starts, and the Ray cluster
     a run would join (is it open to anyone)."""
     from mtpbench.run import doctor as doc
-    from mtpbench.run.installers import default_installer
+    from mtpbench.run.envs.installers import default_installer
 
     info = doc.probe(python)
     if python and "probe" in info.get("errors", {}):

@@ -54,7 +54,7 @@ def sampler_probe(job: dict[str, Any]) -> dict[str, Any]:
     process (VLLM_ENABLE_V1_MULTIPROCESSING=0). Greedy jobs never expand: nothing to record."""
     if not float(job["sampling"].get("temperature", 0.0) or 0.0) > 0:
         return {}
-    from mtpbench.patches.expand import probe
+    from mtpbench.patches.cpu.expand_kernel import probe
 
     return {"sampled_expand": probe()}
 

@@ -24,18 +24,18 @@ from mtpbench.patches.contract import PatchNotApplicable
 # synthetic sampler lets the CPU engine accept drafts at configured rates (the gate's calibration); the
 # expand kernel makes sampled (temperature > 0) spec decode on the CPU engine use the request's temperature.
 REGISTRY: dict[str, str] = {
-    "flatten-draft-metadata": "mtpbench.patches.flatten:apply",
-    "cpu-synthetic-rejection": "mtpbench.patches.synthetic:apply",
-    "cpu-expand-kernel": "mtpbench.patches.expand:apply",
+    "flatten-draft-metadata": "mtpbench.patches.faults.flatten_draft_metadata:apply",
+    "cpu-synthetic-rejection": "mtpbench.patches.cpu.synthetic_rejection:apply",
+    "cpu-expand-kernel": "mtpbench.patches.cpu.expand_kernel:apply",
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
     # A fault that only a long-lived engine shows (drafts perturbed after N requests): the soak's `drift`.
-    "drift-after-requests": "mtpbench.patches.drift:apply",
+    "drift-after-requests": "mtpbench.patches.faults.drift_after_requests:apply",
     # A fault active only with prefix caching on (vllm#51771's shape): the feature sweep's `mode-divergence`.
-    "prefix-caching-fault": "mtpbench.patches.cached:apply",
+    "prefix-caching-fault": "mtpbench.patches.faults.prefix_caching_fault:apply",
     # A probe, not a patch: changes nothing, records which KV-cache group each draft layer read.
-    "metadata-binding": "mtpbench.patches.binding:apply",
+    "metadata-binding": "mtpbench.patches.probes.metadata_binding:apply",
     # A probe: counts the drafter's graph captures and replays (the proof that graph mode ran the draft).
-    "graph-replay": "mtpbench.patches.replay:apply",
+    "graph-replay": "mtpbench.patches.probes.graph_replay:apply",
 }
 
 

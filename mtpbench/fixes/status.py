@@ -146,7 +146,7 @@ def _has_check(name: str) -> bool:
 def preflight(plans: Iterable[Any], timeout_s: float = 300.0) -> list[Preflight]:
     """Ask each build's interpreter what every variant patch would do there; one answer per build and patch.
 
-    `plans` are runner.CellPlan-like objects (`cell.build`, `python`, `env`, `job["patches"]`). The probe
+    `plans` are runner.CellJob-like objects (`cell.build`, `python`, `env`, `job["patches"]`). The probe
     imports what the patch imports (vllm_ascend for the fix) and nothing else: no engine starts.
     """
     out: list[Preflight] = []

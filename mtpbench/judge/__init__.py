@@ -8,4 +8,8 @@ The way a judging goes (compare.py says it step by step): `admit` a baseline (or
 
 Callers import each name from the module that defines it (no face here: importing the package stays free,
 so the report's painter, which unpickles figdata.py's classes, does not pay for pandas and scipy).
+
+The spine is this folder's top (evidence, stats, plan, checks, diagnoses, compare); beside it findings/ (the
+typed payloads, one module per family, named as render/words/ names their sentences) and signals/ (the
+per-signal judges diagnoses.py composes); history, sizing, save, views and figdata are the tools.
 """

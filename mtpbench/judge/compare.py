@@ -6,7 +6,7 @@ hands it a painter, which gets the cells and checks between the checks and the d
 1. `plan.admit`: the baseline is comparable or refused (exit 4), before anything is collected;
 2. `evidence.collect_evidence`: the run's records turned into per-cell evidence, once;
 3. `plan.make_plan`: the gate, the serving summary, the divergence pairs and the family of checks;
-4. `check`: each cell against its baseline entry (checks.py, upstream.py, the serving throughput), fail-closed:
+4. `check`: each cell against its baseline entry (checks.py, signals/upstream.py, the serving throughput), fail-closed:
    a cell with no entry is not comparable, a drop beyond the tolerance that the data cannot support is
    `inconclusive`, never a pass;
 5. `diagnoses.diagnose`: what needs no baseline (cell health, patches, probes, instability, drift,
@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mtpbench.errors import ExitCode, combine_exit_codes
-from mtpbench.judge import serving_summary, upstream
-from mtpbench.judge.builds import builds_table
 from mtpbench.judge.checks import (
     IDENTITY_FIELDS,
     LengthCheck,
@@ -36,7 +34,6 @@ from mtpbench.judge.checks import (
     position_check,
     resolve_entry,
 )
-from mtpbench.judge.context import context_table
 from mtpbench.judge.diagnoses import Diagnosed, diagnose
 from mtpbench.judge.evidence import CellResult, Evidence, collect_evidence
 from mtpbench.judge.figdata import BuildsView
@@ -50,11 +47,14 @@ from mtpbench.judge.findings import (
     Unchecked,
     Verdict,
 )
-from mtpbench.judge.findings_context import ContextTable
-from mtpbench.judge.per_request import CellHistogram
+from mtpbench.judge.findings.context import ContextTable
 from mtpbench.judge.plan import Against, Levels, Plan, admit, make_plan
-from mtpbench.judge.reference import ReferenceComparison
-from mtpbench.judge.serving_summary import ServingCell
+from mtpbench.judge.signals import serving_summary, upstream
+from mtpbench.judge.signals.builds import builds_table
+from mtpbench.judge.signals.context import context_table
+from mtpbench.judge.signals.per_request import CellHistogram
+from mtpbench.judge.signals.reference_comparison import ReferenceComparison
+from mtpbench.judge.signals.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline, BaselineEntry
 from mtpbench.store.results import Run
@@ -78,9 +78,9 @@ class Comparison(Levels):
     family: int = 1
     # The checks a pass certifies (plan.Plan.primary): the certificate's confidence is simultaneous over them.
     primary: int = 1
-    # Per probed cell, the metadata-binding probe's layer × group table (judge/binding.py `document`).
+    # Per probed cell, the metadata-binding probe's layer × group table (judge/signals/binding_readout.py `document`).
     binding: dict[str, Any] = field(default_factory=dict)
-    # The serving summary (serving runs only), made once from the same evidence (judge/serving_summary.py).
+    # The serving summary (serving runs only), made once from the same evidence (judge/signals/serving_summary.py).
     serving: list[ServingCell] | None = field(default=None, repr=False)
     # One line when a requested fix did not apply (mtpbench.fixes.status.headline), for `run`'s summary.
     fix_headline: str | None = None
@@ -91,15 +91,15 @@ class Comparison(Levels):
     config_baseline: str | None = None
     # The run folder as it was opened: the compare command a verdict suggests names it, so that it runs pasted.
     run_path: str | None = None
-    # A run of several builds: the builds × positions table and each cell's build-divergence (judge/builds.py).
+    # A run of several builds: the builds × positions table and each cell's build-divergence (judge/signals/builds.py).
     builds: BuildsView | None = None
     # The run held against the acceptance its weights give (`mtpbench reference`, stored beside the run):
     # per cell and position, the engine's rate next to the reference's; None for a run never replayed.
     reference: ReferenceComparison | None = None
-    # A context sweep's acceptance per bucket, per cell (judge/context.py); empty for any other run.
+    # A context sweep's acceptance per bucket, per cell (judge/signals/context.py); empty for any other run.
     context: list[ContextTable] = field(default_factory=list)
     # Per cell, its requests in vLLM's per-request shape and their pooled acceptance histogram
-    # (judge/per_request.py); empty until the diagnoses are made.
+    # (judge/signals/per_request.py); empty until the diagnoses are made.
     per_request: list[CellHistogram] = field(default_factory=list, repr=False)
 
     @property
@@ -196,7 +196,7 @@ def _check_cell(plan: Plan, c: CellResult, entry: BaselineEntry, out: Checked) -
     assert plan.against is not None
     return [
         *check_findings(c, checks, length, gate),
-        # The baseline's upstream golden, judged by its own rule beside the gate's verdict (judge/upstream.py).
+        # The baseline's upstream golden, judged by its own rule beside the gate's verdict (judge/signals/upstream.py).
         *upstream.findings(c, plan.against.baseline, checks, length, gate, al_alpha, cert_alpha),
     ]
 

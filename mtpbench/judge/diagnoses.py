@@ -3,8 +3,8 @@ mode or an engine feature the platform ran otherwise), patches that did not appl
 (exact under greedy decoding, a prompt-level permutation test when sampling), every other mode diverging from
 the reference mode (paired by prompt, fail-closed: a gap the data cannot support is `inconclusive`; a graph or
 compiled mode is `graph-divergence`, a mode that differs in an engine feature a `mode-divergence` naming it,
-judge/features.py), every build against the reference build (build-divergence, and prompt for prompt where
-the reference build repeats itself exactly: exactness-lost, judge/exactness.py), and text that changed
+judge/signals/features.py), every build against the reference build (build-divergence, and prompt for prompt where
+the reference build repeats itself exactly: exactness-lost, judge/signals/exactness.py), and text that changed
 between the cells of a build. `diagnose` makes them all, in the
 order they are shown; each returns structured findings.
 Nothing here prints.
@@ -21,15 +21,7 @@ import numpy as np
 import pandas as pd
 
 from mtpbench.fixes.status import Unapplied, is_fix
-from mtpbench.judge import serving_summary
-from mtpbench.judge.binding import binding_findings, bindings_from
-from mtpbench.judge.builds import as_build_divergence
-from mtpbench.judge.concurrency import level_pairs
-from mtpbench.judge.context import context_decay
-from mtpbench.judge.drift import drift_findings
 from mtpbench.judge.evidence import SIG, CellMeta, CellResult, changed_text, dedupe, pos_cols
-from mtpbench.judge.exactness import build_exactness
-from mtpbench.judge.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
 from mtpbench.judge.findings import (
     Cause,
     Divergence,
@@ -45,11 +37,19 @@ from mtpbench.judge.findings import (
     SpeculationOff,
     TextChanged,
 )
-from mtpbench.judge.ksweep import as_k_dependence, first_position, reference_k_findings
-from mtpbench.judge.per_request import CellHistogram, cell_histograms, per_request_findings
 from mtpbench.judge.plan import Plan
-from mtpbench.judge.reference import ReferenceComparison, stored_reference
-from mtpbench.judge.replay import replay_findings
+from mtpbench.judge.signals import serving_summary
+from mtpbench.judge.signals.binding_readout import binding_findings, bindings_from
+from mtpbench.judge.signals.builds import as_build_divergence
+from mtpbench.judge.signals.concurrency import level_pairs
+from mtpbench.judge.signals.context import context_decay
+from mtpbench.judge.signals.drift import drift_findings
+from mtpbench.judge.signals.exactness import build_exactness
+from mtpbench.judge.signals.features import as_mode_divergence, feature_changes, ignored_features, is_feature_mode
+from mtpbench.judge.signals.ksweep import as_k_dependence, first_position, reference_k_findings
+from mtpbench.judge.signals.per_request import CellHistogram, cell_histograms, per_request_findings
+from mtpbench.judge.signals.reference_comparison import ReferenceComparison, stored_reference
+from mtpbench.judge.signals.replay_readout import replay_findings
 from mtpbench.judge.stats import Estimate, PromptCounts, gate_threshold, paired_diff, permutation_spread_pvalue
 from mtpbench.schema import COUNTERS_ONLY, CellStatus
 from mtpbench.specs import GateSpec
@@ -131,7 +131,7 @@ def _paired(a: PromptCounts, b: PromptCounts, pos: int, confidence: float) -> tu
 
 def _toward(delta: float, direction: int) -> bool:
     """Whether a gap counts in the direction asked: 0 either way (graph and mode divergence), -1 a drop only,
-    +1 a rise only (build divergence, judge/builds.py, which fails a drop and tells a rise)."""
+    +1 a rise only (build divergence, judge/signals/builds.py, which fails a drop and tells a rise)."""
     return direction == 0 or delta * direction > 0
 
 
@@ -354,13 +354,14 @@ def cell_health(c: CellResult) -> list[Finding]:
 @dataclass
 class Diagnosed:
     """What the run says about itself, with no baseline: its findings in the order they are shown, and per
-    probed cell the metadata-binding probe's layer × group table (judge/binding.py `document`)."""
+    probed cell the metadata-binding probe's layer × group table (judge/signals/binding_readout.py `document`)."""
 
     findings: list[Finding] = field(default_factory=list)
     binding: dict[str, Any] = field(default_factory=dict)
-    # The run held against its stored reference (judge/reference.py), for the tables beside the findings.
+    # The run held against its stored reference (judge/signals/reference_comparison.py), for the tables beside the
+    # findings.
     reference: ReferenceComparison | None = None
-    # Per cell, its requests in vLLM's per-request shape (judge/per_request.py), for the histogram table.
+    # Per cell, its requests in vLLM's per-request shape (judge/signals/per_request.py), for the histogram table.
     per_request: list[CellHistogram] = field(default_factory=list)
 
 
@@ -374,7 +375,7 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         out.findings.append(
             Finding(Kind.RUN_FAILED, Severity.FAIL, "*", Cause.INCOMPLETE_REPEATS, RunFailed(excluded=[]))
         )
-    # Serving workload (judge/serving_summary.py): failed requests, /metrics vs per-request counts.
+    # Serving workload (judge/signals/serving_summary.py): failed requests, /metrics vs per-request counts.
     out.findings.extend(serving_summary.diagnoses(plan.run, plan.served))
     # A variant whose patch did not apply measured the unpatched code under its name (mtpbench.fixes.status).
     out.findings.extend(unapplied_finding(u) for u in plan.evidence.unapplied)
@@ -384,28 +385,29 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         d = instability(c, gate, greedy)
         if d:
             out.findings.append(d)
-    # Per request, with no baseline: a collapse, or every draft accepted at every step (judge/per_request.py).
+    # Per request, with no baseline: a collapse, or every draft accepted at every step (judge/signals/per_request.py).
     out.per_request = cell_histograms(plan.run, cells)
     out.findings.extend(per_request_findings(out.per_request))
-    # Soak cells: drift between the rounds of one engine, rounds that accepted nothing, stalls (judge/drift.py).
+    # Soak cells: drift between the rounds of one engine, rounds that accepted nothing, stalls (judge/signals/drift.py).
     # Their own family: each soak cell gets an even share of the false-alarm rate.
     soak = [c for c in cells if c.rounds is not None or c.round_ends]
     for c in soak:
         out.findings.extend(drift_findings(c, gate, greedy, gate.false_alarm / len(soak)))
     # A run replayed from the weights (`mtpbench reference`) is held against its stored reference too; its own
-    # family (judge/reference.py splits the false-alarm rate over its checks). None for a run never replayed.
+    # family (judge/signals/reference_comparison.py splits the false-alarm rate over its checks). None for a run never
+    # replayed.
     out.reference = stored_reference(plan.evidence, gate)
     if out.reference is not None:
         out.findings.extend(out.reference.findings)
-        # A k sweep: a cell below the weights at its k where another k of its cells is not (judge/ksweep.py).
+        # A k sweep: a cell below the weights at its k where another k of its cells is not (judge/signals/ksweep.py).
         held = [a.cell for a in out.reference.cells]
         out.findings.extend(reference_k_findings(cells, held, out.reference.findings))
     # Every build against the reference build, sampled runs too: prompts pair across builds as they do against
-    # a baseline, and a release that accepts less is what a release sweep is run to catch (judge/builds.py).
+    # a baseline, and a release that accepts less is what a release sweep is run to catch (judge/signals/builds.py).
     divergent = build_divergences(plan)
     out.findings.extend(divergent)
     if greedy:
-        # Prompt for prompt, where the reference build repeated itself exactly (judge/exactness.py): a cell held
+        # Prompt for prompt, where the reference build repeated itself exactly (judge/signals/exactness.py): a cell held
         # against the weights was judged there, one whose drop build-divergence names is not told twice.
         held = set() if out.reference is None else {a.cell for a in out.reference.cells}
         named = {f.cell for f in divergent if f.kind == Kind.BUILD_DIVERGENCE and f.severity == Severity.FAIL}
@@ -418,10 +420,10 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         d = divergence(c, ref, gate, plan.alpha)
         if d:
             # A mode that differs from the reference in an engine feature, not only in graphs: the same rule's
-            # finding, named after the features (judge/features.py).
+            # finding, named after the features (judge/signals/features.py).
             changes = feature_changes(modes, c, ref)
             out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
-    # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/ksweep.py).
+    # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/signals/ksweep.py).
     for c, ref in plan.k_pairs:
         d = divergence(first_position(c), first_position(ref), gate, plan.alpha)
         if d:
@@ -431,7 +433,7 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
         d = divergence(level, first, gate, plan.alpha)
         if d:
             out.findings.append(as_mode_divergence(d, [change]))
-    # A context sweep: every longer bucket against the first, paired by prompt (judge/context.py).
+    # A context sweep: every longer bucket against the first, paired by prompt (judge/signals/context.py).
     on_decay = ((plan.run.typed.config.workload or {}).get("context") or {}).get("on_decay", "fail")
     for c in cells:
         d = context_decay(c, gate, plan.alpha, on_decay)
@@ -456,8 +458,9 @@ def build_divergences(plan: Plan) -> list[Finding]:
 
 
 def _probes(plan: Plan, out: Diagnosed) -> list[Finding]:
-    """Which KV-cache group each draft layer read, where the variant asked for the probe (judge/binding.py),
-    and whether the draft replayed its graphs (judge/replay.py)."""
+    """Which KV-cache group each draft layer read, where the variant asked for the probe
+    (judge/signals/binding_readout.py),
+    and whether the draft replayed its graphs (judge/signals/replay_readout.py)."""
     bindings = bindings_from(plan.evidence.meta)
     out.binding = {c: b.document() for c, b in bindings.items() if b.repeats or b.missing}
     return [*binding_findings(bindings), *replay_findings(plan.cells, plan.evidence.meta)]

@@ -338,7 +338,7 @@ def collect_evidence(run: Run, confidence: float = 0.95) -> Evidence:
     fr = _frame(run, k)
     all_rounds = fr.df
     soak = run.typed.config.workload_kind == "soak" or bool(len(all_rounds) and int(all_rounds["round"].max()) > 0)
-    # Every judgement below reads round 0 (the fresh engine); drift (judge/drift.py) reads all rounds.
+    # Every judgement below reads round 0 (the fresh engine); drift (judge/signals/drift.py) reads all rounds.
     df = all_rounds[all_rounds["round"].to_numpy() == 0] if soak else all_rounds
     starts, ends = run.cell_starts(), run.cell_ends()
     meta = cell_meta(starts, ends)

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtpbench.errors import NotComparableError
-from mtpbench.judge import serving_summary
-from mtpbench.judge.builds import build_pairs
 from mtpbench.judge.checks import check_comparable, config_names_baseline
-from mtpbench.judge.concurrency import sweep_checks
-from mtpbench.judge.context import context_checks
 from mtpbench.judge.evidence import CellResult, Evidence
-from mtpbench.judge.ksweep import k_pairs
-from mtpbench.judge.serving_summary import ServingCell
+from mtpbench.judge.signals import serving_summary
+from mtpbench.judge.signals.builds import build_pairs
+from mtpbench.judge.signals.concurrency import sweep_checks
+from mtpbench.judge.signals.context import context_checks
+from mtpbench.judge.signals.ksweep import k_pairs
+from mtpbench.judge.signals.serving_summary import ServingCell
 from mtpbench.specs import GateSpec
 from mtpbench.store.baseline import Baseline
 from mtpbench.store.manifest import ManifestConfig
@@ -170,10 +170,10 @@ class Plan(Levels):
     primary: int
     served: list[ServingCell] | None  # the serving summary (serving runs only), made once
     against: Against | None = None
-    # Cells of the other builds and the reference build's cell of their mode and variant (judge/builds.py):
+    # Cells of the other builds and the reference build's cell of their mode and variant (judge/signals/builds.py):
     # build divergence, counted in the family with the graph pairs.
     build_pairs: list[Pair] = field(default_factory=list)
-    # A greedy k sweep's cells and the smallest k's cell of their build/mode/variant (judge/ksweep.py): one
+    # A greedy k sweep's cells and the smallest k's cell of their build/mode/variant (judge/signals/ksweep.py): one
     # pos0 check each, counted in the family with the graph pairs.
     k_pairs: list[Pair] = field(default_factory=list)
 
@@ -195,13 +195,13 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     builds = build_pairs(cfg, evidence.cells)
     k = run.typed.k
     ks = k_pairs(evidence.cells, greedy)
-    # A context sweep's buckets held against its first (judge/context.py): greedy only, as divergence.
+    # A context sweep's buckets held against its first (judge/signals/context.py): greedy only, as divergence.
     context = sum(context_checks(c) for c in evidence.cells) if greedy else 0
     n_cells = len({c.cell for c in run.typed.cells})
-    # a serving concurrency sweep's level pairs are greedy divergence checks too (judge/concurrency.py)
+    # a serving concurrency sweep's level pairs are greedy divergence checks too (judge/signals/concurrency.py)
     sweep = sweep_checks(run, n_cells) if greedy else 0
-    # A build pair is k checks, as a graph pair is: its drop fails, a rise is only told (judge/builds.py).
-    # A k pair is one check: pos0 only is held across k (judge/ksweep.py).
+    # A build pair is k checks, as a graph pair is: its drop fails, a rise is only told (judge/signals/builds.py).
+    # A k pair is one check: pos0 only is held across k (judge/signals/ksweep.py).
     divergence_checks = sum(c.evidence.k or k for c, _ in [*pairs, *builds]) + sweep + context + len(ks)
     cell_ks = run.typed.cell_ks()
     family, primary = count_family_ks(

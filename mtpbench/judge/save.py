@@ -11,7 +11,7 @@ from typing import Any
 
 from mtpbench.errors import UserError
 from mtpbench.judge.evidence import CellResult, collect_evidence
-from mtpbench.judge.serving_summary import baseline_fields, is_serving, summarize_serving
+from mtpbench.judge.signals.serving_summary import baseline_fields, is_serving, summarize_serving
 from mtpbench.judge.stats import Counts
 from mtpbench.store.baseline import Baseline, baseline_from_cells
 from mtpbench.store.results import Run

@@ -68,7 +68,7 @@ BURSTY = Burst()
 @dataclass(frozen=True)
 class ContextSweep:
     """A context sweep's shape (workload.context): `buckets` context lengths, each holding the same `prompts`
-    prompts; context-decay pairs every longer bucket with the first prompt by prompt (judge/context.py), so
+    prompts; context-decay pairs every longer bucket with the first prompt by prompt (judge/signals/context.py), so
     its unit is the prompt of one bucket, not the run's prompts × buckets."""
 
     buckets: int
@@ -76,7 +76,7 @@ class ContextSweep:
     cells: int = 1  # the cells swept: each makes its own context-decay checks
 
     def checks(self, k: int) -> int:
-        """The context-decay checks of a run (judge/context.py context_checks, over its cells)."""
+        """The context-decay checks of a run (judge/signals/context.py context_checks, over its cells)."""
         return (self.buckets - 1) * k * self.cells if self.buckets > 1 else 0
 
 
@@ -488,9 +488,9 @@ def family_of_config(
     """(the checks a run of these (build, mode, variant) cells makes, its divergence checks): its AL and k
     positions per cell against the baseline, k per graph/compiled cell against its eager reference, and k per
     cell of another build against the reference build's same mode and variant (plan.count_family,
-    judge/builds.py: the reference build is `reference_build`, else the first build listed); `levels`: a
+    judge/signals/builds.py: the reference build is `reference_build`, else the first build listed); `levels`: a
     serving concurrency sweep's, each level after the first paired with the first in every cell
-    (judge/concurrency.py)."""
+    (judge/signals/concurrency.py)."""
     distinct = list(dict.fromkeys(cells))
     refs = {(b, v) for b, m, v in distinct if m == reference_mode}
     pairs = sum(1 for b, m, v in distinct if m != reference_mode and (b, v) in refs)

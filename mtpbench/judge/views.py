@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mtpbench.judge.builds import builds_table
 from mtpbench.judge.compare import Comparison
-from mtpbench.judge.drift import drift_findings, round_stats
 from mtpbench.judge.evidence import CellResult, cell_meta, changed_text
 from mtpbench.judge.figdata import BuildsView, CellView, HeatmapGrid, RoundsView
 from mtpbench.judge.findings import Kind
+from mtpbench.judge.signals.builds import builds_table
+from mtpbench.judge.signals.drift import drift_findings, round_stats
 from mtpbench.store.results import Run
 
 
@@ -254,7 +254,7 @@ def fingerprint(run: Run, cells: list[CellResult]) -> list[dict[str, Any]]:
 
 
 def rounds_view(comp: Comparison) -> RoundsView | None:
-    """The soak figure's data (judge/drift.py's round_stats); None when no cell of the run is a soak cell."""
+    """The soak figure's data (judge/signals/drift.py's round_stats); None when no cell of the run is a soak cell."""
     cells = [(c, round_stats(c)) for c in comp.cells]
     cells = [(c, st) for c, st in cells if st]
     if not cells:
@@ -280,6 +280,6 @@ def rounds_view(comp: Comparison) -> RoundsView | None:
 
 
 def builds_view(run: Run, comp: Comparison) -> BuildsView | None:
-    """The builds × positions view (judge/builds.py's builds_table, which the Comparison carries); None for a
+    """The builds × positions view (judge/signals/builds.py's builds_table, which the Comparison carries); None for a
     run of one build. Drawn before the diagnoses exist (the painter step), every cell reads unflagged."""
     return comp.builds if comp.builds is not None else builds_table(run.typed.config, comp.cells, comp.diagnoses)

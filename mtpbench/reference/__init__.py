@@ -2,10 +2,10 @@
 alone in plain PyTorch + transformers (no vLLM), stored beside the run in runs/<id>/reference.jsonl.
 
 walk.py is the engine's draft loop as arithmetic (which draft starts a request meets, what each accepts);
-pair.py says which pairs are modelled and loads them; replay.py regenerates the target's greedy text and
+pair.py says which pairs are modelled and loads them; weights_replay.py regenerates the target's greedy text and
 drafts from every start as vLLM's Gemma4 proposer does; compute.py replays a stored run and writes the file.
-judge/reference.py holds the engine's counts against it (it reads the file through store/reference.py and
-never imports torch).
+judge/signals/reference_comparison.py holds the engine's counts against it (it reads the file through
+store/reference_records.py and never imports torch).
 """
 
 from mtpbench.reference.compute import ReferenceOptions, ReplayProgress, ReplayStage, check_run, compute_reference

@@ -1,5 +1,5 @@
 """The reference of a stored run: every prompt of its greedy cells replayed from the weights
-(mtpbench/reference/replay.py) and appended to runs/<id>/reference.jsonl (mtpbench/store/reference.py).
+(mtpbench/reference/weights_replay.py) and appended to runs/<id>/reference.jsonl (mtpbench/store/reference_records.py).
 
 What a run asked for is read back from its manifest (pair, k, max_tokens, prompts) and each cell's
 cell_start record (the dtype and max_model_len the engine really ran): cells that ran the same numerics
@@ -23,9 +23,9 @@ from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
 from mtpbench.reference.ngram import lookup_bounds
 from mtpbench.reference.pair import LOOKUP_METHODS, PairInfo, check_pair, load_pair, torch_threads
-from mtpbench.reference.replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
+from mtpbench.reference.weights_replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
 from mtpbench.store.manifest import now_iso
-from mtpbench.store.reference import ReferenceFile, ReferencePrompt, append_lines, read_reference
+from mtpbench.store.reference_records import ReferenceFile, ReferencePrompt, append_lines, read_reference
 from mtpbench.store.results import Run
 
 

@@ -15,7 +15,7 @@ draft starts, not every position of the text. Where the walk stops is vLLM's (0.
   schedules a position past the model length); a step with room for none decodes one token undrafted.
 
 This module knows nothing of models: `hits[i, j]` says whether draft j (0-based) from the i-th possible start
-(after i + 1 generated tokens) equals the target's greedy token. mtpbench/reference/replay.py computes the
+(after i + 1 generated tokens) equals the target's greedy token. mtpbench/reference/weights_replay.py computes the
 hits from the weights; tests check the walk by hand.
 """
 

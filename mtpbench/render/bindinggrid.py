@@ -1,7 +1,7 @@
 """The HTML report's small grid of the metadata-binding probe: per probed cell, draft layers × KV-cache
 groups, each square the draft steps (over draft positions and repeats) in which that layer read that
 group's attention metadata; the layer's own group is outlined, a read of another group is red. Layout
-only: the numbers come from the judge (judge/binding.py `document`), the words from words/probes.py.
+only: the numbers come from the judge (judge/signals/binding_readout.py `document`), the words from words/probes.py.
 """
 
 from __future__ import annotations

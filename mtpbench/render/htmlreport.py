@@ -106,7 +106,7 @@ class Figures:
         rv = views.rounds_view(comp)
         if rv is not None:  # a soak run: acceptance per round of one engine
             self._submit("rounds", (rv, "acceptance per round within one process (pooled over prompts)"))
-        if comp.context:  # a context sweep: acceptance per context bucket (judge/context.py)
+        if comp.context:  # a context sweep: acceptance per context bucket (judge/signals/context.py)
             self._submit("context", (comp.context, PLOT_TITLE))
 
     def judged(self, run: Run, comp: Comparison) -> None:
@@ -259,7 +259,7 @@ def _reference_section(comp: Comparison) -> str:
     (reference.reference_rows), each position's engine rate beside the reference's; nothing otherwise."""
     if comp.reference is None:
         return ""
-    from mtpbench.render.reference import ABOVE_STYLE, BELOW_STYLE, reference_rows
+    from mtpbench.render.referencereport import ABOVE_STYLE, BELOW_STYLE, reference_rows
     from mtpbench.render.words.reference import reference_title
 
     classes = {BELOW_STYLE: "regression", ABOVE_STYLE: "improvement"}
@@ -447,7 +447,7 @@ def _histogram_section(comp: Comparison) -> str:
 
 
 def _context_section(comp: Comparison, svg: str | None) -> str:
-    """A context sweep's per-bucket table and its plot (judge/context.py); nothing for any other run."""
+    """A context sweep's per-bucket table and its plot (judge/signals/context.py); nothing for any other run."""
     if not comp.context:
         return ""
     head = "".join(f"<th>{_e(h)}</th>" for h in BUCKET_HEADERS)

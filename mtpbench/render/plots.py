@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Text
 
     from mtpbench.judge.figdata import BuildsView, CellView, HeatmapGrid, RoundsView
-    from mtpbench.judge.findings_context import ContextTable
+    from mtpbench.judge.findings.context import ContextTable
     from mtpbench.judge.history import HistoryGroup
 
 INSTALL_HINT = "the plots need matplotlib: pip install 'mtpbench[plot]' (or: pip install matplotlib)"

@@ -27,9 +27,9 @@ from mtpbench.judge.compare import Comparison
 from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.figdata import BuildsView
 from mtpbench.judge.findings import Finding, Severity, Verdict
-from mtpbench.judge.findings_context import ContextTable
-from mtpbench.judge.per_request import CellHistogram
-from mtpbench.render.reference import reference_rows, reference_section
+from mtpbench.judge.findings.context import ContextTable
+from mtpbench.judge.signals.per_request import CellHistogram
+from mtpbench.render.referencereport import reference_rows, reference_section
 from mtpbench.render.rounds import COLUMN as ROUNDS_COLUMN
 from mtpbench.render.rounds import rounds_cell, rounds_document
 from mtpbench.render.words import cause_text, finding_head, finding_message, severity_word, verdict_text
@@ -204,7 +204,7 @@ def length_rows(lengths: list[LengthCheck], primary: bool, ci: bool = True) -> t
 
 def histogram_rows(hists: list[CellHistogram]) -> tuple[list[Column], list[list[Cell]]]:
     """Per cell, its verify steps by drafts accepted (vLLM's per-request acceptance_histogram, pooled over
-    its requests) as % of its steps, beside where the counts came from (judge/per_request.py)."""
+    its requests) as % of its steps, beside where the counts came from (judge/signals/per_request.py)."""
     k = max((len(h.histogram) - 1 for h in hists), default=0)
     cols: list[Column] = [("cell", "", "left"), ("from", "", "left"), ("requests", "", "right")]
     cols += [("steps", "", "right")] + [(f"accepted {j}", "% of steps", "right") for j in range(k + 1)]
@@ -221,14 +221,14 @@ def histogram_rows(hists: list[CellHistogram]) -> tuple[list[Column], list[list[
 
 
 def context_rows(tables: list[ContextTable]) -> tuple[list[Column], list[list[Cell]]]:
-    """A context sweep's acceptance per bucket (judge/context.py), one row per cell × bucket."""
+    """A context sweep's acceptance per bucket (judge/signals/context.py), one row per cell × bucket."""
     cols: list[Column] = [(h, "", "left" if i == 0 else "right") for i, h in enumerate(BUCKET_HEADERS)]
     rows = [[(text, "", "") for text in bucket_cells(t.cell, b)] for t in tables for b in t.buckets]
     return cols, rows
 
 
 def builds_rows(bv: BuildsView) -> tuple[list[Column], list[list[Cell]]]:
-    """The builds × positions table (judge/builds.py's builds_table): per mode/variant and build, each
+    """The builds × positions table (judge/signals/builds.py's builds_table): per mode/variant and build, each
     position's acceptance with its gap to the reference build, the AL and the build-divergence finding."""
     cols: list[Column] = [("mode/variant", "", "left"), ("build", "", "left")]
     cols += [(f"pos{i} %", "(Δ pts)", "right") for i in range(bv.k)]
@@ -431,7 +431,7 @@ def comparison_document(comp: Comparison) -> dict[str, Any]:
         "checks": _jsonable(comp.checks),
         **({"rounds": _jsonable(rounds_document(comp.cells))} if any(c.rounds is not None for c in comp.cells) else {}),
         **({"context": _jsonable(comp.context)} if comp.context else {}),
-        # Per cell, vLLM's per-request shape pooled: verify steps by drafts accepted (judge/per_request.py).
+        # Per cell, vLLM's per-request shape pooled: verify steps by drafts accepted (judge/signals/per_request.py).
         **({"per_request": [h.document() for h in comp.per_request]} if comp.per_request else {}),
         **({"builds": builds_document(comp.builds, comp.gate.divergence_pts)} if comp.builds is not None else {}),
         "findings": [

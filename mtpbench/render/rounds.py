@@ -1,12 +1,12 @@
-"""A soak run's per-round acceptance (judge/drift.py's round_stats) as the tables' column and the JSON
+"""A soak run's per-round acceptance (judge/signals/drift.py's round_stats) as the tables' column and the JSON
 document's `rounds`: the console's rich table, the Markdown and the JSON share them (report.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mtpbench.judge.drift import round_stats
 from mtpbench.judge.evidence import CellResult
+from mtpbench.judge.signals.drift import round_stats
 from mtpbench.render.words.units import pct
 
 COLUMN = ("mean % per round", "of one engine", "left")

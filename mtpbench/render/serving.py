@@ -2,7 +2,7 @@
 per-position acceptance with its request-clustered interval, pooled and per-request-mean acceptance length,
 whether `/metrics` equals the per-request sum, and where the acceptance comes from (a concurrency sweep adds
 one row per level under its cell); as a rich table, as
-Markdown, and as the `serving` part of the JSON document. The figures are judge/serving_summary.py's; one row
+Markdown, and as the `serving` part of the JSON document. The figures are judge/signals/serving_summary.py's; one row
 builder feeds every renderer, and none does arithmetic beyond units.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD, PER_REQUEST, LevelRow, Percentiles, ServingCell
+from mtpbench.judge.signals.serving_summary import COUNTERS_ONLY_METHOD, PER_REQUEST, LevelRow, Percentiles, ServingCell
 from mtpbench.render.words.positions import POSITIONS_NOTE, conditional_title, unconditional_title
 from mtpbench.schema import COUNTERS_ONLY
 

@@ -1,5 +1,5 @@
 """The matrix of a run: a config expanded into cell-repeats (build × mode × variant × repeat, each with
-its PYTHONHASHSEED), and each cell-repeat's plan (the engine arguments of its mode, the job file the worker
+its PYTHONHASHSEED), and each cell-repeat's job (the engine arguments of its mode, the job file the worker
 reads, its command line and environment). Pure: nothing starts here.
 
 A k sweep (`speculative.num_speculative_tokens: [1, 3, 5]`, issue 38) is one more axis, innermost before the
@@ -55,7 +55,7 @@ def config_variant(label: str, k: int | None) -> str:
 
 
 @dataclass
-class CellPlan:
+class CellJob:
     cell: Cell
     python: str
     env: dict[str, str]  # only what mtpbench and the build add to the inherited environment
@@ -124,11 +124,11 @@ def expand(
     return cells
 
 
-def plan(
+def cell_jobs(
     cfg: ExperimentConfig, prompts: PromptSet, cells: list[Cell], run_id: str, records_path: str
-) -> list[CellPlan]:
+) -> list[CellJob]:
     """Each cell-repeat's job file, interpreter and environment (nothing is started)."""
-    plans: list[CellPlan] = []
+    plans: list[CellJob] = []
     sampling = cfg.sampling.model_dump(exclude_none=True)
     soak = soak_job_fields(cfg)
     context = context_text(cfg)
@@ -139,7 +139,7 @@ def plan(
             engine_args["enable_prefix_caching"] = soak["prefix_caching"]
         interpreter = build.interpreter()
         if build.from_pins and interpreter is None:
-            # Planning never installs: run/builds.py gives every build from pins its environment first.
+            # Planning never installs: run/envs/builds.py gives every build from pins its environment first.
             raise UserError(f"build {cell.build}: its environment is not provisioned (resolve the builds first)")
         # The build's own patches (a regression emulated on a release), then the variant's.
         patches = [*build.patches, *(name for name in cfg.variants[cell.variant] if name not in build.patches)]
@@ -179,7 +179,7 @@ def plan(
             # A context sweep's shared text (engine/context.py puts each prompt's context_tokens of it first).
             **({"context_text": context} if context else {}),
         }
-        plans.append(CellPlan(cell=cell, python=interpreter or sys.executable, env=env, job=job))
+        plans.append(CellJob(cell=cell, python=interpreter or sys.executable, env=env, job=job))
     return plans
 
 

@@ -20,8 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from mtpbench.buildprobes import devices as platform_probe
 from mtpbench.errors import UserError
-from mtpbench.probes import devices as platform_probe
 from mtpbench.run.pythonpath import worker_pythonpath
 
 VISIBILITY_ENV = {
@@ -30,7 +30,7 @@ VISIBILITY_ENV = {
     "cpu": "VLLM_CPU_OMP_THREADS_BIND",
 }
 
-# The platform probe, run as `python -m mtpbench.probes.devices` in the build's interpreter: from package
+# The platform probe, run as `python -m mtpbench.buildprobes.devices` in the build's interpreter: from package
 # metadata (milliseconds) which platform its vLLM targets, and with `count`, how many accelerators its
 # torch sees (imports torch: seconds). It prints one line after its MARKER.
 PLATFORM_PROBE = platform_probe.__name__

@@ -4,7 +4,7 @@ torch, whether an engine can start (the embedded tiny pair, one short prompt), a
 `mtpbench build` will provision builds with (uv in seconds, pip in minutes).
 
 The probe runs in a subprocess of the build's interpreter, which may not have mtpbench's dependencies:
-it is a stdlib-only module (mtpbench/probes/doctor.py) that prints one JSON object; this mtpbench is put
+it is a stdlib-only module (mtpbench/buildprobes/doctor.py) that prints one JSON object; this mtpbench is put
 first on its PYTHONPATH, as for a worker.
 """
 
@@ -18,11 +18,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from mtpbench.probes import doctor as doctor_probe
-from mtpbench.run.installers import Installer
+from mtpbench.buildprobes import doctor as doctor_probe
+from mtpbench.run.envs.installers import Installer
 from mtpbench.run.pythonpath import worker_pythonpath
 
-# The probe runs as `python -m mtpbench.probes.doctor` and prints one line after its MARKER.
+# The probe runs as `python -m mtpbench.buildprobes.doctor` and prints one line after its MARKER.
 PROBE_MODULE = doctor_probe.__name__
 MARKER = doctor_probe.MARKER
 
@@ -122,11 +122,11 @@ def installer_check(installer: Installer) -> Check:
 
 def ray_cluster_check(address: str) -> Check:
     """The Ray cluster a run would join, looked at without joining it: its GCS answering, demanding a token,
-    reachable beyond loopback (run/rayauth.py). `warn` is the run's own warning line about it."""
+    reachable beyond loopback (run/ray/auth.py). `warn` is the run's own warning line about it."""
     import importlib.util
 
-    from mtpbench.run import rayauth
-    from mtpbench.run.raycluster import host_port
+    from mtpbench.run.ray import auth as rayauth
+    from mtpbench.run.ray.cluster import host_port
 
     if importlib.util.find_spec("ray") is None:
         return Check("ray cluster", "warn", f"{address}: Ray is not installed here (pip install 'mtpbench[ray]')")

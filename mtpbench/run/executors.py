@@ -17,7 +17,7 @@ the driver's files: mtpbench travels as Ray's `py_modules` copy, the worker's PY
 node from that copy (run/pythonpath.py), and a build without an interpreter of its own runs in the node's
 Ray interpreter. What a node does need: Ray, each build's own interpreter at its configured path, and the
 model's weights at the config's path. With no address named, the cluster is one mtpbench starts on loopback and stops;
-starting or reaching it, shipping mtpbench and placing a task each have a deadline (run/raycluster.py).
+starting or reaching it, shipping mtpbench and placing a task each have a deadline (run/ray/cluster.py).
 Ray is imported only when asked for: it is an optional extra.
 """
 
@@ -42,7 +42,7 @@ from mtpbench.engine.procs import stop_group
 from mtpbench.engine.records import EVENT_PREFIX
 from mtpbench.errors import UserError
 from mtpbench.run.pythonpath import user_pythonpath, worker_pythonpath
-from mtpbench.run.raycluster import RaySettings, fits, join, ray_request
+from mtpbench.run.ray.cluster import RaySettings, fits, join, ray_request
 from mtpbench.schema import CellStatus
 
 EventSink = Callable[[dict[str, Any]], None]
@@ -269,7 +269,7 @@ def ray_task_body(spec_dict: dict[str, Any]) -> dict[str, Any]:
 class RayExecutor:
     """Each cell-repeat a Ray task requesting the cell's devices; results come back to the driver. Joining
     (or first starting) the cluster, checking that every cell fits a node and shipping mtpbench are each
-    bounded (run/raycluster.py); so is a submitted task that no live node can place."""
+    bounded (run/ray/cluster.py); so is a submitted task that no live node can place."""
 
     name = "ray"
 

@@ -26,13 +26,13 @@ from typing import Any
 
 from mtpbench.config import ExperimentConfig, PromptSet
 from mtpbench.errors import UserError
-from mtpbench.run.builds import resolve_builds, unresolved
-from mtpbench.run.cells import Cell, CellPlan, RunOutcome, config_variant, engine_args_for, expand, plan
+from mtpbench.run.cells import Cell, CellJob, RunOutcome, cell_jobs, config_variant, engine_args_for, expand
 from mtpbench.run.control import LOCK, RERUN, STOP_SIGNALS, RunInterrupted, RunOptions, StopSignals
 from mtpbench.run.cost import Estimate, estimate, time_breakdown
 from mtpbench.run.devices import VISIBILITY_ENV, DevicePool, binding_env, detect, devices_needed, probe_platform
+from mtpbench.run.envs.builds import resolve_builds, unresolved
 from mtpbench.run.executors import LocalExecutor, RayExecutor, WorkerSpec, make_executor
-from mtpbench.run.raycluster import RayDeadlines, RaySettings
+from mtpbench.run.ray.cluster import RayDeadlines, RaySettings
 from mtpbench.schema import CellStatus, RunStatus
 from mtpbench.store.baseline import model_identity
 from mtpbench.store.manifest import MANIFEST, Manifest, ManifestCell, now_iso, read_manifest
@@ -142,7 +142,7 @@ def _lock(run_dir: Path) -> int:
 
 
 def _spec(
-    cell_plan: CellPlan, run_dir: Path, cfg: ExperimentConfig, devices: list[str], visibility_env: str | None
+    cell_plan: CellJob, run_dir: Path, cfg: ExperimentConfig, devices: list[str], visibility_env: str | None
 ) -> WorkerSpec:
     """How to start and watch one cell-repeat's worker: its job and log files (per attempt), its command, its
     environment with its devices bound, its deadlines."""
@@ -176,7 +176,7 @@ class _Scheduler:
         self,
         *,
         cfg: ExperimentConfig,
-        plans: list[CellPlan],
+        plans: list[CellJob],
         run: RunWriter,
         setup: _Setup,
         executor: LocalExecutor | RayExecutor,
@@ -352,7 +352,7 @@ def _execute(
     stops: StopSignals,
 ) -> RunOutcome:
     missing = unresolved(cfg, {c.build for c in cells})
-    if missing:  # the caller resolves builds from pins first (run/builds.py): the runner never installs
+    if missing:  # the caller resolves builds from pins first (run/envs/builds.py): the runner never installs
         raise UserError(f"build {missing[0]}: its environment is not provisioned (resolve_builds first)")
     setup = _setup(cfg, cells, opts)
     executor = _executor(cfg, cells, opts, setup, stops)
@@ -369,7 +369,7 @@ def _execute(
         raise
     try:
         _describe_run(run, cfg)
-        plans = plan(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
+        plans = cell_jobs(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
         for cell_plan in plans:
             cell_plan.job["attempt"] = 1
             cell = cell_plan.cell
@@ -487,7 +487,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
             for c in stored.typed.cells
         ]
         setup = _setup(cfg, cells, opts)
-        plans = plan(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
+        plans = cell_jobs(cfg, prompts, cells, run.run_id, str(run.records_path.resolve()))
         if not todo:  # nothing left to run: the manifest (its status, finished time, resumes) stays as it was
             return RunOutcome(path=run_dir, manifest=run.manifest)
         # Ray refused or unreachable: the manifest stays as it was (nothing of this resume ran).
@@ -512,7 +512,7 @@ def _resume(run_dir: Path, on_event: EventCallback, opts: RunOptions, stops: Sto
         os.close(lock)
 
 
-def _new_attempts(run: RunWriter, plans: list[CellPlan], todo: list[int]) -> None:
+def _new_attempts(run: RunWriter, plans: list[CellJob], todo: list[int]) -> None:
     """Each cell-repeat to run again becomes pending as a new attempt (what it was before is kept as
     `previous`); every plan's job says its repeat's attempt, so the records say which attempt wrote them."""
     for i in todo:
@@ -537,7 +537,7 @@ __all__ = [
     "RERUN",
     "STOP_SIGNALS",
     "Cell",
-    "CellPlan",
+    "CellJob",
     "Estimate",
     "EventCallback",
     "Resumable",
@@ -545,12 +545,12 @@ __all__ = [
     "RunOptions",
     "RunOutcome",
     "StopSignals",
+    "cell_jobs",
     "engine_args_for",
     "estimate",
     "execute",
     "expand",
     "load_for_resume",
-    "plan",
     "resume",
     "time_breakdown",
 ]

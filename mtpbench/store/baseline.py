@@ -51,10 +51,10 @@ class BaselineCounts(Strict):
 
 
 class ServingBaselineEntry(Strict):
-    """A serving entry's load and what it achieved (mtpbench/judge/serving_summary.py reads it). Fields a
+    """A serving entry's load and what it achieved (mtpbench/judge/signals/serving_summary.py reads it). Fields a
     published figure does not give stay null; `not_checked` names what a run cannot be checked against."""
 
-    # a list: the run swept these levels (judge/concurrency.py)
+    # a list: the run swept these levels (judge/signals/concurrency.py)
     concurrency: PositiveInt | list[PositiveInt]
     num_requests: int | None = Field(None, gt=0)
     max_tokens: int | None = Field(None, gt=0)
@@ -173,7 +173,8 @@ class Baseline(Strict):
     provenance: Provenance
     fingerprint: BaselineFingerprint
     entries: list[BaselineEntry] = Field(min_length=1)
-    # An upstream test's golden, definition and tolerance rule (store/upstream.py; judge/upstream.py applies it).
+    # An upstream test's golden, definition and tolerance rule (store/upstream.py; judge/signals/upstream.py applies
+    # it).
     upstream: UpstreamGolden | None = None
 
     def entry_for(

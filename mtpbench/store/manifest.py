@@ -157,7 +157,7 @@ class ManifestConfig(OnDisk):
     baseline: str | None = None  # the baseline the config names (compare accepts it without --accept-unchecked)
     baseline_entry: dict[str, str] = Field(default_factory=dict)  # cell or build/mode -> build/mode of an entry
     reference_mode: str | None = None
-    reference_build: str | None = None  # None: the first build the run lists (judge/builds.py)
+    reference_build: str | None = None  # None: the first build the run lists (judge/signals/builds.py)
     modes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     workload: dict[str, Any] | None = None  # None: the offline probe
 

@@ -7,7 +7,7 @@ A baseline may carry one `upstream:` block beside its entries. `definition` says
 - `per-request-mean`: the mean over requests of each request's AL (1 + accepted / drafts, and 1 for a request
   with no drafts: tests/v1/e2e/spec_decode/utils.py compute_acceptance_len).
 The rule's parts are each applied only when set, exactly as the upstream assert is written
-(mtpbench/judge/upstream.py): `al_rtol` |AL − g| / g ≤ rtol (two-sided: a gain beyond it fails too);
+(mtpbench/judge/signals/upstream.py): `al_rtol` |AL − g| / g ≤ rtol (two-sided: a gain beyond it fails too);
 `al_floor` AL ≥ g × floor; `pos_rtol` rate_i ≥ g_i × (1 − rtol) where g_i > 0; `pos_margin`
 rate_i ≥ g_i or g_i − rate_i < margin. Validation refuses a rule part without the golden it needs.
 """

@@ -134,7 +134,7 @@ def read_shape(
 def baseline_of_shape(
     fmt: str, text: str, name: str, commit: str, date: str, key: str | None = None, k: int | None = None
 ) -> Baseline:
-    """A baseline whose upstream block is the shape's golden and rule (judge/upstream.py applies it); its entry
+    """A baseline whose upstream block is the shape's golden and rule (judge/signals/upstream.py applies it); its entry
     holds the golden's pooled rates where the shape has them, else none (the AL alone judges)."""
     try:
         definition, al, per_pos, rule, entry_name, notes = read_shape(fmt, text, key, k)

@@ -13,9 +13,9 @@ from typing import Any
 from mtpbench.cli.selftest_class import CLEAN, ClassFault, class_config, class_faults, evaluate_class
 from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import collect
-from mtpbench.judge.reference import hold
-from mtpbench.patches.source_faults import CLASS_FAULTS, post_install_step
-from mtpbench.store.reference import read_reference
+from mtpbench.judge.signals.reference_comparison import hold
+from mtpbench.patches.faults.source_edits import CLASS_FAULTS, post_install_step
+from mtpbench.store.reference_records import read_reference
 from mtpbench.store.results import load_run
 from tests.support.probe_records import add_probe_records
 from tests.support.reference_runs import GOOD, WORSE, per_prompt, write_reference

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from mtpbench.cli.selftest import SELFTEST_SEEDS, evaluate_reference
 from mtpbench.judge.evidence import collect
-from mtpbench.judge.reference import hold
-from mtpbench.store.reference import read_reference
+from mtpbench.judge.signals.reference_comparison import hold
+from mtpbench.store.reference_records import read_reference
 from mtpbench.store.results import load_run
 from tests.support.reference_runs import GOOD, WORSE, per_prompt, write_reference
 

@@ -189,11 +189,11 @@ from mtpbench.config import load_config, load_prompts
 from mtpbench.store.baseline import load_baseline
 from mtpbench import shipped
 from mtpbench.run import runner
-from mtpbench.run.builds import preview_builds
+from mtpbench.run.envs.builds import preview_builds
 cfg = load_config("tiny-gemma4-mtp")
 for name in shipped.shipped_names("configs"):  # every shipped config loads and plans from the wheel
     c, _ = preview_builds(load_config(name))  # builds from pins planned as a dry run does: nothing installed
-    runner.plan(c, load_prompts(c.prompts), runner.expand(c), "R", "records.jsonl")
+    runner.cell_jobs(c, load_prompts(c.prompts), runner.expand(c), "R", "records.jsonl")
 print(json.dumps({"pkg": mtpbench.__file__, "model": cfg.model, "drafter": cfg.speculative.model,
                   "prompts": cfg.prompts, "baseline": cfg.baseline, "selftest": str(s.DEFAULT_CONFIG),
                   "sha": load_prompts(cfg.prompts).sha256(),

@@ -19,8 +19,8 @@ import yaml
 
 from mtpbench.config import load_config, load_prompts
 from mtpbench.judge.compare import judge
-from mtpbench.judge.findings_builds import BuildDivergence
-from mtpbench.run.installers import find_uv
+from mtpbench.judge.findings.builds import BuildDivergence
+from mtpbench.run.envs.installers import find_uv
 from mtpbench.store.results import load_run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mtpbench.run.installers import find_uv
+from mtpbench.run.envs.installers import find_uv
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.engine

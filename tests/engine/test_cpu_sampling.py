@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("vllm", reason="the expand patch targets vLLM's CPU kernels")
 
 from mtpbench.fixes.registry import REGISTRY, apply_one  # noqa: E402
-from mtpbench.patches.expand import expand_reference, probe  # noqa: E402
+from mtpbench.patches.cpu.expand_kernel import expand_reference, probe  # noqa: E402
 from tests.support.engine_runs import REPO, EngineRuns, tiny_config  # noqa: E402
 
 MAX_SPEC_LEN = 128  # vllm.v1.sample.rejection_sampler.MAX_SPEC_LEN, the kernel's MAX_NUM_TOKENS
@@ -118,7 +118,7 @@ def test_the_stock_cpu_expand_leaves_the_temperature_unwritten_and_the_patch_wri
 
 
 def test_the_patch_is_registered_under_its_name() -> None:
-    assert REGISTRY["cpu-expand-kernel"] == "mtpbench.patches.expand:apply"
+    assert REGISTRY["cpu-expand-kernel"] == "mtpbench.patches.cpu.expand_kernel:apply"
 
 
 # --- through the real engine -------------------------------------------------------------------------

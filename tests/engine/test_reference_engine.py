@@ -14,8 +14,8 @@ import pytest
 
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind
-from mtpbench.judge.findings_reference import ReferenceBelow
-from mtpbench.judge.reference import hold
+from mtpbench.judge.findings.reference import ReferenceBelow
+from mtpbench.judge.signals.reference_comparison import hold
 from mtpbench.reference import ReferenceOptions, compute_reference
 from mtpbench.store.results import load_run
 from tests.support.engine_runs import REPO, EngineRuns, tiny_config

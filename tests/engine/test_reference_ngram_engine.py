@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mtpbench.judge.evidence import collect
-from mtpbench.judge.reference import hold
+from mtpbench.judge.signals.reference_comparison import hold
 from mtpbench.reference import ReferenceOptions, compute_reference
 from mtpbench.store.results import load_run
 

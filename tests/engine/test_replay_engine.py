@@ -14,7 +14,7 @@ import yaml
 
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_probes import GraphReplay
+from mtpbench.judge.findings.probes import GraphReplay
 from mtpbench.render.words import finding_message
 from mtpbench.store.results import load_run
 from tests.support.engine_runs import REPO, EngineRuns, tiny_config

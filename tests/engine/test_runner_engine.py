@@ -26,7 +26,7 @@ from mtpbench.config import load_config, load_prompts
 from mtpbench.engine.records import TEST_HOLD_ENV
 from mtpbench.run import runner
 from mtpbench.run.pythonpath import package_path_dir
-from mtpbench.run.rayauth import new_token
+from mtpbench.run.ray.auth import new_token
 from mtpbench.store.results import load_run
 from tests.support.engine_runs import REPO, TINY
 from tests.support.polling import wait_for
@@ -318,7 +318,7 @@ def _own_cluster_processes() -> list[str]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if "/mtpb-ray-" in cmd:  # the temp folder of a cluster mtpbench started (run/raycluster.py)
+            if "/mtpb-ray-" in cmd:  # the temp folder of a cluster mtpbench started (run/ray/cluster.py)
                 out.append(cmd[:200])
     return out
 

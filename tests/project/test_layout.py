@@ -19,19 +19,20 @@ MAY_IMPORT = {
     "store": {"store"},
     "judge": {"judge", "store", "fixes", "patches"},
     "render": {"render", "judge", "store", "fixes", "patches"},
-    "run": {"run", "store", "engine", "patches", "fixes", "probes"},
+    "run": {"run", "store", "engine", "patches", "fixes", "buildprobes"},
     # The worker applies a variant's patches in the engine's process, through the registry (fixes/registry).
     "engine": {"engine", "patches", "fixes"},
     "patches": {"patches"},  # patches/contract.py is the leaf every patch and fix imports
     "fixes": {"fixes", "patches"},  # the registry names patches/ and fixes/ modules, so it lives here
-    "probes": {"probes"},  # the doctor's and the platform's probes: `python -m`, standard library only
+    "buildprobes": {"buildprobes"},  # the doctor's and the platform's probes: `python -m`, standard library only
     "fixtures": {"fixtures"},
+    "training": {"training"},  # the tiny pair's training code (mtpbench/training/)
     # The reference (issue 29) replays a run's prompts from the weights: it reads the run through store/,
     # renders prompts as the worker does (engine/chat.py) and writes runs/<id>/reference.jsonl through
-    # store/reference.py, which is how judge/ reads it without importing torch.
+    # store/reference_records.py, which is how judge/ reads it without importing torch.
     "reference": {"reference", "store", "engine"},
 }
-LEAVES = {"engine", "patches", "fixes", "probes"}  # base for them is schema.py alone
+LEAVES = {"engine", "patches", "fixes", "buildprobes"}  # base for them is schema.py alone
 
 
 def _modules(root: Path = PKG) -> dict[str, Path]:
@@ -117,7 +118,7 @@ def _imports_in(name: str, source: str, is_pkg: bool, known: set[str]) -> set[st
     # Python runs a module's parent packages before it, but a package's face importing its own modules is
     # the usual shape, not a circle: an edge to one's own package (a logger named after it) is not counted.
     ancestors = {".".join(here[:i]) for i in range(len(here))}
-    # A logger's name ("mtpbench.fixtures.train" shared by two modules) names a logger, not a module.
+    # A logger's name ("mtpbench.training.train" shared by two modules) names a logger, not a module.
     logger_names = {id(n.args[0]) for n in ast.walk(tree) if _calls(n, "getLogger") and n.args}
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -187,7 +188,7 @@ def test_the_import_graph_sees_lazy_and_relative_imports() -> None:
     assert "judge.evidence" in g["judge.compare"] and "store.results" in g["judge.evidence"]
     assert "store.columnar" in g["store.results"]  # imported inside load_run only
     # The registry's "module:function" strings are its imports; the patches it names import only the leaf.
-    assert {"patches.flatten", "fixes.ascend_gemma4", "patches.contract"} <= g["fixes.registry"]
+    assert {"patches.faults.flatten_draft_metadata", "fixes.ascend_gemma4", "patches.contract"} <= g["fixes.registry"]
     assert g["fixes.ascend_gemma4"] & {"patches.contract", "fixes.registry", "patches"} == {"patches.contract"}
 
 
@@ -313,7 +314,7 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_the_build_side_imports_the_standard_library_at_module_level() -> None:
-    # engine/, patches/, fixes/ and probes/ run in the build's interpreter, which may lack mtpbench's
+    # engine/, patches/, fixes/ and buildprobes/ run in the build's interpreter, which may lack mtpbench's
     # dependencies (pydantic, pandas...): at module level they import the standard library, schema.py and
     # the stages they may import, which are standard library only too.
     import sys
@@ -325,7 +326,7 @@ def test_the_build_side_imports_the_standard_library_at_module_level() -> None:
         assert not bad, f"{path.name}: {bad}"
     for stage in sorted(LEAVES):
         own = tuple(f"mtpbench.{s}" for s in MAY_IMPORT[stage])
-        for path in sorted((PKG / stage).glob("*.py")):
+        for path in sorted((PKG / stage).rglob("*.py")):
             bad = {
                 m
                 for m in _top_level_imports(path)
@@ -353,9 +354,12 @@ def test_the_build_side_stages_show_a_face_and_keep_their_private_names() -> Non
         face = ast.parse((PKG / stage / "__init__.py").read_text(encoding="utf-8"))
         names = [n for n in face.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "__all__"]
         assert names, f"{stage}/__init__.py has no __all__"
-    assert _private_imports(PKG, {"patches", "fixes", "probes"}) == []
+    assert _private_imports(PKG, {"patches", "fixes", "buildprobes"}) == []
 
 
 def test_a_private_name_taken_from_another_module_is_found(tmp_path: Path) -> None:
-    pkg = _plant(tmp_path, {"__init__.py": "", "a.py": "from mtpbench.patches.flatten import _MODULE, apply\n"})
-    assert _private_imports(pkg, {"patches"}) == ["a: mtpbench.patches.flatten._MODULE"]
+    pkg = _plant(
+        tmp_path,
+        {"__init__.py": "", "a.py": "from mtpbench.patches.faults.flatten_draft_metadata import _MODULE, apply\n"},
+    )
+    assert _private_imports(pkg, {"patches"}) == ["a: mtpbench.patches.faults.flatten_draft_metadata._MODULE"]

@@ -1,5 +1,5 @@
 """The Ray clusters the suite starts itself, as a user would start theirs (`ray start ... --block`), started the
-one safe way mtpbench starts its own (run/raycluster.py): bound to the address given, 127.0.0.1
+one safe way mtpbench starts its own (run/ray/cluster.py): bound to the address given, 127.0.0.1
 (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: without it Ray binds a node to every interface and its client server to the
 machine's outward address), and demanding a fresh token (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN) that only the
 environment carries. And what a test sees of a running cluster instead of trusting it: the listening sockets of
@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from mtpbench.run import rayauth
-from mtpbench.run.raykeeper import session_members
+from mtpbench.run.ray import auth as rayauth
+from mtpbench.run.ray.keeper import session_members
 
 STARTED = "Ray runtime started"
 # `ray start` for a node that joins a head, kept on loopback. Ray 2.60.0 (commit b7f4259e944b) has no switch for

@@ -1,11 +1,11 @@
 """Constructed references for the reference's tests (judge, CLI): a run's reference.jsonl written in the real
-format (store/reference.py), and per-prompt engine counts that add up with a 128-token text."""
+format (store/reference_records.py), and per-prompt engine counts that add up with a 128-token text."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mtpbench.store.reference import ReferencePrompt, append_lines
+from mtpbench.store.reference_records import ReferencePrompt, append_lines
 from tests.support.synthetic_runs import PROMPTS
 
 CELL = "current/eager/stock"

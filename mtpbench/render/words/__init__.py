@@ -2,7 +2,7 @@
 index: it maps each finding kind to its sentence (`MESSAGES`) and words a whole finding (`finding_message`,
 `cause_text`, `finding_line`) for report.py (tables, JSON, Markdown), junit.py, ci.py and htmlreport.py.
 
-Where a kind's sentence lives (judge/findings.py's `Kind`, by its value):
+Where a kind's sentence lives (judge/findings/__init__.py's `Kind`, by its value):
 - checks.py: regression, inconclusive, underpowered, improvement (the gate's acceptance-length and
   per-position checks), and one check in words for JUnit and the CI annotations;
 - cells.py: speculation-off, no-baseline, run-failed, graph-mode-downgraded, unchecked-baseline,

@@ -1,11 +1,11 @@
-"""The words of build-divergence (judge/builds.py): a build that accepts otherwise than the reference build at
+"""The words of build-divergence (judge/signals/builds.py): a build that accepts otherwise than the reference build at
 the same mode and variant, paired by prompt. Sentences only.
 """
 
 from __future__ import annotations
 
 from mtpbench.judge.figdata import BuildsView
-from mtpbench.judge.findings_builds import BuildDivergence
+from mtpbench.judge.findings.builds import BuildDivergence
 from mtpbench.render.words.checks import COUNTERS_ONLY_TEXT
 from mtpbench.render.words.units import delta_ci, pct, pts
 from mtpbench.schema import COUNTERS_ONLY

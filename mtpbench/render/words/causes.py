@@ -1,4 +1,4 @@
-"""The likely cause each finding points at (judge/findings.py's `Cause`), in one sentence a person can act on:
+"""The likely cause each finding points at (judge/findings/__init__.py's `Cause`), in one sentence a person can act on:
 what probably broke, and where to look. A finding's own sentence (what was seen) is its family's module."""
 
 from __future__ import annotations

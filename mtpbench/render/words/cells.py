@@ -17,7 +17,7 @@ from mtpbench.judge.findings import (
     SpeculationOff,
     Unchecked,
 )
-from mtpbench.judge.findings_soak import RoundSpeculationOff
+from mtpbench.judge.findings.soak import RoundSpeculationOff
 from mtpbench.render.words.soak import msg_round_speculation_off
 
 __all__ = [

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from mtpbench.judge.checks import LengthCheck, PositionCheck
 from mtpbench.judge.findings import Divergence, LengthChecks, PositionChecks
-from mtpbench.judge.findings_builds import BuildDivergence
-from mtpbench.judge.findings_context import ContextDecay
-from mtpbench.judge.findings_features import ModeDivergence
-from mtpbench.judge.findings_ksweep import KDependence
-from mtpbench.judge.serving_summary import COUNTERS_ONLY_METHOD
+from mtpbench.judge.findings.builds import BuildDivergence
+from mtpbench.judge.findings.context import ContextDecay
+from mtpbench.judge.findings.features import ModeDivergence
+from mtpbench.judge.findings.ksweep import KDependence
+from mtpbench.judge.signals.serving_summary import COUNTERS_ONLY_METHOD
 from mtpbench.render.words.context import msg_context_inconclusive
 from mtpbench.render.words.units import ci_text, delta_ci, pct, pts
 from mtpbench.schema import COUNTERS_ONLY
@@ -93,9 +93,9 @@ def msg_inconclusive(n: PositionChecks | LengthChecks | Divergence | ContextDeca
             f"{delta_ci(n.ci)}, {n.prompts} prompts)"
         )
     if isinstance(n, Divergence):
-        # A mode-divergence's inconclusive names the features the mode changes (judge/features.py).
+        # A mode-divergence's inconclusive names the features the mode changes (judge/signals/features.py).
         changed = ", ".join(c.name for c in n.features) + ": " if isinstance(n, ModeDivergence) else ""
-        # A build-divergence's inconclusive names the two builds (judge/builds.py); its modes are the same.
+        # A build-divergence's inconclusive names the two builds (judge/signals/builds.py); its modes are the same.
         what = f"{changed}{n.mode} differs from {n.reference_mode}"
         if isinstance(n, BuildDivergence):
             what = f"build {n.build} differs from reference build {n.reference_build} in mode {n.mode}"

@@ -1,11 +1,11 @@
-"""The words of the context sweep (judge/context.py): context-decay (a longer bucket accepting less than the
+"""The words of the context sweep (judge/signals/context.py): context-decay (a longer bucket accepting less than the
 first, paired by prompt), its inconclusive form, and the headings of the per-bucket table and plot that
 compare/show and the HTML report draw. Sentences only.
 """
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_context import ContextBucket, ContextDecay
+from mtpbench.judge.findings.context import ContextBucket, ContextDecay
 from mtpbench.render.words.units import delta_ci, pct, pts
 
 __all__ = [

@@ -1,9 +1,9 @@
-"""The words of exactness-lost (judge/exactness.py): prompts that stopped counting exactly what the weights say
+"""The words of exactness-lost (judge/signals/exactness.py): prompts that stopped counting exactly what the weights say
 (or what the reference build counts) on a platform the run showed exact. Sentences only."""
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_exactness import AGAINST_WEIGHTS, ExactnessLost
+from mtpbench.judge.findings.exactness import AGAINST_WEIGHTS, ExactnessLost
 
 __all__ = ["msg_exactness_lost"]
 

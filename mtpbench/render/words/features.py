@@ -1,4 +1,4 @@
-"""The words of the engine-feature findings (judge/features.py): mode-divergence (a mode that differs from the
+"""The words of the engine-feature findings (judge/signals/features.py): mode-divergence (a mode that differs from the
 reference mode in an engine feature accepts differently, paired by prompt) and feature-ignored (a feature
 requested but read back otherwise from the engine's config). Sentences only.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mtpbench.judge.findings_features import FeatureChange, FeatureIgnored, FeatureReadBack, ModeDivergence
+from mtpbench.judge.findings.features import FeatureChange, FeatureIgnored, FeatureReadBack, ModeDivergence
 from mtpbench.render.words.checks import COUNTERS_ONLY_TEXT
 from mtpbench.render.words.units import delta_ci, pct, pts
 from mtpbench.schema import COUNTERS_ONLY

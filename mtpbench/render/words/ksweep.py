@@ -1,10 +1,10 @@
-"""The words of k-dependent-acceptance (judge/ksweep.py): a k sweep's cell whose acceptance departs at its k
+"""The words of k-dependent-acceptance (judge/signals/ksweep.py): a k sweep's cell whose acceptance departs at its k
 only. Sentences only.
 """
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_ksweep import KDependence
+from mtpbench.judge.findings.ksweep import KDependence
 from mtpbench.render.words.units import delta_ci, pct, pts
 
 __all__ = ["msg_k_dependence"]

@@ -1,10 +1,10 @@
-"""The words of the per-request alarms (judge/per_request.py) and of the acceptance-histogram table:
+"""The words of the per-request alarms (judge/signals/per_request.py) and of the acceptance-histogram table:
 requests that accepted nothing over many verify steps, or every draft at every step."""
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_per_request import RequestAlarm
-from mtpbench.judge.per_request import MTPBENCH_COUNTERS
+from mtpbench.judge.findings.per_request import RequestAlarm
+from mtpbench.judge.signals.per_request import MTPBENCH_COUNTERS
 
 __all__ = ["HISTOGRAM_NOTE", "HISTOGRAM_TITLE", "msg_request_alarm", "source_text"]
 

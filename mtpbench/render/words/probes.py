@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mtpbench.judge.findings_probes import BindingUnobserved, FixVerification, GraphReplay, KvRead, MetadataBinding
+from mtpbench.judge.findings.probes import BindingUnobserved, FixVerification, GraphReplay, KvRead, MetadataBinding
 
 __all__ = [
     "BINDING_CAPTION",

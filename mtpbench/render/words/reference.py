@@ -1,9 +1,10 @@
-"""The words of the reference's findings (judge/reference.py): engine-below-reference, reference-disagreement,
+"""The words of the reference's findings (judge/signals/reference_comparison.py): engine-below-reference,
+reference-disagreement,
 reference-text-differs. Sentences only."""
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
+from mtpbench.judge.findings.reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
 from mtpbench.render.words.units import pct
 
 __all__ = [
@@ -17,7 +18,7 @@ __all__ = [
     "reference_title",
 ]
 
-# The reference table's column titles (render/reference.py reference_rows).
+# The reference table's column titles (render/referencereport.py reference_rows).
 COLUMN_EXACT = "exact"
 COLUMN_LARGEST = "largest Δ pts"
 COLUMN_POSITION_SUB = "eng / ref"

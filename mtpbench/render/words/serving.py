@@ -1,4 +1,4 @@
-"""The words of the serving workload's findings (judge/serving_summary.py): failed-requests (the server failed
+"""The words of the serving workload's findings (judge/signals/serving_summary.py): failed-requests (the server failed
 requests under load), count-mismatch (/metrics deltas differ from the per-request sum) and throughput-drop.
 Sentences only; the serving table itself is render/serving.py.
 """

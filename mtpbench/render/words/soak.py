@@ -1,11 +1,11 @@
-"""The words of the soak workload's findings (judge/drift.py): drift (counts that moved between rounds of one
+"""The words of the soak workload's findings (judge/signals/drift.py): drift (counts that moved between rounds of one
 engine), stall (a round past its deadline) and speculation-off within one engine (a round that accepted no
 draft token after round 0 did). Sentences only.
 """
 
 from __future__ import annotations
 
-from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
+from mtpbench.judge.findings.soak import Drift, RoundSpeculationOff, Stall
 from mtpbench.render.words.units import pct
 
 __all__ = ["msg_drift", "msg_round_speculation_off", "msg_stall"]

@@ -1,11 +1,11 @@
-"""The words of an upstream golden's findings (judge/upstream.py's UpstreamCheck): upstream-rule,
+"""The words of an upstream golden's findings (judge/signals/upstream.py's UpstreamCheck): upstream-rule,
 request-al-regression and request-al-inconclusive. The cell in the golden's definition and units, the limits
 the upstream rule allows, which parts failed, and mtpbench's verdict beside it. Sentences only.
 """
 
 from __future__ import annotations
 
-from mtpbench.judge.upstream import UpstreamCheck
+from mtpbench.judge.signals.upstream import UpstreamCheck
 
 __all__ = ["upstream_message"]
 

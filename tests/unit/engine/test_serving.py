@@ -16,9 +16,9 @@ from mtpbench.engine import load as load_mod
 from mtpbench.engine import procs
 from mtpbench.engine import server as server_mod
 from mtpbench.errors import ExitCode, NotComparableError, UserError
-from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import FAIL, WARN
+from mtpbench.judge.signals import serving_summary as ss
 from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message
 from mtpbench.render.words.positions import POSITIONS_NOTE
@@ -85,7 +85,7 @@ def test_runner_puts_the_workload_in_the_job(tmp_path: Path) -> None:
     from mtpbench.run import runner
 
     cfg = load_config(SERVING_CONFIG)
-    plans = runner.plan(cfg, load_prompts(cfg.prompts), runner.expand(cfg), "R", str(tmp_path / "records.jsonl"))
+    plans = runner.cell_jobs(cfg, load_prompts(cfg.prompts), runner.expand(cfg), "R", str(tmp_path / "records.jsonl"))
     assert {p.job["workload"]["kind"] for p in plans} == {"serving"}
     assert plans[0].job["workload"]["concurrency"] == 16
 

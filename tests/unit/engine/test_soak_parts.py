@@ -1,5 +1,5 @@
 """Pure parts of the soak workload and its fault: which prompts a round sends (engine/soak.py), and the
-`drift-after-requests` patch's perturbation and switch (patches/drift.py), without an engine."""
+`drift-after-requests` patch's perturbation and switch (patches/faults/drift_after_requests.py), without an engine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from mtpbench.engine.soak import round_prompts
 from mtpbench.patches import PatchNotApplicable
-from mtpbench.patches import drift as fault
+from mtpbench.patches.faults import drift_after_requests as fault
+from mtpbench.patches.faults.draft_perturbation import perturb
 
 PROMPTS = [{"id": f"p{i}", "text": f"text {i}"} for i in range(6)]
 
@@ -38,10 +39,10 @@ def test_rounds_cycle_the_order_and_shuffle_deterministically_by_round() -> None
 def test_the_fault_moves_every_draft_from_position_1_to_another_valid_id() -> None:
     torch = pytest.importorskip("torch")
     drafts = torch.tensor([[5, 0, 7], [1, 2, 3]])
-    out = fault.perturb(drafts)
+    out = perturb(drafts)
     assert out.tolist() == [[5, 1, 6], [1, 1, 2]]
     assert drafts.tolist() == [[5, 0, 7], [1, 2, 3]]  # not in place
-    assert fault.perturb(torch.tensor([[4]])).tolist() == [[4]]  # k=1: nothing after position 0
+    assert perturb(torch.tensor([[4]])).tolist() == [[4]]  # k=1: nothing after position 0
 
 
 def test_the_fault_switches_on_after_n_requests(monkeypatch: pytest.MonkeyPatch) -> None:

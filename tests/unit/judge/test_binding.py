@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 
-from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import cell_meta
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_probes import MetadataBinding
-from mtpbench.patches import binding, flatten
+from mtpbench.judge.findings.probes import MetadataBinding
+from mtpbench.judge.signals.binding_readout import binding_findings, bindings_from
+from mtpbench.patches.faults import flatten_draft_metadata as flatten
+from mtpbench.patches.probes import metadata_binding as binding
 from mtpbench.render import report
 from mtpbench.render.htmlreport import render_html
 from mtpbench.render.junit import comparison_junit

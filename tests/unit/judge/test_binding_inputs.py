@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from mtpbench.judge.binding import binding_findings, bindings_from
 from mtpbench.judge.evidence import cell_meta
 from mtpbench.judge.findings import Cause, Kind
-from mtpbench.judge.findings_probes import MetadataBinding
-from mtpbench.patches import binding
+from mtpbench.judge.findings.probes import MetadataBinding
+from mtpbench.judge.signals.binding_readout import binding_findings, bindings_from
+from mtpbench.patches.probes import metadata_binding as binding
 from mtpbench.render.words import finding_message
 
 FULL = ["draft_model.layers.0.self_attn.attn", "draft_model.layers.3.self_attn.attn"]

@@ -11,13 +11,13 @@ import pytest
 from pydantic import ValidationError
 
 from mtpbench.errors import ExitCode, NotComparableError
-from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import judge
-from mtpbench.judge.concurrency import sweep_levels
 from mtpbench.judge.evidence import collect_evidence
 from mtpbench.judge.findings import FAIL
-from mtpbench.judge.findings_features import FeatureChange
+from mtpbench.judge.findings.features import FeatureChange
 from mtpbench.judge.plan import make_plan
+from mtpbench.judge.signals import serving_summary as ss
+from mtpbench.judge.signals.concurrency import sweep_levels
 from mtpbench.judge.sizing import family_of_config
 from mtpbench.render import serving as rs
 from mtpbench.render.words import finding_message

@@ -1,4 +1,4 @@
-"""The context sweep's judgement (issue 31 part 3, judge/context.py): a cell whose prompts ran behind shared
+"""The context sweep's judgement (issue 31 part 3, judge/signals/context.py): a cell whose prompts ran behind shared
 contexts of growing length (`<id>@ctx<tokens>`) is split per bucket; a longer bucket whose acceptance falls
 below the first's beyond the gate's tolerance, paired by prompt, is `context-decay` (exit 1, or a warning under
 workload.context.on_decay: warn); a fall the data cannot support is inconclusive; a flat or rising trend is

@@ -19,10 +19,10 @@ from mtpbench.cli.selftest import evaluate_soak
 from mtpbench.config import load_config
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import judge
-from mtpbench.judge.drift import change_point_pvalue, round_stats
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_soak import Drift, RoundSpeculationOff, Stall
+from mtpbench.judge.findings.soak import Drift, RoundSpeculationOff, Stall
 from mtpbench.judge.history import build_history
+from mtpbench.judge.signals.drift import change_point_pvalue, round_stats
 from mtpbench.render.words import finding_message
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtpbench.judge import history, serving_summary
+from mtpbench.judge import history
 from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import CellResult, changed_text, collect
 from mtpbench.judge.findings import Kind
 from mtpbench.judge.save import baseline_of_run
+from mtpbench.judge.signals import serving_summary
 from mtpbench.judge.views import heatmap
 from mtpbench.store.manifest import MANIFEST
 from mtpbench.store.records import RECORDS

@@ -1,4 +1,4 @@
-"""Exactness is evidence (issue 34, item 5; mtpbench/judge/exactness.py): on constructed runs, a build whose
+"""Exactness is evidence (issue 34, item 5; mtpbench/judge/signals/exactness.py): on constructed runs, a build whose
 prompts stop counting exactly what the weights say (or what the reference build counts) fails as
 `exactness-lost` (exit 1) although its pooled change is far below δ, where the run showed its platform exact;
 where it did not (the reference build inexact itself, one repeat, other text, too few prompts moved), a
@@ -18,13 +18,13 @@ from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import Comparison, judge
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Cause, Finding, Kind, Severity
-from mtpbench.judge.findings_exactness import AGAINST_REFERENCE_BUILD, AGAINST_WEIGHTS, ExactnessLost
-from mtpbench.judge.reference import hold
+from mtpbench.judge.findings.exactness import AGAINST_REFERENCE_BUILD, AGAINST_WEIGHTS, ExactnessLost
+from mtpbench.judge.signals.reference_comparison import hold
 from mtpbench.render import junit
-from mtpbench.render.reference import summary_line
+from mtpbench.render.referencereport import summary_line
 from mtpbench.render.report import comparison_json, comparison_markdown
 from mtpbench.render.words import CAUSE_TEXT, finding_message
-from mtpbench.store.reference import read_reference
+from mtpbench.store.reference_records import read_reference
 from mtpbench.store.results import load_run
 from tests.support.reference_runs import GOOD, write_reference
 from tests.support.synthetic_runs import PROMPTS

@@ -16,7 +16,7 @@ from mtpbench.errors import ExitCode, NotComparableError, UserError
 from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_ksweep import KDependence
+from mtpbench.judge.findings.ksweep import KDependence
 from mtpbench.judge.save import baseline_of_run
 from mtpbench.render.report import comparison_document
 from mtpbench.render.words import finding_message
@@ -183,7 +183,7 @@ def test_history_reads_a_sweep_each_cell_at_its_k(make_run: Callable[..., Path])
 
 
 def test_the_reference_table_keeps_al_in_its_column_for_a_narrower_k(make_run: Callable[..., Path]) -> None:
-    from mtpbench.render.reference import reference_rows
+    from mtpbench.render.referencereport import reference_rows
 
     path = _sweep(make_run, POS0)
     write_reference(path, [K1, K3], counts={K1: (100, [80]), K3: (60, [48, 36, 24])})

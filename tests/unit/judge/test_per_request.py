@@ -13,8 +13,8 @@ from mtpbench.engine.counts import counts_from_histogram
 from mtpbench.errors import ExitCode
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_per_request import RequestAlarm
-from mtpbench.judge.per_request import (
+from mtpbench.judge.findings.per_request import RequestAlarm
+from mtpbench.judge.signals.per_request import (
     ALL_ACCEPTED_MIN_REQUESTS,
     ALL_ACCEPTED_MIN_STEPS,
     COLLAPSE_MIN_STEPS,

@@ -1,5 +1,5 @@
-"""The engine's counts held against the reference (mtpbench/judge/reference.py) on constructed runs: an
-engine that counts what the weights say passes, a planted below-reference engine is flagged naming its cell,
+"""The engine's counts held against the reference (mtpbench/judge/signals/reference_comparison.py) on constructed runs:
+an engine that counts what the weights say passes, a planted below-reference engine is flagged naming its cell,
 positions, repeats and prompts, and the warnings (above the reference, counters that do not add up with the
 text, other text) each say what they saw."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from mtpbench.errors import ExitCode
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
-from mtpbench.judge.reference import ReferenceComparison, hold
-from mtpbench.store.reference import append_lines, read_reference
+from mtpbench.judge.findings.reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers
+from mtpbench.judge.signals.reference_comparison import ReferenceComparison, hold
+from mtpbench.store.reference_records import append_lines, read_reference
 from mtpbench.store.results import load_run
 from tests.support.reference_runs import CELL, GOOD, WORSE, per_prompt, write_reference
 from tests.support.synthetic_runs import PROMPTS

@@ -27,8 +27,8 @@ import pytest
 
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Kind, Severity
-from mtpbench.judge.findings_probes import GraphReplay
-from mtpbench.patches import replay
+from mtpbench.judge.findings.probes import GraphReplay
+from mtpbench.patches.probes import graph_replay as replay
 from mtpbench.render.words import finding_message
 from mtpbench.store.results import load_run
 

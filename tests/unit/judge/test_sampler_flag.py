@@ -45,7 +45,7 @@ def test_a_working_or_patched_kernel_is_no_finding(make_run: Callable[..., Path]
 
 
 def test_the_worker_probes_sampled_jobs_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("mtpbench.patches.expand.probe", lambda: {"status": "broken", "detail": "d"})
+    monkeypatch.setattr("mtpbench.patches.cpu.expand_kernel.probe", lambda: {"status": "broken", "detail": "d"})
     assert worker.sampler_probe({"sampling": {"temperature": 0.0}}) == {}
     assert worker.sampler_probe({"sampling": {"temperature": 0.2}}) == {
         "sampled_expand": {"status": "broken", "detail": "d"}

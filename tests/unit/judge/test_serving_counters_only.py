@@ -18,9 +18,9 @@ from mtpbench.config import ExperimentConfig, load_config
 from mtpbench.engine import server as server_mod
 from mtpbench.engine import serving as srv
 from mtpbench.errors import ExitCode, UserError
-from mtpbench.judge import serving_summary as ss
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import FAIL, WARN
+from mtpbench.judge.signals import serving_summary as ss
 from mtpbench.render import serving as rs
 from mtpbench.render.report import check_rows
 from mtpbench.render.words import cause_text, finding_message

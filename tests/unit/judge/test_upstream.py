@@ -24,8 +24,8 @@ import pytest
 from mtpbench.errors import ExitCode, UserError
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Kind, Severity
+from mtpbench.judge.signals.upstream import measure
 from mtpbench.judge.stats import PromptCounts
-from mtpbench.judge.upstream import measure
 from mtpbench.render.words import finding_message
 from mtpbench.store.baseline import load_baseline
 from mtpbench.store.results import load_run

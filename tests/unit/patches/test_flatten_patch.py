@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from mtpbench.fixes.registry import apply_one
-from mtpbench.patches import PatchNotApplicable, flatten
+from mtpbench.patches import PatchNotApplicable
+from mtpbench.patches.faults import flatten_draft_metadata as flatten
 
 MODULE = "vllm.v1.spec_decode.gemma4"
 METHOD = "build_per_group_and_layer_attn_metadata"
@@ -149,7 +150,9 @@ def test_inert_unless_applied(monkeypatch: pytest.MonkeyPatch) -> None:
     module = _fake_module()
     monkeypatch.setitem(sys.modules, MODULE, module)
     original = vars(module.Gemma4Proposer)[METHOD]
-    assert vars(module.Gemma4Proposer)[METHOD] is original  # importing mtpbench.patches.flatten patched nothing
+    assert (
+        vars(module.Gemma4Proposer)[METHOD] is original
+    )  # importing mtpbench.patches.faults.flatten_draft_metadata patched nothing
     assert flatten.chosen() == {}
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mtpbench.patches import cached
+from mtpbench.patches.faults import prefix_caching_fault as cached
 
 torch = pytest.importorskip("torch")
 
@@ -33,6 +33,6 @@ def test_drafts_are_perturbed_from_position_1_only_with_prefix_caching_on() -> N
 def test_the_fault_is_in_the_registry_and_wraps_once() -> None:
     from mtpbench.fixes.registry import REGISTRY
 
-    assert REGISTRY["prefix-caching-fault"] == "mtpbench.patches.cached:apply"
+    assert REGISTRY["prefix-caching-fault"] == "mtpbench.patches.faults.prefix_caching_fault:apply"
     once = cached.corrupting(FakeProposer.propose)
     assert getattr(once, "__mtpbench_prefix_caching_fault__", False)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mtpbench.config import load_config
-from mtpbench.patches.source_faults import CLASS_FAULTS, EDIT_SCRIPT, fault_named, post_install_step
+from mtpbench.patches.faults.source_edits import CLASS_FAULTS, EDIT_SCRIPT, fault_named, post_install_step
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -25,7 +25,7 @@ pytest.importorskip("vllm", reason="the synthetic patch targets vLLM's CPU kerne
 from vllm.v1.spec_decode.utils import unconditional_to_conditional_rates  # noqa: E402
 
 from mtpbench.fixes.registry import apply_one  # noqa: E402
-from mtpbench.patches.synthetic import accepted_prefix  # noqa: E402
+from mtpbench.patches.cpu.synthetic_rejection import accepted_prefix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 PAIR = REPO / "mtpbench" / "fixtures" / "tiny_gemma4_mtp"

@@ -21,7 +21,13 @@ from typing import Any
 import pytest
 
 from mtpbench.fixes.layer_source import LayerResolvedSource
-from mtpbench.patches.task_binding import AMBIGUOUS, UNIDENTIFIED, task_group, task_groups, tasks_per_graph_ok
+from mtpbench.patches.probes.metadata_binding_tasks import (
+    AMBIGUOUS,
+    UNIDENTIFIED,
+    task_group,
+    task_groups,
+    tasks_per_graph_ok,
+)
 
 FULL = ("draft.layers.0.attn", "draft.layers.3.attn")
 SLIDING = ("draft.layers.1.attn", "draft.layers.2.attn")

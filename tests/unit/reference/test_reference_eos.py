@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtpbench.reference.replay import stop_index
 from mtpbench.reference.walk import walk
+from mtpbench.reference.weights_replay import stop_index
 from mtpbench.store.results import load_run
 from tests.support.synthetic_runs import write_run
 

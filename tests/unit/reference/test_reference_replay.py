@@ -1,4 +1,4 @@
-"""The replay on the embedded pair (mtpbench/reference/replay.py) against a naive engine written from
+"""The replay on the embedded pair (mtpbench/reference/weights_replay.py) against a naive engine written from
 vLLM's proposer loop step by step: the target re-run in full at every step, the drafter chained on its own
 draft tokens (not teacher-forced) through transformers' own `Gemma4AssistantForCausalLM.forward` (its own
 masks, one query at the last verified position), the target accepting the longest prefix of its greedy
@@ -18,15 +18,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from mtpbench.errors import UserError  # noqa: E402
-from mtpbench.fixtures import TINY_GEMMA4_ASSISTANT_DIR, TINY_GEMMA4_TARGET_DIR, drafting  # noqa: E402
+from mtpbench.fixtures import TINY_GEMMA4_ASSISTANT_DIR, TINY_GEMMA4_TARGET_DIR  # noqa: E402
 from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
-from mtpbench.reference.replay import (  # noqa: E402
+from mtpbench.reference.weights_replay import (  # noqa: E402
     draft_logits,
     greedy_continuations,
     output_sha256,
     prompt_token_ids,
     replay_prompts,
 )
+from mtpbench.training import drafting  # noqa: E402
 
 K = 3
 # Longer than the pair's sliding window (64 tokens), so the drafter's sliding layers must drop old keys.
@@ -102,7 +103,7 @@ def test_replay_equals_a_naive_engine_on_the_embedded_pair(pair: Pair) -> None:
 
 
 def test_one_query_drafting_equals_the_trainers_draft_chain(pair: Pair) -> None:
-    # draft_chain (mtpbench/fixtures/drafting.py) drafts from every position with square causal masks; the
+    # draft_chain (mtpbench/training/drafting.py) drafts from every position with square causal masks; the
     # replay drafts one query per start with masks of its own: the logits must agree where both draft.
     prompt = prompt_token_ids(pair, PROMPT, chat=False)
     (cont,) = greedy_continuations(pair, [prompt], 20)

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from mtpbench.errors import ExitCode
-from mtpbench.run import installers
-from mtpbench.run import provision as prov
+from mtpbench.run.envs import installers
+from mtpbench.run.envs import provision as prov
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]

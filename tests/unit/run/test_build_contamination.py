@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from mtpbench.errors import ExitCode, ProvisionError
-from mtpbench.run import envfiles, installers
-from mtpbench.run import provision as prov
+from mtpbench.run.envs import envfiles, installers
+from mtpbench.run.envs import provision as prov
 from mtpbench.specs import BuildSpec
 
 CLEAN = "VALUE = 'clean'\n"

@@ -60,7 +60,7 @@ def _find_spec(python: Path, name: str, env: dict[str, str]) -> str | None:
 def _plan_env(cfg_path: Path) -> dict[str, str]:
     cfg = load_config(cfg_path)
     prompts = load_prompts(cfg.prompts)
-    (pl,) = runner.plan(cfg, prompts, runner.expand(cfg)[:1], "T", "/dev/null")
+    (pl,) = runner.cell_jobs(cfg, prompts, runner.expand(cfg)[:1], "T", "/dev/null")
     return {**os.environ, **pl.env}
 
 

@@ -86,7 +86,7 @@ def test_a_sweep_needs_max_model_len(tmp_path: Path) -> None:
 def test_the_workers_job_carries_the_shared_text_and_each_prompts_bucket() -> None:
     cfg = load_config(SHIPPED)
     ps = config_prompts(cfg)
-    plans = runner.plan(cfg, ps, runner.expand(cfg), "T", "/dev/null")
+    plans = runner.cell_jobs(cfg, ps, runner.expand(cfg), "T", "/dev/null")
     job = plans[0].job
     assert job["context_text"].startswith("from typing import List")  # HumanEval's first prompt
     assert {p["context_tokens"] for p in job["prompts"]} == {0, 256, 512, 768}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mtpbench.run import installers
 from mtpbench.run.doctor import installer_check
-from mtpbench.run.installers import Installer
+from mtpbench.run.envs import installers
+from mtpbench.run.envs.installers import Installer
 
 REPO = Path(__file__).resolve().parents[3]
 FAKE_UV = REPO / "tests" / "support" / "fake_uv.py"
@@ -63,7 +63,7 @@ def test_the_makefile_installs_through_installers_py_with_uv(tmp_path: Path) -> 
 
 
 def test_the_installer_script_runs_as_a_file_without_the_package(tmp_path: Path) -> None:
-    # What the Makefile runs before any dependency is installed: -I keeps mtpbench/run/ (bisect.py) off the path.
+    # What the Makefile runs before any dependency is installed: -I keeps the package off the path.
     res = subprocess.run(
         [sys.executable, "-I", installers.__file__], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )

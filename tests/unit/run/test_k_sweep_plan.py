@@ -11,7 +11,7 @@ import yaml
 
 from mtpbench.config import config_prompts, load_config
 from mtpbench.errors import UserError
-from mtpbench.run.cells import config_variant, expand, plan
+from mtpbench.run.cells import cell_jobs, config_variant, expand
 from mtpbench.store.results import load_run
 from tests.support.fake_runs import execute, fake_config
 
@@ -69,7 +69,7 @@ def test_a_sweep_plans_one_cell_per_k_each_asking_vllm_for_its_k(tmp_path: Path)
         ("current/eager/stock@k3", 0),
         ("current/eager/stock@k3", 1),
     ]
-    jobs = [p.job for p in plan(cfg, config_prompts(cfg), cells, "r", "/tmp/records.jsonl")]
+    jobs = [p.job for p in cell_jobs(cfg, config_prompts(cfg), cells, "r", "/tmp/records.jsonl")]
     assert [j["speculative_config"]["num_speculative_tokens"] for j in jobs] == [1, 1, 3, 3]
     assert [j["variant"] for j in jobs] == ["stock@k1", "stock@k1", "stock@k3", "stock@k3"]
     # Distinct slugs (job files and logs), and the config's variant found again from the recorded one (resume).
@@ -82,7 +82,7 @@ def test_a_single_k_plans_the_cells_it_always_did(tmp_path: Path) -> None:
     cells = expand(cfg)
     assert [c.cell_id for c in cells] == ["current/eager/stock", "current/compiled/stock"]
     assert all(c.k is None for c in cells)
-    jobs = [p.job for p in plan(cfg, config_prompts(cfg), cells, "r", "/tmp/records.jsonl")]
+    jobs = [p.job for p in cell_jobs(cfg, config_prompts(cfg), cells, "r", "/tmp/records.jsonl")]
     assert {j["speculative_config"]["num_speculative_tokens"] for j in jobs} == {3}
 
 

@@ -30,7 +30,7 @@ def _write(tmp_path: Path, **changes: object) -> Path:
 @pytest.mark.parametrize("mode", ["batched", "sequential"])
 def test_prompt_mode_reaches_the_workers_job(tmp_path: Path, mode: str) -> None:
     cfg = load_config(_write(tmp_path, prompt_mode=mode))
-    plans = runner.plan(cfg, load_prompts(cfg.prompts), runner.expand(cfg), "T", "/dev/null")
+    plans = runner.cell_jobs(cfg, load_prompts(cfg.prompts), runner.expand(cfg), "T", "/dev/null")
     assert {pl.job["prompt_mode"] for pl in plans} == {mode}
 
 

@@ -18,9 +18,9 @@ import yaml
 
 from mtpbench.config import load_config
 from mtpbench.errors import ExitCode, PinError, ProvisionError, UserError
-from mtpbench.run import installers
-from mtpbench.run import provision as prov
-from mtpbench.run.builds import build_state, preview_builds, resolve_builds, unresolved
+from mtpbench.run.envs import installers
+from mtpbench.run.envs import provision as prov
+from mtpbench.run.envs.builds import build_state, preview_builds, resolve_builds, unresolved
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]

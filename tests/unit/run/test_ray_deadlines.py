@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from mtpbench.run.rayauth import new_token
-from mtpbench.run.raycluster import fit_problem, host_port, ray_request, session_members
+from mtpbench.run.ray.auth import new_token
+from mtpbench.run.ray.cluster import fit_problem, host_port, ray_request, session_members
 from tests.support.fake_runs import execute, fake_config, only_run, prompt_totals
 from tests.support.polling import wait_for
 from tests.support.ray_nodes import client_without_token, kill_session, listening, off_loopback, safe_env, start_node

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpbench.run import rayauth
-from mtpbench.run.rayauth import ClusterSafety, Listener
+from mtpbench.run.ray import auth as rayauth
+from mtpbench.run.ray.auth import ClusterSafety, Listener
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,4 +1,4 @@
-"""The Ray keeper (mtpbench/run/raykeeper.py), with a stand-in for `ray start`: one way out (EOF on its stdin,
+"""The Ray keeper (mtpbench/run/ray/keeper.py), with a stand-in for `ray start`: one way out (EOF on its stdin,
 or the command ending), its session swept, and the cluster's temp folder removed only when mtpbench is gone.
 Called in-process (`keep`, `main`) and once as mtpbench runs it (`python -m`, leading a session of its own)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpbench.run import raykeeper
-from mtpbench.run.raycluster import session_members
+from mtpbench.run.ray import keeper as raykeeper
+from mtpbench.run.ray.cluster import session_members
 from tests.support.polling import wait_for
 
 # A stand-in for `ray start --block` that leaves a child behind, as the head leaves its GCS and raylet: it
@@ -83,12 +83,12 @@ def test_on_eof_the_keeper_kills_ray_start_and_removes_the_temp_folder(tmp_path:
 
 def test_main_without_a_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert raykeeper.main(["/tmp/only-a-folder"]) == 2
-    assert "usage: python -m mtpbench.run.raykeeper TEMP_DIR RAY_START_COMMAND" in capsys.readouterr().err
+    assert "usage: python -m mtpbench.run.ray.keeper TEMP_DIR RAY_START_COMMAND" in capsys.readouterr().err
 
 
 def test_the_keeper_and_the_run_package_it_imports_are_standard_library_only() -> None:
-    # `python -m mtpbench.run.raykeeper` imports mtpbench.run first: the keeper lives as long as the cluster.
-    probe = "import sys, mtpbench.run.raykeeper; print(sorted({'pydantic', 'pandas', 'ray'} & set(sys.modules)))"
+    # `python -m mtpbench.run.ray.keeper` imports mtpbench.run first: the keeper lives as long as the cluster.
+    probe = "import sys, mtpbench.run.ray.keeper; print(sorted({'pydantic', 'pandas', 'ray'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -103,7 +103,7 @@ def test_as_mtpbench_runs_it_the_death_of_mtpbench_takes_the_session_and_the_fol
         f"""
         import subprocess, sys, time
         keeper = subprocess.Popen(
-            [sys.executable, "-m", "mtpbench.run.raykeeper", {str(temp_dir)!r}, sys.executable, "-c", {FAKE_RAY!r},
+            [sys.executable, "-m", "mtpbench.run.ray.keeper", {str(temp_dir)!r}, sys.executable, "-c", {FAKE_RAY!r},
              {str(marks)!r}],
             stdin=subprocess.PIPE,
             start_new_session=True,

@@ -39,7 +39,7 @@ def status_literals(path: Path) -> list[str]:
 
 
 def test_no_status_is_a_string_literal_in_the_run_stage() -> None:
-    found = [hit for p in sorted(STAGE.glob("*.py")) if p.name not in OWN_STATUSES for hit in status_literals(p)]
+    found = [hit for p in sorted(STAGE.rglob("*.py")) if p.name not in OWN_STATUSES for hit in status_literals(p)]
     assert found == []
 
 
@@ -71,7 +71,7 @@ def test_no_private_name_of_the_run_stage_is_imported_across_modules() -> None:
 
 def long_functions(root: Path, limit: int) -> list[str]:
     found = []
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1

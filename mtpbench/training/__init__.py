@@ -1,0 +1,17 @@
+"""Training the tiny Gemma4 pair mtpbench ships (its files: mtpbench/fixtures/tiny_gemma4_mtp, where the configs
+point): `python -m mtpbench.training.train --out DIR` rebuilds it (docs/tiny-pair.md). It needs the `train` extra
+(torch, transformers); nothing else in mtpbench imports it.
+
+- corpus.py: Training corpus for the tiny pair: random byte crops of this interpreter's standard-library `.py` files
+- drafting.py: vLLM's Gemma4 MTP draft semantics, offline
+- export.py: Writing a trained pair: bf16 safetensors, config and tokenizer for target/ and assistant/, and the
+  provenance.json that records how they were made (command, settings, corpus, loss curves, held-out acceptance,
+  machine, package versions, sizes), carrying an earlier run's record of a reused target
+- models.py: Architectures of the tiny Gemma4 target and its gemma4_assistant MTP drafter (configs only, no weights)
+- phases.py: The two training phases and the run that chains them
+- recipe.py: The tiny pair's training recipe: the settings that determine it, the loss-curve log each phase keeps,
+  and the pieces both phases share (learning-rate schedule, optimizer and clipped step, torch thread control, <bos>
+  + corpus-crop batches, and building the untrained target and drafter from their shapes)
+- tokenizer.py: Byte-level tokenizer for the tiny Gemma4 pair
+- train.py: Train the tiny Gemma4 target and distil its gemma4_assistant MTP drafter, the way vLLM will run them
+"""
