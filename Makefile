@@ -61,12 +61,17 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/ruff check $(LINTED)
 
+# Two workers on the 2-core box: a tiny pair's engine is mostly one Python thread, so two tests at once use
+# both cores. tests/conftest.py keeps a file's tests (and the files that share a run, a Ray cluster or the
+# build cache) on one worker. The 25 slowest tests are printed: where the time goes.
+TEST_WORKERS ?= 2
+
 test: lint chromium
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The inner loop: lint and every test that starts no engine and no cluster (seconds to a few minutes).
 fast: lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup
 
 selftest: $(VENV)/.installed-cpu
 	$(VENV)/bin/mtpbench selftest
