@@ -94,15 +94,15 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 MTP and n-gram lookup); it does not model this method's draft rule"
+            "(Gemma4 and DeepSeek MTP, n-gram lookup); it does not model this method's draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     target, t = _config(target, "target")
     t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
     if t_type not in TARGET_TYPES:
         raise UserError(
-            f"{target}: the reference models Gemma4 targets ({', '.join(sorted(TARGET_TYPES.values()))}); "
-            f"this target is {t_arch} (model_type {t_type or 'unset'})"
+            f"{target}: the reference models Gemma4 and DeepSeek-V3 targets "
+            f"({', '.join(sorted(TARGET_TYPES.values()))}); this target is {t_arch} (model_type {t_type or 'unset'})"
         )
     if method in LOOKUP_METHODS:
         # The lookup needs no drafter; one given is not what the engine drafted with, so it is not read.
@@ -214,8 +214,11 @@ def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device:
 
     assert info.drafter is not None  # check_pair gives a DeepSeek pair its checkpoint
     verbosity = transformers_logging.get_verbosity()
-    # The MTP layer's tensors are "unexpected" to transformers' class: its warning would only say so.
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    # The MTP layer's tensors are "unexpected" to transformers' class: its warning would only say so. The
+    # loading bar is off as in load_pair.
     transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
     try:
         target = DeepseekV3ForCausalLM.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
         tensors: dict[str, Any] = {}
@@ -227,6 +230,8 @@ def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device:
         raise UserError(f"{info.target}: could not load the DeepSeek target and its MTP layer ({exc})") from exc
     finally:
         transformers_logging.set_verbosity(verbosity)
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
     mtp = mtp.to(device).eval()
     tok = AutoTokenizer.from_pretrained(str(tokenizer or info.target))
     stops = _ids(getattr(target.config, "eos_token_id", None)) | _ids(tok.eos_token_id)
