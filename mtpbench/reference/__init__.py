@@ -3,7 +3,8 @@ alone in plain PyTorch + transformers (no vLLM), stored beside the run in runs/<
 
 walk.py is the engine's draft loop as arithmetic (which draft starts a request meets, what each accepts);
 pair.py says which pairs are modelled and loads them; weights_replay.py regenerates the target's greedy text and
-drafts from every start as vLLM's Gemma4 proposer does; compute.py replays a stored run and writes the file.
+drafts from every start as vLLM's Gemma4 proposer does (deepseek_mtp.py: a DeepSeek target's own MTP layer,
+chained as vLLM chains it; ngram.py: the lookup); compute.py replays a stored run and writes the file.
 judge/signals/reference_comparison.py holds the engine's counts against it (it reads the file through
 store/reference_records.py and never imports torch).
 """

@@ -5,8 +5,10 @@ in the engine's dtype on the chosen torch device), with the stop tokens the engi
 
 Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`Gemma4ForConditionalGeneration`,
 its language model), drafting by method `mtp` with a drafter of model_type `gemma4_assistant`, or by method
-`ngram` with no drafter (mtpbench/reference/ngram.py's lookup); the weights must be on this host (a folder,
-or the Hugging Face cache for a hub id). Any other method or architecture is refused: exit 2, one line.
+`ngram` with no drafter (mtpbench/reference/ngram.py's lookup); or a deepseek_v3 target (`DeepseekV3ForCausalLM`)
+drafting by method `mtp` with its own one next-token layer (vLLM's `deepseek_mtp`: the drafter is the target's
+checkpoint, mtpbench/reference/deepseek_mtp.py). The weights must be on this host (a folder, or the Hugging Face
+cache for a hub id). Any other method or architecture is refused: exit 2, one line.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from mtpbench.errors import UserError
 if TYPE_CHECKING:
     import torch
 
-TARGET_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration"}
+TARGET_TYPES = {
+    "gemma4_text": "Gemma4ForCausalLM",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+}
 DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
+# A DeepSeek target drafts with the next-token layer its own checkpoint carries (vLLM's deepseek_mtp).
+DEEPSEEK_TYPE = "deepseek_v3"
 # The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
 MODEL_METHODS = ("mtp",)
 LOOKUP_METHODS = ("ngram",)
@@ -86,31 +94,53 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 MTP and n-gram lookup); it does not model this method's draft rule"
+            "(Gemma4 and DeepSeek MTP, n-gram lookup); it does not model this method's draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     target, t = _config(target, "target")
     t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
     if t_type not in TARGET_TYPES:
         raise UserError(
-            f"{target}: the reference models Gemma4 targets ({', '.join(sorted(TARGET_TYPES.values()))}); "
-            f"this target is {t_arch} (model_type {t_type or 'unset'})"
+            f"{target}: the reference models Gemma4 and DeepSeek-V3 targets "
+            f"({', '.join(sorted(TARGET_TYPES.values()))}); this target is {t_arch} (model_type {t_type or 'unset'})"
         )
     if method in LOOKUP_METHODS:
         # The lookup needs no drafter; one given is not what the engine drafted with, so it is not read.
         return PairInfo(target, None, t_type, "", t_arch, method, method)
+    if drafter_path is None and t_type == DEEPSEEK_TYPE:
+        # vLLM's method mtp with no draft model reads the next-token layer from the target's own checkpoint.
+        drafter_path = target
     if drafter_path is None:
         raise UserError(
             f"{target}: the reference needs a draft model (a gemma4_assistant MTP drafter); the run has none"
         )
     drafter_path, d = _config(drafter_path, "drafter")
     d_type, d_arch = str(d.get("model_type") or ""), _architecture(d)
+    if t_type == DEEPSEEK_TYPE or d_type == DEEPSEEK_TYPE:
+        return _deepseek_pair(target, t, drafter_path, d)
     if d_type not in DRAFTER_TYPES:
         raise UserError(
             f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
             f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
         )
     return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
+
+
+def _deepseek_pair(target: Path, t: dict[str, Any], drafter: Path, d: dict[str, Any]) -> PairInfo:
+    """A DeepSeek target and the checkpoint vLLM's deepseek_mtp reads its one MTP layer from."""
+    t_type, d_type = str(t.get("model_type") or ""), str(d.get("model_type") or "")
+    if t_type != DEEPSEEK_TYPE or d_type != DEEPSEEK_TYPE:
+        raise UserError(
+            f"{drafter}: the reference models DeepSeek MTP on a deepseek_v3 target with a deepseek_v3 checkpoint "
+            f"holding its next-token layer; this pair is {t_type or 'unset'} + {d_type or 'unset'}"
+        )
+    layers = int(d.get("num_nextn_predict_layers") or 0)
+    if layers != 1:
+        raise UserError(
+            f"{drafter}: num_nextn_predict_layers is {layers}; the reference models exactly one MTP layer "
+            "(vLLM chains it k times)"
+        )
+    return PairInfo(target, drafter, t_type, d_type, _architecture(t), "DeepSeekMTPModel", "mtp")
 
 
 @dataclass
@@ -134,6 +164,8 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     from transformers import AutoTokenizer, GenerationConfig
 
     torch_dtype = _torch_dtype(dtype)
+    if info.target_type == DEEPSEEK_TYPE:
+        return _load_deepseek(info, torch_dtype, dtype, device, tokenizer)
     if info.target_type == "gemma4":
         from transformers import Gemma4ForConditionalGeneration as TargetClass
     else:
@@ -169,6 +201,41 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     stops |= _ids(getattr(target.config.get_text_config(), "eos_token_id", None))
     stops |= _ids(tok.eos_token_id)
     return Pair(info, target, text, target.lm_head, assistant, tok, dtype, device, frozenset(stops))
+
+
+def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device: str, tokenizer: str | None) -> Pair:
+    """transformers' `DeepseekV3ForCausalLM` (it ignores the MTP layer's tensors) and that layer, read by name
+    from the drafter checkpoint's safetensors as vLLM reads it (`model.layers.{num_hidden_layers}.*`)."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, DeepseekV3ForCausalLM
+    from transformers.utils import logging as transformers_logging
+
+    from mtpbench.reference.deepseek_mtp import mtp_layer_class
+
+    assert info.drafter is not None  # check_pair gives a DeepSeek pair its checkpoint
+    verbosity = transformers_logging.get_verbosity()
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    # The MTP layer's tensors are "unexpected" to transformers' class: its warning would only say so. The
+    # loading bar is off as in load_pair.
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    try:
+        target = DeepseekV3ForCausalLM.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
+        tensors: dict[str, Any] = {}
+        for shard in sorted(info.drafter.glob("*.safetensors")):
+            tensors.update(load_file(str(shard)))
+        mtp = mtp_layer_class()(target.config).to(torch_dtype)
+        mtp.load_vllm_state_dict(tensors, int(target.config.num_hidden_layers))
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise UserError(f"{info.target}: could not load the DeepSeek target and its MTP layer ({exc})") from exc
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
+    mtp = mtp.to(device).eval()
+    tok = AutoTokenizer.from_pretrained(str(tokenizer or info.target))
+    stops = _ids(getattr(target.config, "eos_token_id", None)) | _ids(tok.eos_token_id)
+    return Pair(info, target, target.model, target.lm_head, mtp, tok, dtype, device, frozenset(stops))
 
 
 def _ids(value: Any) -> set[int]:

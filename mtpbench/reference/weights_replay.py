@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mtpbench.errors import UserError
+from mtpbench.reference.deepseek_mtp import deepseek_draft_logits
 from mtpbench.reference.ngram import ngram_walk
-from mtpbench.reference.pair import Pair
+from mtpbench.reference.pair import DEEPSEEK_TYPE, Pair
 from mtpbench.reference.walk import Walk, walk
 
 if TYPE_CHECKING:
@@ -161,8 +162,12 @@ def draft_logits(pair: Pair, ids: torch.Tensor, starts: torch.Tensor, k: int) ->
     """Drafter logits of steps 1..k from each start position (one query per start, as vLLM drafts).
 
     `ids` is [1, L]: prompt + continuation. Entry s of step j predicts the token at starts[s] + j + 1.
+    A DeepSeek pair drafts by its own chaining (mtpbench/reference/deepseek_mtp.py).
     """
     import torch
+
+    if pair.info.target_type == DEEPSEEK_TYPE:
+        return deepseek_draft_logits(pair, ids, starts, k)
 
     with torch.no_grad():
         out = pair.text(input_ids=ids, return_shared_kv_states=True)

@@ -3,6 +3,8 @@ point): `python -m mtpbench.training.train --out DIR` rebuilds it (docs/tiny-pai
 (torch, transformers); nothing else in mtpbench imports it.
 
 - corpus.py: Training corpus for the tiny pair: random byte crops of this interpreter's standard-library `.py` files
+- deepseek.py: Train the tiny DeepSeek-V3 target and its one MTP layer (vLLM's `deepseek_mtp`), the way vLLM runs
+  them: `python -m mtpbench.training.deepseek --out DIR` rebuilds mtpbench/fixtures/tiny_deepseek_mtp
 - drafting.py: vLLM's Gemma4 MTP draft semantics, offline
 - export.py: Writing a trained pair: bf16 safetensors, config and tokenizer for target/ and assistant/, and the
   provenance.json that records how they were made (command, settings, corpus, loss curves, held-out acceptance,
