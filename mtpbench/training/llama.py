@@ -62,10 +62,17 @@ class LlamaSettings:
     target_batch: int = 8
     target_lr: float = 3e-3
     draft_steps: int = 600
-    draft_batch: int = 16
+    draft_batch: int = 8
+    # The drafter's rollouts are as long as a benchmark's requests (HumanEval prompts of up to 800 bytes plus
+    # 128 generated tokens): a drafter trained only on the target's 256-token crops met positions it had never
+    # seen and drafted 62.6 % at pos0 on 20 HumanEval prompts (offline replay), against 96 % on short rollouts.
+    draft_seq_len: int = 768
+    draft_prefix_min: int = 256
+    draft_prefix_max: int = 608
     draft_lr: float = 3e-3
     rollouts: int = 512
     draft_hard_weight: float = 0.5
+    # The shared recipe's rollout prefix (recipe()); the drafter's own rollouts use draft_prefix_* above.
     rollout_prefix_min: int = 8
     rollout_prefix_max: int = 96
     warmup_steps: int = 20
@@ -233,7 +240,13 @@ def _train_llama_pair(settings: LlamaSettings, target_dir: Path | None, with_dra
     # trains the very drafter a full run would.
     torch.manual_seed(settings.seed + 1)
     t0 = time.perf_counter()
-    rollouts = greedy_rollouts(target, corpus, np.random.default_rng([settings.seed, 1]), recipe)
+    long = replace(
+        recipe,
+        seq_len=settings.draft_seq_len,
+        rollout_prefix_min=settings.draft_prefix_min,
+        rollout_prefix_max=settings.draft_prefix_max,
+    )
+    rollouts = greedy_rollouts(target, corpus, np.random.default_rng([settings.seed, 1]), long)
     teacher = _teacher_logits(target, rollouts)
     rollout_wall_s = time.perf_counter() - t0
     logger.info("%d greedy rollouts in %.0fs", len(rollouts), rollout_wall_s)
@@ -243,7 +256,7 @@ def _train_llama_pair(settings: LlamaSettings, target_dir: Path | None, with_dra
     round_to_bf16_(drafter)
 
     # Held-out check on fresh rollouts: what a greedy benchmark should see, before any engine runs.
-    held_out = greedy_rollouts(target, corpus, np.random.default_rng(settings.seed + 1), replace(recipe, rollouts=64))
+    held_out = greedy_rollouts(target, corpus, np.random.default_rng(settings.seed + 1), replace(long, rollouts=64))
     with torch.no_grad():
         acc = offline_acceptance(drafter(input_ids=held_out).logits, target(input_ids=held_out).logits, 3)
     logger.info("held-out rollout acceptance per position: %s", "/".join(f"{a:.3f}" for a in acc))

@@ -117,13 +117,22 @@ def _provenance(
     return prov
 
 
+def _training_record(target_dir: Path) -> dict[str, Any] | None:
+    """The record of the run that trained `target_dir`: when the provenance beside it comes from a drafter-only
+    run, the target's record it carries (so a second drafter-only run names the run that trained the target)."""
+    record = earlier_target_record(target_dir)
+    if record is not None and isinstance(record.get("trained_by"), dict):
+        return record["trained_by"]
+    return record
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns, settings = _parse(argv)
     logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(asctime)s %(message)s")
     started = datetime.now(timezone.utc)
     command = shlex.join(["python", "-m", "mtpbench.training.train_llama", *(sys.argv[1:] if argv is None else argv)])
     # Read before anything is written: --target may be the very folder --out is about to overwrite.
-    reused = (ns.target, earlier_target_record(ns.target)) if ns.target is not None else None
+    reused = (ns.target, _training_record(ns.target)) if ns.target is not None else None
     t0 = time.perf_counter()
     result = train_llama_pair(settings, ns.target, with_drafter=not ns.target_only)
     out: Path = ns.out

@@ -83,3 +83,14 @@ def test_a_drafter_only_run_on_the_saved_target_trains_the_full_runs_drafter(tra
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov["target"]["reused_from"] == str(trained / "target")
     assert prov["target"]["trained_by"]["steps"] == 2
+
+
+@pytest.mark.slow
+def test_a_second_drafter_only_run_still_names_the_run_that_trained_the_target(trained: Path, tmp_path: Path) -> None:
+    from mtpbench.training import train_llama
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert train_llama.main(["--out", str(first), "--target", str(trained / "target"), *TINY_ARGS]) == 0
+    assert train_llama.main(["--out", str(second), "--target", str(first / "target"), *TINY_ARGS]) == 0
+    trained_by = json.loads((second / "provenance.json").read_text())["target"]["trained_by"]
+    assert " --target " not in trained_by["command"] and trained_by["steps"] == 2
