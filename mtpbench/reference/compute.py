@@ -21,6 +21,7 @@ from typing import Any
 from mtpbench import __version__
 from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
+from mtpbench.reference.draft_model import replay_draft_model_prompts
 from mtpbench.reference.ngram import lookup_bounds
 from mtpbench.reference.pair import LOOKUP_METHODS, PairInfo, check_pair, load_pair, torch_threads
 from mtpbench.reference.weights_replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
@@ -153,6 +154,10 @@ def compute_reference(
             if lookup is not None:
                 replays = replay_lookup_prompts(
                     pair, ids, group_k, max_tokens, lookup, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
+            elif method == "draft_model":
+                replays = replay_draft_model_prompts(
+                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
                 )
             else:
                 replays = replay_prompts(

@@ -7,8 +7,10 @@ Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`G
 its language model), drafting by method `mtp` with a drafter of model_type `gemma4_assistant`, or by method
 `ngram` with no drafter (mtpbench/reference/ngram.py's lookup); or a deepseek_v3 target (`DeepseekV3ForCausalLM`)
 drafting by method `mtp` with its own one next-token layer (vLLM's `deepseek_mtp`: the drafter is the target's
-checkpoint, mtpbench/reference/deepseek_mtp.py). The weights must be on this host (a folder, or the Hugging Face
-cache for a hub id). Any other method or architecture is refused: exit 2, one line.
+checkpoint, mtpbench/reference/deepseek_mtp.py); or a `LlamaForCausalLM` target drafting by method
+`draft_model` with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule). The weights must
+be on this host (a folder, or the Hugging Face cache for a hub id). Any other method or architecture is
+refused: exit 2, one line.
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
 # A DeepSeek target drafts with the next-token layer its own checkpoint carries (vLLM's deepseek_mtp).
 DEEPSEEK_TYPE = "deepseek_v3"
 # The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
-MODEL_METHODS = ("mtp",)
+MODEL_METHODS = ("mtp", "draft_model")
 LOOKUP_METHODS = ("ngram",)
+# The draft-model method's pairs: any target and draft model the replay loads as a causal LM over one vocabulary.
+DRAFT_MODEL_TARGET_TYPES = {"llama": "LlamaForCausalLM"}
+DRAFT_MODEL_DRAFTER_TYPES = {"llama": "LlamaForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -94,9 +99,12 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 and DeepSeek MTP, n-gram lookup); it does not model this method's draft rule"
+            "(Gemma4 and DeepSeek MTP, a Llama draft model and n-gram lookup); it does not model this method's "
+            "draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
+    if method == "draft_model":
+        return _check_draft_model_pair(target, drafter_path)
     target, t = _config(target, "target")
     t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
     if t_type not in TARGET_TYPES:
@@ -143,16 +151,37 @@ def _deepseek_pair(target: Path, t: dict[str, Any], drafter: Path, d: dict[str, 
     return PairInfo(target, drafter, t_type, d_type, _architecture(t), "DeepSeekMTPModel", "mtp")
 
 
+def _check_draft_model_pair(target: Path, drafter: Path | None) -> PairInfo:
+    """The draft-model method's pair: a Llama target and a Llama draft model (refused in one line otherwise)."""
+    target, t = _config(target, "target")
+    t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
+    if t_type not in DRAFT_MODEL_TARGET_TYPES:
+        raise UserError(
+            f"{target}: the reference models draft_model runs on {', '.join(DRAFT_MODEL_TARGET_TYPES.values())} "
+            f"targets; this target is {t_arch} (model_type {t_type or 'unset'})"
+        )
+    if drafter is None:
+        raise UserError(f"{target}: the reference needs the run's draft model; the run names none")
+    drafter, d = _config(drafter, "drafter")
+    d_type, d_arch = str(d.get("model_type") or ""), _architecture(d)
+    if d_type not in DRAFT_MODEL_DRAFTER_TYPES:
+        raise UserError(
+            f"{drafter}: the reference models {', '.join(DRAFT_MODEL_DRAFTER_TYPES.values())} draft models; "
+            f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
+        )
+    return PairInfo(target, drafter, t_type, d_type, t_arch, d_arch, "draft_model")
+
+
 @dataclass
 class Pair:
     """The loaded pair: the target's text model and head, the drafter (None for a lookup method), and how
     they were loaded."""
 
     info: PairInfo
-    target: Any  # Gemma4ForCausalLM or Gemma4ForConditionalGeneration
-    text: Any  # the target's Gemma4TextModel
+    target: Any  # Gemma4ForCausalLM, Gemma4ForConditionalGeneration or LlamaForCausalLM
+    text: Any  # the target's text model (Gemma4TextModel, LlamaModel)
     head: Any  # the target's lm_head
-    assistant: Any  # Gemma4AssistantForCausalLM, or None (a lookup method drafts with no model)
+    assistant: Any  # Gemma4AssistantForCausalLM, a LlamaForCausalLM draft model, or None (a lookup method)
     tokenizer: Any
     dtype: str
     device: str
@@ -168,9 +197,14 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
         return _load_deepseek(info, torch_dtype, dtype, device, tokenizer)
     if info.target_type == "gemma4":
         from transformers import Gemma4ForConditionalGeneration as TargetClass
+    elif info.target_type == "llama":
+        from transformers import LlamaForCausalLM as TargetClass
     else:
         from transformers import Gemma4ForCausalLM as TargetClass
-    from transformers import Gemma4AssistantForCausalLM
+    if info.drafter_type == "llama":
+        from transformers import LlamaForCausalLM as DrafterClass
+    else:
+        from transformers import Gemma4AssistantForCausalLM as DrafterClass
     from transformers.utils import logging as transformers_logging
 
     # transformers draws a tqdm bar per model it loads ("Loading weights"), on stderr beside the replay's
@@ -182,7 +216,7 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
         assistant = (
             None
             if info.drafter is None
-            else Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
+            else DrafterClass.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
         )
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc

@@ -9,6 +9,9 @@ point): `python -m mtpbench.training.train --out DIR` rebuilds it (docs/tiny-pai
 - export.py: Writing a trained pair: bf16 safetensors, config and tokenizer for target/ and assistant/, and the
   provenance.json that records how they were made (command, settings, corpus, loss curves, held-out acceptance,
   machine, package versions, sizes), carrying an earlier run's record of a reused target
+- llama.py: The tiny Llama pair for the `draft_model` method (and the target the EAGLE heads are trained on):
+  shapes, settings and the two phases (the target with the Gemma4 target's loop, the draft model distilled on the
+  target's greedy rollouts)
 - models.py: Architectures of the tiny Gemma4 target and its gemma4_assistant MTP drafter (configs only, no weights)
 - phases.py: The two training phases and the run that chains them
 - recipe.py: The tiny pair's training recipe: the settings that determine it, the loss-curve log each phase keeps,
@@ -16,4 +19,6 @@ point): `python -m mtpbench.training.train --out DIR` rebuilds it (docs/tiny-pai
   + corpus-crop batches, and building the untrained target and drafter from their shapes)
 - tokenizer.py: Byte-level tokenizer for the tiny Gemma4 pair
 - train.py: Train the tiny Gemma4 target and distil its gemma4_assistant MTP drafter, the way vLLM will run them
+- train_llama.py: Train the tiny Llama target and distil its draft model (vLLM's `draft_model` method):
+  `python -m mtpbench.training.train_llama --out DIR` (mtpbench/fixtures/tiny_llama)
 """
