@@ -154,6 +154,13 @@ def compute_reference(
                 replays = replay_lookup_prompts(
                     pair, ids, group_k, max_tokens, lookup, num.max_model_len, options.batch, ignore_eos=ignore_eos
                 )
+            elif method == "eagle3":
+                # Imported here: the module imports torch, which nothing before the pair's loading may.
+                from mtpbench.reference.eagle import replay_eagle3_prompts
+
+                replays = replay_eagle3_prompts(
+                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
             else:
                 replays = replay_prompts(
                     pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos

@@ -5,8 +5,10 @@ in the engine's dtype on the chosen torch device), with the stop tokens the engi
 
 Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`Gemma4ForConditionalGeneration`,
 its language model), drafting by method `mtp` with a drafter of model_type `gemma4_assistant`, or by method
-`ngram` with no drafter (mtpbench/reference/ngram.py's lookup); the weights must be on this host (a folder,
-or the Hugging Face cache for a hub id). Any other method or architecture is refused: exit 2, one line.
+`ngram` with no drafter (mtpbench/reference/ngram.py's lookup); a Llama target (`LlamaForCausalLM`) drafting
+by method `eagle3` with a `LlamaForCausalLMEagle3` head (mtpbench/reference/eagle.py) or by `ngram`; the
+weights must be on this host (a folder, or the Hugging Face cache for a hub id). Any other method or
+architecture, or a method over a target it is not modelled for, is refused: exit 2, one line.
 """
 
 from __future__ import annotations
@@ -23,11 +25,19 @@ from mtpbench.errors import UserError
 if TYPE_CHECKING:
     import torch
 
-TARGET_TYPES = {"gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration"}
+TARGET_TYPES = {
+    "gemma4_text": "Gemma4ForCausalLM",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "llama": "LlamaForCausalLM",
+}
 DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
 # The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
-MODEL_METHODS = ("mtp",)
+MODEL_METHODS = ("mtp", "eagle3")
 LOOKUP_METHODS = ("ngram",)
+# Which targets each drafting method is modelled over (a lookup reads token ids only: any target).
+METHOD_TARGETS = {"mtp": ("gemma4_text", "gemma4"), "eagle3": ("llama",), "ngram": tuple(TARGET_TYPES)}
+# The EAGLE-3 head's architecture (its config's model_type is plain "llama": the architecture tells it).
+EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
 
 
 @dataclass(frozen=True)
@@ -86,14 +96,15 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 MTP and n-gram lookup); it does not model this method's draft rule"
+            "(Gemma4 MTP, EAGLE-3 on Llama and n-gram lookup); it does not model this method's draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     target, t = _config(target, "target")
     t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
-    if t_type not in TARGET_TYPES:
+    if t_type not in METHOD_TARGETS[method]:
+        names = sorted(TARGET_TYPES[t] for t in METHOD_TARGETS[method])
         raise UserError(
-            f"{target}: the reference models Gemma4 targets ({', '.join(sorted(TARGET_TYPES.values()))}); "
+            f"{target}: the reference models method {method} over {', '.join(names)} targets; "
             f"this target is {t_arch} (model_type {t_type or 'unset'})"
         )
     if method in LOOKUP_METHODS:
@@ -105,6 +116,13 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
         )
     drafter_path, d = _config(drafter_path, "drafter")
     d_type, d_arch = str(d.get("model_type") or ""), _architecture(d)
+    if method == "eagle3":
+        if d_arch != EAGLE3_ARCHITECTURE or not d.get("eagle_aux_hidden_state_layer_ids"):
+            raise UserError(
+                f"{drafter_path}: the reference models a {EAGLE3_ARCHITECTURE} head naming its "
+                f"eagle_aux_hidden_state_layer_ids; this drafter is {d_arch}"
+            )
+        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
     if d_type not in DRAFTER_TYPES:
         raise UserError(
             f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
@@ -136,9 +154,10 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     torch_dtype = _torch_dtype(dtype)
     if info.target_type == "gemma4":
         from transformers import Gemma4ForConditionalGeneration as TargetClass
+    elif info.target_type == "llama":
+        from transformers import LlamaForCausalLM as TargetClass
     else:
         from transformers import Gemma4ForCausalLM as TargetClass
-    from transformers import Gemma4AssistantForCausalLM
     from transformers.utils import logging as transformers_logging
 
     # transformers draws a tqdm bar per model it loads ("Loading weights"), on stderr beside the replay's
@@ -147,11 +166,7 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     transformers_logging.disable_progress_bar()
     try:
         target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
-        assistant = (
-            None
-            if info.drafter is None
-            else Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
-        )
+        assistant = None if info.drafter is None else _load_drafter(info, torch_dtype, device)
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
     finally:
@@ -169,6 +184,19 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     stops |= _ids(getattr(target.config.get_text_config(), "eos_token_id", None))
     stops |= _ids(tok.eos_token_id)
     return Pair(info, target, text, target.lm_head, assistant, tok, dtype, device, frozenset(stops))
+
+
+def _load_drafter(info: PairInfo, torch_dtype: torch.dtype, device: str) -> Any:
+    """The drafter: the Gemma4 MTP assistant through transformers, or the EAGLE-3 head as
+    mtpbench/reference/eagle.py's module (transformers has no EAGLE-3 class)."""
+    assert info.drafter is not None
+    if info.method == "eagle3":
+        from mtpbench.reference.eagle import load_head
+
+        return load_head(info.drafter, torch_dtype, device)
+    from transformers import Gemma4AssistantForCausalLM
+
+    return Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
 
 
 def _ids(value: Any) -> set[int]:
