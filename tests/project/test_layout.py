@@ -26,7 +26,10 @@ MAY_IMPORT = {
     "fixes": {"fixes", "patches"},  # the registry names patches/ and fixes/ modules, so it lives here
     "buildprobes": {"buildprobes"},  # the doctor's and the platform's probes: `python -m`, standard library only
     "fixtures": {"fixtures"},
-    "training": {"training"},  # the tiny pair's training code (mtpbench/training/)
+    # The tiny pairs' training code (mtpbench/training/). The EAGLE-3 trainer trains the reference's own head
+    # module (mtpbench/reference/eagle.py: vLLM's eagle3 semantics in one place), so the head it writes is the
+    # one the reference replays.
+    "training": {"training", "reference"},
     # The reference (issue 29) replays a run's prompts from the weights: it reads the run through store/,
     # renders prompts as the worker does (engine/chat.py) and writes runs/<id>/reference.jsonl through
     # store/reference_records.py, which is how judge/ reads it without importing torch.

@@ -25,7 +25,12 @@ from mtpbench.errors import UserError  # noqa: E402
 from mtpbench.fixtures import FIXTURES_DIR  # noqa: E402
 from mtpbench.reference.eagle import Eagle3Head, aux_hidden_states, chain_logits  # noqa: E402
 from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
-from mtpbench.reference.weights_replay import greedy_continuations, prompt_token_ids, stop_index  # noqa: E402
+from mtpbench.reference.weights_replay import (  # noqa: E402
+    greedy_continuations,
+    prompt_token_ids,
+    replay_eagle3_prompt,
+    stop_index,
+)
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 HEAD = FIXTURES_DIR / "tiny_llama" / "eagle3"
@@ -75,7 +80,7 @@ def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[l
         generated = [bonus]
         # The prefill's first pass: positions 0..P-1, tokens shifted by one, the bonus last.
         verified_positions = list(range(len(seq)))
-        verified_tokens = seq[1:] + [bonus]
+        verified_tokens = [*seq[1:], bonus]
         last = len(seq) - 1
         steps: list[int] = []
         while len(generated) < max_tokens:
@@ -91,11 +96,11 @@ def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[l
             while accepted < K and drafts[accepted] == greedy[len(base) - 1 + accepted]:
                 accepted += 1
             steps.append(accepted)
-            new = drafts[:accepted] + [greedy[len(base) - 1 + accepted]]
+            new = [*drafts[:accepted], greedy[len(base) - 1 + accepted]]
             # The next first pass covers the K + 1 verified positions, the rejected ones too (padded batch).
             start = len(base) - 1
             verified_positions = list(range(start, start + K + 1))
-            shifted = (base + drafts)[start + 1 :] + [0]
+            shifted = [*(base + drafts)[start + 1 :], 0]
             last = start + accepted
             shifted[accepted] = new[-1]
             verified_tokens = shifted
@@ -107,8 +112,6 @@ def test_the_replay_counts_what_a_naive_engine_chaining_its_own_drafts_counts(pa
     prompt = prompt_token_ids(pair, PROMPT, chat=False)
     max_tokens = 48
     generated, steps = _naive_engine(pair, prompt, max_tokens)
-    from mtpbench.reference.eagle import replay_eagle3_prompt
-
     (text,) = greedy_continuations(pair, [prompt], max_tokens + K)
     n, _ = stop_index(frozenset(), text, max_tokens, 1024)
     rep = replay_eagle3_prompt(pair, prompt, text, K, max_tokens, 1024, ignore_eos=True)
