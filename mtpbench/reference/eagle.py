@@ -178,23 +178,27 @@ class Eagle3Head(nn.Module):
 
 
 def chain_logits(
-    head: Eagle3Head, embed: nn.Module, aux: torch.Tensor, ids: torch.Tensor, k: int
+    head: Eagle3Head, embed: nn.Module, aux: torch.Tensor, ids: torch.Tensor, k: int, first: int = 0
 ) -> list[torch.Tensor]:
-    """Logits [B, S, V] of draft steps 1..k from every start s in 0..S-1 (S = T - 1).
+    """Logits [B, S - first, V] of draft steps 1..k from every start s in first..S-1 (S = T - 1).
 
     `ids` [B, T] is the teacher-forced text, `aux` [B, T, n*H] the target's auxiliary states over it and
-    `embed` the target's token embedding. Entry s of step j predicts the token at s + j + 1; it reads the
-    token at s + j (clamped to the last one: past the text nothing is compared).
+    `embed` the target's token embedding. Entry s - first of step j predicts the token at s + j + 1; it reads
+    the token at s + j (clamped to the last one: past the text nothing is compared). The keys of every
+    position are computed; only the starts from `first` on are queried (a request drafts only after its
+    prompt, so the earlier starts need their keys, not their drafts).
     """
     b, t = ids.shape
     s = t - 1
     scale = head.shape.head_dim**-0.5
-    starts = torch.arange(s, device=ids.device)
+    every = torch.arange(s, device=ids.device)
+    starts = every[first:]
     hidden = head.fc(aux[:, :s])
-    positions = starts.expand(b, s)
-    q, keys, values = head.project(embed(ids[:, 1:]), hidden, positions)
+    q, keys, values = head.project(embed(ids[:, 1:]), hidden, every.expand(b, s))
+    q, hidden = q[:, :, first:], hidden[:, first:]
+    positions = starts.expand(b, len(starts))
     # Step 1: causal over the teacher-forced sequence (each start's own first pass).
-    allowed = starts[None, :] <= starts[:, None]  # [query s, key t]: t <= s
+    allowed = every[None, :] <= starts[:, None]  # [query s, key t]: t <= s
     scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
     scores = scores.masked_fill(~allowed, float("-inf"))
     attn = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), values)
@@ -209,7 +213,7 @@ def chain_logits(
         chain_v.append(vj)
         tf = torch.matmul(q, keys.transpose(-1, -2)) * scale
         tf = tf.masked_fill(~allowed, float("-inf"))
-        own = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # [B, heads, S, j-1]
+        own = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # [B, heads, starts, j-1]
         probs = torch.softmax(torch.cat([tf, own], dim=-1).float(), dim=-1).to(q.dtype)
         attn = torch.matmul(probs[..., :s], values)
         for m, cv in enumerate(chain_v):

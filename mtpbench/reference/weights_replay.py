@@ -361,11 +361,12 @@ def replay_eagle3_prompt(
     head = pair.assistant  # mtpbench/reference/eagle.py's Eagle3Head
     with torch.no_grad():
         aux, target_logits = aux_hidden_states(pair.target, ids, head.shape.aux_layer_ids)
-        steps = chain_logits(head, pair.text.embed_tokens, aux, ids, k)
+        # Only the starts after the prompt draft: from position p - 1 on.
+        steps = chain_logits(head, pair.text.embed_tokens, aux, ids, k, first=p - 1)
     target_logits = target_logits[0]
     # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
     starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
-    steps = [step[0, starts] for step in steps]
+    steps = [step[0, starts - (p - 1)] for step in steps]
     truth = ids[0]
     last = len(truth) - 1
     hits = np.stack(

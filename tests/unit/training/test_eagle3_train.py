@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 SHIPPED = FIXTURES_DIR / "tiny_llama" / "eagle3"
-TINY_ARGS = ["--steps", "2", "--batch", "2", "--rollouts", "2", "--seq-len", "48", "--max-files", "4"]
-TINY_ARGS += ["--threads", "1", "-q"]
+TINY_ARGS = ["--steps", "2", "--batch", "2", "--rollouts", "2", "--prefix-max", "40", "--new-tokens", "8"]
+TINY_ARGS += ["--max-files", "4", "--threads", "1", "-q"]
 
 
 @pytest.fixture(scope="module")
