@@ -31,13 +31,13 @@ def main() -> int:
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
     llm = LLM(
         model=str(TARGET), speculative_config=spec, enforce_eager=True, dtype="float32", max_model_len=1024,
-        seed=0, kv_cache_memory_bytes=268435456,
+        seed=0, kv_cache_memory_bytes=268435456, disable_log_stats=False,
     )  # fmt: skip
     try:
         out = llm.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=64))
     except Exception:  # the 0.30.0 failure: print its last frames and say so
         print(f"vllm {vllm.__version__}: speculative decoding FAILED")
-        traceback.print_exc(limit=-3)
+        traceback.print_exc(limit=-2)
         return 1
     metrics = {m.name: m for m in llm.get_metrics()}
     drafts = metrics["vllm:spec_decode_num_drafts"].value
