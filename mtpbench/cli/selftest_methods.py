@@ -27,6 +27,7 @@ from mtpbench.judge.evidence import CellResult, collect_evidence
 from mtpbench.judge.findings import Kind
 from mtpbench.judge.signals.reference_comparison import ReferenceComparison
 from mtpbench.run import runner
+from mtpbench.specs import PromptFilter
 from mtpbench.store.manifest import ensure_out_dir
 from mtpbench.store.results import load_run
 
@@ -95,6 +96,13 @@ def quick_config(check: MethodCheck) -> ExperimentConfig:
     cfg.modes = {eager[0]: cfg.modes[eager[0]]}
     cfg.variants = {"stock": [], "fault": [check.fault]}
     cfg.repeats, cfg.hash_seeds = 1, [0]
+    # The handful of prompts is a filter of the config (not a slice of the loaded set), so the run's manifest
+    # names the prompts it ran and the reference replays the same ones (reference/compute.py checks the sha).
+    limit = QUICK_PROMPTS if cfg.prompt_filter is None or cfg.prompt_filter.limit is None else cfg.prompt_filter.limit
+    kept = min(limit, QUICK_PROMPTS)
+    cfg.prompt_filter = (
+        PromptFilter(limit=kept) if cfg.prompt_filter is None else cfg.prompt_filter.model_copy(update={"limit": kept})
+    )
     # The fault's switches ride on the build's environment; a variant without the fault ignores them.
     for build in cfg.builds.values():
         build.env = {**build.env, **check.fault_env}
@@ -186,7 +194,6 @@ def run_quick_selftest(
     """The quick proof for one method: run stock and the fault, replay the run from the weights, evaluate."""
     cfg = quick_config(check)
     prompts = config_prompts(cfg)
-    prompts.prompts = prompts.prompts[:QUICK_PROMPTS]
     cells = runner.expand(cfg)
     view = make_view(len(cells), len(prompts.prompts)) if make_view else (lambda kind, payload: None)
     ensure_out_dir(out)

@@ -14,12 +14,13 @@ import mtpbench.cli.selftest as st
 from mtpbench.cli.selftest_methods import (
     DEFAULT_METHOD,
     METHODS,
+    QUICK_PROMPTS,
     MethodCheck,
     evaluate_quick,
     quick_config,
     select_methods,
 )
-from mtpbench.config import load_config
+from mtpbench.config import config_prompts, load_config
 from mtpbench.fixes.registry import REGISTRY
 from mtpbench.judge.compare import judge
 from mtpbench.judge.evidence import collect
@@ -60,6 +61,10 @@ def test_quick_config_runs_stock_and_the_fault_once_in_eager_with_the_fault_swit
     assert list(cfg.modes) == ["eager"] and cfg.repeats == 1 and cfg.hash_seeds == [0]
     assert all(b.env[AFTER_ENV] == "0" for b in cfg.builds.values())
     assert cfg.name == "tiny-gemma4-ngram-selftest"
+    # The handful of prompts is the config's filter, so the reference replays the very prompts the run ran.
+    assert cfg.prompt_filter is not None and cfg.prompt_filter.limit == QUICK_PROMPTS
+    assert cfg.prompt_filter.max_prompt_bytes == 800
+    assert len(config_prompts(cfg).prompts) == QUICK_PROMPTS
 
 
 def test_unknown_method_is_one_line_and_exit_2_before_any_run(tmp_path: Path) -> None:
