@@ -166,7 +166,9 @@ def evaluate_quick(method: str, comp: Comparison, cmp: ReferenceComparison) -> t
             f"exactly what the weights say ({a.engine_drafts} drafts; reference, no baseline)"
         )
     for a in held_fault:
-        good = a.cell in below
+        # Greedy on the CPU is bit-exact: every prompt accepting fewer drafts than the weights say is evidence
+        # on its own, where the pooled finding may not be raised (measured: n-gram's fault, 5 of 5 prompts fewer).
+        good = a.cell in below or (a.prompts > 0 and len(a.fewer) == a.prompts)
         ok &= good
         lines.append(
             f"[{'ok' if good else 'FAIL'}] {method}: fault {a.cell} below the reference with no baseline "
