@@ -1,15 +1,17 @@
-"""The release sweep's table (README, docs/builds.md) from one or more runs of
-configs/tiny-gemma4-mtp-releases.yaml: per build and mode, the vllm version the cells imported, the
-per-position acceptance and AL pooled over the prompts (vLLM's own counters), the engine start-up and
-generation seconds, the seconds the build's environment took to provision (its stamp), and whether the
-prompts' counts equal the reference cell's (the first of the cells that measured the most prompts), prompt by
-prompt, on the prompts both cells measured.
+"""The release sweep's table (docs/methods.md "Across releases", docs/builds.md) from runs of the release configs
+(configs/tiny-gemma4-mtp-releases.yaml, configs/tiny-gemma4-ngram-releases.yaml, one config per speculative
+method): ONE table, method x release x mode, with the vllm version the cells imported, the per-position
+acceptance and AL pooled over the prompts (vLLM's own counters), and prompt by prompt whether a cell's counts
+are identical to the newest release's in the same method and mode ("identical prompts: n of shared"), and to
+its own release's eager cell; then the engine start-up and generation seconds and the seconds the build's
+environment took to provision (its stamp).
 
     python benchmarks/release_table.py RUN[=BUILD/MODE,...] [RUN[=BUILD/MODE,...]...]
 
 `=BUILD/MODE,...` after a run folder keeps only those cells of it, so one table can take each release
-from the run that measured it (e.g. the sequential releases from a shorter run, when the box had no time for
-150 prompts one at a time). A cell that never started (pending) has nothing to show and is left out.
+from the run that measured it. A cell that never started (pending) has nothing to show and is left out. The
+newest release is the last of the config's builds (the release configs list them oldest first) that measured
+prompts in that method and mode; a build that failed there is shown with its error.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
     out = []
     for run_dir, keep in runs:
         run = load_run(run_dir)
-        builds = run.manifest["config"]["builds"]
+        builds = run.manifest["config"].get("builds") or {}
         counts: dict[tuple[str, str], dict[str, tuple[int, tuple[int, ...]]]] = defaultdict(dict)
         for r in run.records:
             if r.get("type") == "prompt":
@@ -72,6 +74,7 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
             wall = cell.get("wall_s")
             out.append(
                 {
+                    "method": (run.manifest["config"].get("speculative") or {}).get("method") or "-",
                     "build": cell["build"],
                     "mode": cell["mode"],
                     "status": cell.get("status"),
@@ -84,7 +87,7 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
                     "al": 1 + sum(per_pos) / drafts if drafts else None,
                     "startup_s": engine,
                     "generation_s": wall - engine if wall is not None and engine is not None else None,
-                    "provision_s": _stamp(builds[cell["build"]]).get("seconds"),
+                    "provision_s": _stamp(builds.get(cell["build"]) or {}).get("seconds"),
                     "counts": per_prompt,
                     "run": run_dir.name,
                 }
@@ -92,43 +95,55 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
     return out
 
 
-def same_counts(counts: dict[str, Any], first: dict[str, Any]) -> str:
-    """Whether a cell's per-prompt counts equal the reference cell's on the prompts both measured (runs of a
-    different length share only a prefix of the prompts: the count of shared prompts says how many)."""
-    shared = counts.keys() & first.keys()
+def identical(counts: dict[str, Any], other: dict[str, Any] | None) -> str:
+    """`n of m`: on the m prompts both cells measured, how many have identical counts (drafts and accepted per
+    position); bold where any differs."""
+    if other is None:
+        return "–"
+    shared = counts.keys() & other.keys()
     if not shared:
         return "no prompt shared"
-    equal = all(counts[p] == first[p] for p in shared)
-    word = "yes" if equal else "**no**"
-    if shared == counts.keys() == first.keys():
-        return word
-    return f"{word} (on {len(shared)} shared)"
+    same = sum(counts[p] == other[p] for p in shared)
+    text = f"{same} of {len(shared)}"
+    return text if same == len(shared) else f"**{text}**"
+
+
+def references(table: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(method, mode) -> the newest release's cell that measured prompts: the last in the table's order, which
+    is each run's cell order (the config's builds, oldest first)."""
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in table:
+        if r["status"] == "ok" and r["counts"]:
+            newest[(r["method"], r["mode"])] = r
+    return newest
 
 
 def markdown(table: list[dict[str, Any]]) -> str:
-    # Every cell's per-prompt counts against the reference cell's: the first of those that measured the most
-    # prompts, so a shorter run's cells are checked on the prompts they share with it.
-    most = max((len(r["counts"]) for r in table), default=0)
-    first = next((r["counts"] for r in table if r["counts"] and len(r["counts"]) == most), {})
+    def seconds(value: float | None) -> str:
+        return f"{value:.1f}" if value is not None else "-"
+
+    newest = references(table)
+    eager = {(r["method"], r["build"]): r["counts"] for r in table if r["mode"] == "eager" and r["counts"]}
     lines = [
-        "| build | mode | vllm | prompts | drafts | pos0 / pos1 / pos2 % | AL | start-up s | generation s | "
-        "provisioned in s | counts = reference cell's |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | build | mode | vllm | prompts | drafts | pos0 / pos1 / pos2 % | AL | "
+        "identical to the newest release (same mode) | identical to eager (same release) | start-up s | "
+        "generation s | provisioned in s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in table:
-        prov = f"{r['provision_s']:.1f}" if r["provision_s"] is not None else "-"
+    for r in sorted(table, key=lambda r: (r["method"], r["mode"] != "eager", r["mode"])):
+        prov = seconds(r["provision_s"])
+        head = f"| {r['method']} | {r['build']} | {r['mode']} | {r['vllm'] or '-'} |"
         if r["status"] != "ok" or not r["counts"]:
             why = f"failed: {r['error']}" if r["error"] else str(r["status"])
-            lines.append(
-                f"| {r['build']} | {r['mode']} | {r['vllm'] or '-'} | – | – | {why} | – | – | – | {prov} | – |"
-            )
+            lines.append(f"{head} – | – | {why} | – | – | – | – | – | {prov} |")
             continue
         pos = " / ".join(f"{p:.1f}" for p in r["pos_pct"])
-        same = same_counts(r["counts"], first)
-        prompts = f"{r['prompts']} ({r['prompt_mode']})"
+        ref = newest.get((r["method"], r["mode"]))
+        to_newest = "(newest)" if ref is r else identical(r["counts"], ref["counts"] if ref else None)
+        to_eager = "(eager)" if r["mode"] == "eager" else identical(r["counts"], eager.get((r["method"], r["build"])))
         lines.append(
-            f"| {r['build']} | {r['mode']} | {r['vllm']} | {prompts} | {r['drafts']} | {pos} | {r['al']:.2f} | "
-            f"{r['startup_s']:.1f} | {r['generation_s']:.1f} | {prov} | {same} |"
+            f"{head} {r['prompts']} ({r['prompt_mode']}) | {r['drafts']} | {pos} | {r['al']:.2f} | {to_newest} | "
+            f"{to_eager} | {seconds(r['startup_s'])} | {seconds(r['generation_s'])} | {prov} |"
         )
     return "\n".join(lines)
 

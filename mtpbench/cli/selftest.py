@@ -17,6 +17,10 @@ one round's requests. It passes only if stock gives identical counts in every ro
 as `drift` naming round 1, and the faulted engine's round 0 (what a fresh-process run of the same build
 measures) equals stock's: a fresh-process gate passes the fault, the soak does not.
 
+Every other shipped method (cli/selftest_methods.py `METHODS`: a config and a planted fault each) then gets the
+quick proof: a handful of prompts, stock and with the method's fault, held against the reference from the
+weights with no baseline. `--method` narrows the selftest to the methods it names.
+
 It drives the runner and the judge together, so it lives with the command line (the one layer that may
 import every stage); cli/tool_cmds.py renders what it returns.
 """
@@ -27,11 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpbench import shipped
+from mtpbench.cli.selftest_methods import (
+    DEFAULT_METHOD,
+    METHODS,
+    MethodCheck,
+    hold_reference,
+    run_quick_selftest,
+    same_text,
+)
 from mtpbench.config import ExperimentConfig, config_prompts, load_config
 from mtpbench.errors import UserError
 from mtpbench.judge.compare import Comparison, judge
-from mtpbench.judge.evidence import CellResult, collect_evidence
+from mtpbench.judge.evidence import CellResult
 from mtpbench.judge.findings import Instability, Kind, Severity
 from mtpbench.judge.findings.probes import MetadataBinding
 from mtpbench.judge.findings.reference import ReferenceBelow
@@ -45,10 +56,18 @@ from mtpbench.store.baseline import load_baseline
 from mtpbench.store.manifest import ensure_out_dir
 from mtpbench.store.results import load_run
 
-__all__ = ["SelftestResult", "engine_check", "evaluate", "evaluate_soak", "run_selftest", "run_soak_selftest"]
+__all__ = [
+    "SelftestResult",
+    "engine_check",
+    "evaluate",
+    "evaluate_soak",
+    "run_full_selftest",
+    "run_selftest",
+    "run_soak_selftest",
+]
 
 # The shipped config, from the source tree or from an installed wheel's copy (mtpbench/shipped.py).
-DEFAULT_CONFIG = shipped.data_root() / "configs" / "tiny-gemma4-mtp.yaml"
+DEFAULT_CONFIG = METHODS[DEFAULT_METHOD].config_path
 FAULT = "flatten-draft-metadata"
 # The metadata-binding probe rides along in both variants, so the selftest also shows *where* the fault is:
 # which draft layer read which KV-cache group, per hash seed (mtpbench/patches/probes/metadata_binding.py).
@@ -69,6 +88,8 @@ class SelftestResult:
     comparison: Comparison
     passed: bool
     lines: list[str] = field(default_factory=list)
+    # The other methods' runs (cli/selftest_methods.py), each judged on its own, shown after `comparison`.
+    others: list[Comparison] = field(default_factory=list)
 
 
 def selftest_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
@@ -119,12 +140,10 @@ def evaluate(comp: Comparison) -> tuple[bool, list[str]]:
                 how = f" (exact: {n.prompts_differing} of {n.prompts} prompts differ between processes)"
             lines.append(f"[{'ok' if seen else 'FAIL'}] fault {c.cell} flagged as {need.value}{how}")
     ok &= _localised(comp, stock, fault, lines)
-    stock_out = {(r.hash_seed, p): s for c in stock for r in c.repeats for p, s in r.outputs.items()}
-    fault_out = {(r.hash_seed, p): s for c in fault for r in c.repeats for p, s in r.outputs.items()}
-    same = bool(stock_out) and set(stock_out) == set(fault_out) and all(fault_out[k] == v for k, v in stock_out.items())
+    same, outputs = same_text(stock, fault)
     ok &= same
     lines.append(
-        f"[{'ok' if same else 'FAIL'}] generated text identical with and without the fault ({len(stock_out)} outputs)"
+        f"[{'ok' if same else 'FAIL'}] generated text identical with and without the fault ({outputs} outputs)"
     )
     return ok, lines
 
@@ -161,23 +180,7 @@ def evaluate_reference(cmp: ReferenceComparison) -> tuple[bool, list[str]]:
 
 def run_reference_check(run_dir: Path) -> tuple[bool, list[str]]:
     """The selftest run replayed from the weights (mtpbench/reference/) and held against its engine counts."""
-    from mtpbench.judge.signals.reference_comparison import hold
-    from mtpbench.reference import ReferenceOptions, compute_reference
-
-    run = load_run(run_dir)
-    ref = compute_reference(run, ReferenceOptions())
-    gate = run.typed.config.gate
-    cmp = hold(
-        run.run_id,
-        collect_evidence(run, gate.confidence).cells,
-        ref,
-        run.typed.k,
-        false_alarm=gate.false_alarm,
-        tolerance_pts=gate.tolerance_pts,
-        tolerance_al_pct=gate.tolerance_al_pct,
-        confidence=gate.confidence,
-    )
-    return evaluate_reference(cmp)
+    return evaluate_reference(hold_reference(run_dir))
 
 
 def soak_config(path: Path = DEFAULT_CONFIG) -> ExperimentConfig:
@@ -273,8 +276,35 @@ def _localised(comp: Comparison, stock: list[CellResult], fault: list[CellResult
 
 
 def run_selftest(
+    out: Path,
+    make_view: Callable[[int, int], runner.EventCallback] | None = None,
+    methods: list[MethodCheck] | None = None,
+) -> SelftestResult:
+    """Every method's proof in METHODS' order (or only `methods`'): the embedded default's full one, the quick
+    one for the others. Passes only if every method's does; the first method's comparison leads the report."""
+    comparisons: list[Comparison] = []
+    lines: list[str] = []
+    passed = True
+    for check in methods if methods is not None else list(METHODS.values()):
+        if check.full:
+            full = run_full_selftest(out, make_view, check.config_path)
+            comparisons.append(full.comparison)
+            passed &= full.passed
+            lines += full.lines
+        else:
+            quick = run_quick_selftest(check, out, make_view)
+            comparisons.append(quick.comparison)
+            passed &= quick.passed
+            lines += quick.lines
+    if not comparisons:
+        raise UserError("the selftest has no method to prove")
+    return SelftestResult(comparisons[0], passed, lines, comparisons[1:])
+
+
+def run_full_selftest(
     out: Path, make_view: Callable[[int, int], runner.EventCallback] | None = None, config: Path = DEFAULT_CONFIG
 ) -> SelftestResult:
+    """The embedded default's full proof (the module docstring): the flattening fault, the reference, the soak."""
     cfg = selftest_config(config)
     if not cfg.baseline:
         raise UserError(f"{config}: the selftest needs the config's baseline")

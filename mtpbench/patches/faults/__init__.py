@@ -7,6 +7,8 @@ library only at module level.
   requests
 - flatten_draft_metadata.py: Fault `flatten-draft-metadata`: bind every Gemma4 MTP draft layer to one KV-cache
   group's metadata
+- perturb_ngram_drafts.py: Fault `perturb-ngram-drafts`: the n-gram lookup's drafts go wrong from position 1 on, in
+  every step
 - prefix_caching_fault.py: Fault `prefix-caching-fault`: the drafter's tokens go wrong only in an engine with prefix
   caching on
 - source_edits.py: Source-level faults of the Gemma4 MTP draft's attention inputs, each one edit of vLLM 0.32's real

@@ -1,0 +1,76 @@
+"""benchmarks/release_table.py (issue 38 item 5): ONE table of the release sweep across methods, method x
+release x mode, each cell's per-prompt counts held against the newest release's of the same method and mode
+(how many prompts are identical) and against its own release's eager cell. On constructed runs of two methods."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.support.reference_runs import GOOD, WORSE, per_prompt
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "release_table.py"
+
+
+@pytest.fixture(scope="module")
+def rt() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("release_table", SCRIPT)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["release_table"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _sweep(make_run: Callable[..., Path], method: str, changed: str | None = None) -> Path:
+    """v1 and v2, eager and compiled; `changed` (a build/mode) counts fewer drafts on its first prompt."""
+    cells = [f"{b}/{m}/stock" for b in ("v1", "v2") for m in ("eager", "compiled")]
+    counts = {}
+    for cell in cells:
+        prompts = per_prompt(GOOD)
+        if changed and cell.startswith(changed + "/"):
+            prompts = [[WORSE, *prompts[0][1:]]]
+        counts[cell] = prompts
+    return make_run({c: [[0.0]] for c in cells}, per_prompt=counts, method=method, seeds=[0], baseline=None)
+
+
+def _rows(rt: ModuleType, text: str) -> dict[tuple[str, str, str], list[str]]:
+    rows = [[x.strip() for x in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+    return {(r[0], r[1], r[2]): r for r in rows}
+
+
+def test_one_table_holds_every_method_release_and_mode_against_the_newest_release(
+    rt: ModuleType, make_run: Callable[..., Path]
+) -> None:
+    mtp = _sweep(make_run, "mtp")
+    ngram = _sweep(make_run, "ngram", changed="v1/compiled")
+    text = rt.markdown(rt.rows([rt.parse_arg(str(mtp)), rt.parse_arg(str(ngram))]))
+    assert "identical to the newest release (same mode)" in text.splitlines()[0]
+    rows = _rows(rt, text)
+    assert sorted(rows) == sorted(
+        (m, b, mode) for m in ("mtp", "ngram") for b in ("v1", "v2") for mode in ("eager", "compiled")
+    )
+    # Columns: 8 the newest release's, 9 the own eager's; every prompt identical except ngram v1 compiled.
+    assert rows[("mtp", "v1", "eager")][8] == "5 of 5" and rows[("mtp", "v2", "eager")][8] == "(newest)"
+    assert rows[("mtp", "v1", "compiled")][9] == "5 of 5"
+    assert rows[("ngram", "v1", "compiled")][8] == "**4 of 5**"
+    assert rows[("ngram", "v1", "compiled")][9] == "**4 of 5**"
+    assert rows[("ngram", "v1", "eager")][8] == "5 of 5"
+    # Eager rows first within a method, each mode's releases in the config's (oldest first) order.
+    assert [k for k in rows if k[0] == "ngram"] == [
+        ("ngram", "v1", "eager"),
+        ("ngram", "v2", "eager"),
+        ("ngram", "v1", "compiled"),
+        ("ngram", "v2", "compiled"),
+    ]
+
+
+def test_a_cell_filter_keeps_only_the_named_cells(rt: ModuleType, make_run: Callable[..., Path]) -> None:
+    run = _sweep(make_run, "ngram")
+    text = rt.markdown(rt.rows([rt.parse_arg(f"{run}=v1/eager,v2/eager")]))
+    assert sorted(_rows(rt, text)) == [("ngram", "v1", "eager"), ("ngram", "v2", "eager")]
