@@ -197,7 +197,9 @@ def test_the_cluster_mtpbench_starts_listens_on_loopback_only_and_lets_no_client
         wait_for(lambda: any((tmp_path / "marks").glob("ready-*")), timeout=300)  # a worker runs on the cluster
         # The `ray start` process itself (its keeper's command line names it too).
         starts = [
-            pid for pid in marked(tmp_path, "ray.scripts.scripts start") if pid not in marked(tmp_path, "raykeeper")
+            pid
+            for pid in marked(tmp_path, "ray.scripts.scripts start")
+            if pid not in marked(tmp_path, "mtpbench.run.ray.keeper")
         ]
         assert len(starts) == 1, starts
         ray_start = Path(f"/proc/{starts[0]}/cmdline").read_bytes().decode().split("\0")
