@@ -25,7 +25,11 @@ for _name in ("COLUMNS", "LINES"):
 # copies: two at once only thrash the disk). Every other file is a group of its own, so a module-scoped run
 # is made once, by one worker.
 WORKER_GROUPS = {
-    "selftest": ("tests/engine/test_engine.py", "tests/engine/test_soak_engine.py"),
+    "selftest": (
+        "tests/engine/test_engine.py",
+        "tests/engine/test_soak_engine.py",
+        "tests/engine/test_reference_engine.py",
+    ),
     "ray": (
         "tests/engine/test_runner_engine.py",
         "tests/unit/run/test_ray_deadlines.py",
