@@ -20,6 +20,16 @@ from tests.support.synthetic_runs import write_run
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
+# Two engines at once: each worker's engines get the worker's share of the cores as unpinned OpenMP threads,
+# what `mtpbench run --jobs N` gives its own workers (run/devices.py binding_env). Measured there (issue 37,
+# docs/parallel.md): two workers on the 2-core box pinned to a core each took 1.9x the serial time, unpinned
+# with one thread each 0.32x; an engine left to bind both cores spins against the other's. A binding the user
+# set wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, _workers))))
+
 # Files whose tests must share one worker: one session-wide run (the selftest and the soak it makes), the
 # Ray clusters (started and stopped on this machine), and the builds provisioned into the shared cache (3 GB
 # copies: two at once only thrash the disk). Every other file is a group of its own, so a module-scoped run
