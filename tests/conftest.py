@@ -1,5 +1,6 @@
 """Fixtures every test folder shares, the `slow` mark on engine tests, and how the suite splits over
-pytest-xdist's workers (`make test` runs `-n 2 --dist loadgroup`). The helpers themselves live in
+pytest-xdist's workers (`make test` runs `-n 2 --dist loadfile`: a file's tests on one worker, so a module's
+run is made once). The helpers themselves live in
 tests/support/ (import them as `from tests.support.<module> import ...`); the engine-run fixtures live in
 tests/engine/conftest.py."""
 
@@ -30,30 +31,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, _workers))))
 
-# Files whose tests must share one worker: one session-wide run (the selftest and the soak it makes), the
-# Ray clusters (started and stopped on this machine), and the builds provisioned into the shared cache (3 GB
-# copies: two at once only thrash the disk). Every other file is a group of its own, so a module-scoped run
-# is made once, by one worker.
-WORKER_GROUPS = {
-    "selftest": (
-        "tests/engine/test_engine.py",
-        "tests/engine/test_soak_engine.py",
-        "tests/engine/test_reference_engine.py",
-    ),
-    "ray": (
-        "tests/engine/test_runner_engine.py",
-        "tests/unit/run/test_ray_deadlines.py",
-        "tests/unit/run/test_rayauth.py",
-    ),
-    "builds": (
-        "tests/engine/test_class_selftest_engine.py",
-        "tests/engine/test_builds_engine.py",
-        "tests/unit/run/test_build_contamination.py",
-        "tests/unit/run/test_provision.py",
-    ),
-}
-_GROUP_OF = {path: group for group, paths in WORKER_GROUPS.items() for path in paths}
-
 
 @pytest.fixture
 def make_run(tmp_path: Path) -> Callable[..., Path]:
@@ -65,21 +42,16 @@ def make_run(tmp_path: Path) -> Callable[..., Path]:
     return _make
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every engine test is slow; so is everything under tests/engine/. `make fast` runs the rest.
     for item in items:
-        path = item.nodeid.replace("\\", "/").split("::")[0]
-        if item.get_closest_marker("engine") or path.startswith("tests/engine/"):
+        if item.get_closest_marker("engine") or _file(item).startswith("tests/engine/"):
             item.add_marker(pytest.mark.slow)
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(_GROUP_OF.get(path, path)))
-    # The groups that hold slow tests first, so the longest work starts at once and the quick tests fill the
+    # The files that hold slow tests first, so the longest work starts at once and the quick tests fill the
     # workers' last minutes (a stable sort: every worker collects the same order, as xdist requires).
-    slow_groups = {_group(item) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: _group(item) not in slow_groups)
+    slow_files = {_file(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _file(item) not in slow_files)
 
 
-def _group(item: pytest.Item) -> str:
-    mark = item.get_closest_marker("xdist_group")
-    return str(mark.args[0]) if mark and mark.args else ""
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.replace("\\", "/").split("::")[0]
