@@ -157,22 +157,7 @@ def compute_reference(
             tell(ReplayStage.LOADING)
             pair = load_pair(info, num.dtype, options.device)
             ids = [prompt_token_ids(pair, text, chat) for _, text in prompts]
-            if lookup is not None:
-                replays = replay_lookup_prompts(
-                    pair, ids, group_k, max_tokens, lookup, num.max_model_len, options.batch, ignore_eos=ignore_eos
-                )
-            elif method == "draft_model":
-                replays = replay_draft_model_prompts(
-                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
-                )
-            elif method == "eagle3":
-                replays = replay_eagle3_prompts(
-                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
-                )
-            else:
-                replays = replay_prompts(
-                    pair, ids, group_k, max_tokens, num.max_model_len, options.batch, ignore_eos=ignore_eos
-                )
+            replays = _replays(pair, method, lookup, ids, group_k, max_tokens, num, options.batch, ignore_eos)
             for index, (pid, _) in enumerate(prompts):
                 if index % options.batch == 0:
                     # The replay regenerates the next batch's text when it is asked for its first prompt.
@@ -204,6 +189,25 @@ def compute_reference(
     if ref is None or ref.session != session:
         raise RuntimeError(f"{Path(run.path) / 'reference.jsonl'}: the session just written does not read back")
     return ref
+
+
+def _replays(
+    pair: Any,
+    method: str,
+    lookup: Any,
+    ids: list[list[int]],
+    k: int,
+    max_tokens: int,
+    num: _Numerics,
+    batch: int,
+    ignore_eos: bool,
+) -> Any:
+    """The replay of `ids` by the method's own draft rule: a lookup's, a draft model's, EAGLE-3's, or the MTP
+    drafter's (Gemma4 or DeepSeek)."""
+    if lookup is not None:
+        return replay_lookup_prompts(pair, ids, k, max_tokens, lookup, num.max_model_len, batch, ignore_eos=ignore_eos)
+    replay = {"draft_model": replay_draft_model_prompts, "eagle3": replay_eagle3_prompts}.get(method, replay_prompts)
+    return replay(pair, ids, k, max_tokens, num.max_model_len, batch, ignore_eos=ignore_eos)
 
 
 def _replay_groups(

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from transformers import LlamaConfig, LlamaForCausalLM
 
 
-logger = logging.getLogger("mtpbench.training.train_llama")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
 
-logger = logging.getLogger("mtpbench.training.train")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
