@@ -87,6 +87,8 @@ IDENTITY_FIELDS = (
     "drafter_weights_sha256",
     "prompts_sha256",
 )
+# The method's own settings in the fingerprint (an n-gram lookup's bounds, …), named as the config names them.
+EXTRA_FIELD = "speculative.extra"
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -114,6 +116,7 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
             unchecked.append(key)
         elif rf.get(key) != want:
             mismatches.append(f"{key} {str(rf.get(key))[:12]} vs baseline {want[:12]}")
+    mismatches += _extra_mismatches(rf["speculative_extra"], bf.speculative_extra, unchecked)
     for key, want in bf.sampling.items():
         have = rf["sampling"].get(key)
         if not _same_value(have, want):
@@ -130,6 +133,22 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
             unchecked,
         )
     return unchecked
+
+
+def _extra_mismatches(have: dict[str, Any], want: dict[str, Any] | None, unchecked: list[str]) -> list[str]:
+    """The method's settings (`speculative.extra`) that differ, key by key; a key one side lacks differs from
+    one it sets (vLLM's defaults move between releases). A baseline from before the field (`want` None)
+    cannot say which it ran: listed as unchecked when the run sets any (used only when the run's config
+    names it, or with --accept-unchecked), else read as none, as a run without them would have saved it."""
+    if want is None:
+        if have:
+            unchecked.append(EXTRA_FIELD)
+        return []
+    return [
+        f"{EXTRA_FIELD}.{key}={have.get(key)} vs baseline {want.get(key)}"
+        for key in sorted(set(have) | set(want))
+        if not (key in have and key in want and _same_value(have[key], want[key]))
+    ]
 
 
 def config_names_baseline(run: Run, baseline: Baseline, baseline_path: str | Path | None) -> bool:

@@ -53,7 +53,8 @@ def propose(tokens: Sequence[int], min_n: int, max_n: int, k: int, max_model_len
     if k <= 0:
         return []
     origin = tuple(int(t) for t in tokens)
-    suffixes = {n: origin[total - n :] for n in range(1, max_n + 1)}
+    # No match is longer than the text before its last token: a larger max_n holds no more suffixes.
+    suffixes = {n: origin[total - n :] for n in range(1, min(max_n, total) + 1)}
     longest, start = 0, -1
     for s in range(total - 1):
         # The longest n (capped at max_n, and ending before the last token) with origin[s:s+n] == origin[-n:].
