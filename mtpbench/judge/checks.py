@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -386,13 +386,31 @@ def position_check(
             verdict=Verdict.NO_DATA,
             entry=label,
         )
+    decided = _decided(diff, tol, gate, alpha, cert_alpha, label)
+    return PositionCheck(cell=cell.cell, pos=i, run_rate=diff.run, base_rate=diff.base, **decided)
+
+
+class _Decided(TypedDict):
+    """What a position check and a length check share once the gate's rule has decided a difference."""
+
+    delta: float
+    ci: Interval | None
+    verdict: Verdict
+    mde: float | None
+    underpowered: bool
+    prompts: int
+    method: str
+    entry: str
+    bound: float | None
+    se: float | None
+
+
+def _decided(diff: _Diff, tol: float, gate: GateSpec, alpha: float, cert_alpha: float, label: str) -> _Decided:
+    """`diff` (its delta known) decided by the gate's rule with δ = `tol`, in the check's own unit."""
+    assert diff.delta is not None  # the callers return NO_DATA before
     verdict = decide(diff.delta, diff.se, diff.df, tol, gate, alpha, cert_alpha)
     smallest = detectable_drop(diff.se, diff.df, alpha, gate.power)
-    return PositionCheck(
-        cell=cell.cell,
-        pos=i,
-        run_rate=diff.run,
-        base_rate=diff.base,
+    return _Decided(
         delta=diff.delta,
         ci=diff.ci,
         verdict=verdict,
@@ -452,24 +470,8 @@ def length_check(
         return _no_length(cell, exact, label, run_al=None if diff is None else 1.0 + diff.run)
     base = 1.0 + diff.base
     tol = gate.tolerance_al_pct / 100 * base
-    verdict = decide(diff.delta, diff.se, diff.df, tol, gate, alpha, cert_alpha)
-    smallest = detectable_drop(diff.se, diff.df, alpha, gate.power)
-    return LengthCheck(
-        cell=cell.cell,
-        run_al=1.0 + diff.run,
-        base_al=base,
-        delta=diff.delta,
-        ci=diff.ci,
-        verdict=verdict,
-        tolerance=tol,
-        mde=smallest,
-        underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=diff.prompts,
-        method=diff.method,
-        entry=label,
-        bound=None if diff.se is None else lower_bound(diff.delta, diff.se, diff.df, cert_alpha),
-        se=diff.se,
-    )
+    decided = _decided(diff, tol, gate, alpha, cert_alpha, label)
+    return LengthCheck(cell=cell.cell, run_al=1.0 + diff.run, base_al=base, tolerance=tol, **decided)
 
 
 def _no_length(
