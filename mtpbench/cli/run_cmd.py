@@ -243,6 +243,7 @@ def _run(
         raise UserError(
             f"{config}: {placeholder!r} is a placeholder: set the model and drafter first (--dry-run shows both)"
         )
+    _refuse_missing_paths(config, cfg, opts.executor or cfg.executor)
     if cfg.reference_replay:
         from mtpbench.reference.pair import check_pair
 
@@ -278,6 +279,15 @@ def _resume(
     return _execute(
         todo, cfg, stored.prompts, run_dir_file, lambda view: runner.resume(run_dir, view, opts), base_path, base_obj
     )
+
+
+def _refuse_missing_paths(config: Path, cfg: ExperimentConfig, executor: str) -> None:
+    """A model or drafter written as a local path (/…, ./…, ../…, ~…) that names nothing here is bad input
+    before the run folder exists, as the dry run says, not a failed engine minutes later (exit 3). A bare name
+    may still be one vLLM resolves, and under Ray a path may exist on the cluster's nodes only."""
+    for what, value, status in blocking_models(cfg, executor):
+        if status == "missing" and value and value.startswith(("/", "./", "../", "~")):
+            raise UserError(f"{config}: {what} {value!r}: no such file or folder here (--dry-run lists both)")
 
 
 def _need_ray(executor: str) -> None:

@@ -559,6 +559,17 @@ CASES = [
         ("prompts.yaml", "output folder is a file"),
     ),
     Case(
+        "drafter-path-missing",
+        lambda tmp: [
+            "run",
+            str(config_file(tmp, speculative__model=str(tmp / "no-such-drafter"))),
+            "--no-compare",
+            "--out",
+            str(tmp / "runs"),
+        ],
+        ("cfg.yaml", "drafter", "no-such-drafter", "no such file or folder"),
+    ),
+    Case(
         "out-name-too-long",
         lambda tmp: ["run", str(config_file(tmp)), "--no-compare", "--out", str(tmp / ("o" * 300))],
         ("ooo", "File name too long"),
