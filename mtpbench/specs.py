@@ -117,7 +117,7 @@ OWN_DRAFTERS = ("draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_specu
 VLLM_METHODS = (*OWN_DRAFTERS, *MTP_FAMILIES, "ngram", "ngram_gpu", "suffix", "dspark", "extract_hidden_states")
 # The methods that draft by looking the text up: the only ones vLLM reads prompt_lookup_min/max for (it sets
 # them to 0 for every other method, vllm/config/speculative.py lines 1196-1271).
-LOOKUP_METHODS = ("ngram", "ngram_gpu")
+NGRAM_METHODS = ("ngram", "ngram_gpu")
 LOOKUP_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
 # A lookup longer than any context cannot match; vLLM's proposer allocates max_n entries per request step.
 MAX_LOOKUP = 1 << 16
@@ -160,7 +160,7 @@ class SpeculativeSpec(KAxis, Strict):
         given = {key: self.extra[key] for key in LOOKUP_KEYS if self.extra.get(key) is not None}
         if not given:
             return self
-        if self.method not in LOOKUP_METHODS:
+        if self.method not in NGRAM_METHODS:
             # vLLM silently drops them for any other method: the run would not measure what the config says.
             raise ValueError(f"extra.{next(iter(given))}: an n-gram lookup setting, but method is {self.method!r}")
         for key, v in given.items():
