@@ -35,7 +35,7 @@ from mtpbench.judge.stats import (
 )
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.specs import GateSpec
-from mtpbench.store.baseline import Baseline, BaselineEntry, run_fingerprint, same_k
+from mtpbench.store.baseline import Baseline, BaselineEntry, BaselineFingerprint, run_fingerprint, same_k
 from mtpbench.store.results import Run
 
 
@@ -102,21 +102,17 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
     """Raise NotComparableError on any recorded mismatch; return the fields the baseline could not vouch for."""
     rf = run_fingerprint(run)
     bf = baseline.fingerprint
-    mismatches: list[str] = []
     unchecked: list[str] = []
-    if rf["method"].lower() != bf.method.lower():
-        mismatches.append(f"method {rf['method']} vs baseline {bf.method}")
-    # Each k the run measured needs the baseline's entries of that k (a k sweep, issue 38); for one k on both
-    # sides this is equality, as it always was.
-    if not set(run.typed.config.speculative.ks) <= set(bf.ks):
-        mismatches.append(f"k={rf['num_speculative_tokens']} vs baseline k={bf.num_speculative_tokens}")
+    spec = run.typed.config.speculative
+    mismatches = speculative_mismatches(
+        rf["method"], spec.num_speculative_tokens, rf["speculative_extra"], bf, unchecked
+    )
     for key in IDENTITY_FIELDS:
         want = getattr(bf, key, None)
         if want is None:
             unchecked.append(key)
         elif rf.get(key) != want:
             mismatches.append(f"{key} {str(rf.get(key))[:12]} vs baseline {want[:12]}")
-    mismatches += _extra_mismatches(rf["speculative_extra"], bf.speculative_extra, unchecked)
     for key, want in bf.sampling.items():
         have = rf["sampling"].get(key)
         if not _same_value(have, want):
@@ -133,6 +129,21 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
             unchecked,
         )
     return unchecked
+
+
+def speculative_mismatches(
+    method: str, k: int | list[int], extra: dict[str, Any], bf: BaselineFingerprint, unchecked: list[str]
+) -> list[str]:
+    """What of the speculative config (method, k, the method's settings) the baseline was not measured with:
+    what a config alone decides, so `run` says it before any engine starts, as the judging does after."""
+    out: list[str] = []
+    if method.lower() != bf.method.lower():
+        out.append(f"method {method} vs baseline {bf.method}")
+    # Each k the run measures needs the baseline's entries of that k (a k sweep, issue 38); for one k on both
+    # sides this is equality, as it always was.
+    if not set(k if isinstance(k, list) else [k]) <= set(bf.ks):
+        out.append(f"k={k} vs baseline k={bf.num_speculative_tokens}")
+    return out + _extra_mismatches(extra, bf.speculative_extra, unchecked)
 
 
 def _extra_mismatches(have: dict[str, Any], want: dict[str, Any] | None, unchecked: list[str]) -> list[str]:

@@ -559,6 +559,23 @@ CASES = [
         ("prompts.yaml", "output folder is a file"),
     ),
     Case(
+        "config-of-another-method-than-its-baseline",
+        cfg(speculative__method="eagle3", baseline=str(PUBLISHED)),
+        ("hostile is not comparable with baseline", "method eagle3 vs baseline mtp", "nothing was run"),
+        code=4,
+    ),
+    Case(
+        "config-of-another-k-than-its-baseline",
+        lambda tmp: [
+            "run",
+            str(config_file(tmp, speculative__num_speculative_tokens=2, baseline=str(PUBLISHED))),
+            "--out",
+            str(tmp / "runs"),
+        ],
+        ("not comparable", "k=2 vs baseline k=3", "--no-compare"),
+        code=4,
+    ),
+    Case(
         "drafter-path-missing",
         lambda tmp: [
             "run",
