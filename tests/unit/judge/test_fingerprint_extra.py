@@ -12,9 +12,9 @@ import yaml
 
 from mtpbench.errors import NotComparableError
 from mtpbench.judge.compare import judge
-from mtpbench.store.baseline import load_baseline
+from mtpbench.judge.save import baseline_of_run
+from mtpbench.store.baseline import load_baseline, write_baseline
 from mtpbench.store.results import load_run
-from tests.unit.judge.test_compare import save_baseline
 
 CELL = "cpu/eager/stock"
 GOOD = [80.0, 70.0, 60.0]
@@ -24,6 +24,14 @@ SHIPPED_NGRAM = Path(__file__).resolve().parents[3] / "baselines" / "tiny-gemma4
 
 def ngram_run(make_run: Callable[..., Path], extra: dict[str, int]) -> Path:
     return make_run({CELL: [GOOD]}, method="ngram", extra=extra, baseline=None)
+
+
+def save_baseline(run_path: Path, out: Path) -> Path:
+    """`mtpbench baseline save`'s baseline of the run, standing for another run (every synthetic run has one id)."""
+    base = baseline_of_run(load_run(run_path), "b")
+    base.provenance.run_id = "20261201T000000Z-baseline-run"
+    write_baseline(base, out, force=True)
+    return out
 
 
 def without_extra(path: Path) -> Path:
