@@ -19,7 +19,7 @@ from pydantic import Field, StrictInt, ValidationError, ValidationInfo, field_va
 from mtpbench import __version__
 from mtpbench.errors import StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION, CellStatus, RunStatus, schema_problem
-from mtpbench.specs import ConfigRole, GateSpec, KAxis
+from mtpbench.specs import ConfigRole, GateSpec, KAxis, k_or_ks
 from mtpbench.store.files import share_mode
 from mtpbench.store.records import RECORDS, Attempt, HashSeed, OnDisk, RepeatIndex, Seconds, first_error
 
@@ -135,6 +135,11 @@ class ManifestSpeculative(KAxis, OnDisk):
     method: str = Field(min_length=1)
     # A list: a k sweep, each cell's k in its manifest entry (runs before issue 38 have one int).
     num_speculative_tokens: KValue | list[KValue]
+
+    @field_validator("num_speculative_tokens", mode="plain")
+    @classmethod
+    def _k_or_ks(cls, v: Any) -> int | list[int]:
+        return k_or_ks(v, MAX_STORED_K)
 
 
 class ManifestSampling(OnDisk):

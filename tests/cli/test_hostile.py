@@ -383,7 +383,7 @@ CASES = [
     Case(
         "manifest-k-string",
         manifest(lambda m: m["config"]["speculative"].update(num_speculative_tokens="3")),
-        ("manifest.json", "config.speculative.num_speculative_tokens"),
+        ("manifest.json", "config.speculative.num_speculative_tokens: expected an integer k", "got '3'"),
     ),
     Case(
         "manifest-k-null",
