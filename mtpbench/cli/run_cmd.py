@@ -219,7 +219,7 @@ def _run(
     cfg = load_config(config)
     _select(cfg, repeats, modes, builds, variants)
     prompts = config_prompts(cfg)
-    base_path, base_obj = (None, None) if dry_run else _baseline_of(cfg, baseline, no_compare)
+    base_path, base_obj = _baseline_of(cfg, baseline, no_compare)  # a dry run refuses what the run would
     cells = runner.expand(cfg)
     opts = opts or runner.RunOptions()
     if dry_run:
@@ -243,6 +243,7 @@ def _run(
         raise UserError(
             f"{config}: {placeholder!r} is a placeholder: set the model and drafter first (--dry-run shows both)"
         )
+    _refuse_missing_paths(config, cfg, opts.executor or cfg.executor)
     if cfg.reference_replay:
         from mtpbench.reference.pair import check_pair
 
@@ -280,6 +281,15 @@ def _resume(
     )
 
 
+def _refuse_missing_paths(config: Path, cfg: ExperimentConfig, executor: str) -> None:
+    """A model or drafter written as a local path (/…, ./…, ../…, ~…) that names nothing here is bad input
+    before the run folder exists, as the dry run says, not a failed engine minutes later (exit 3). A bare name
+    may still be one vLLM resolves, and under Ray a path may exist on the cluster's nodes only."""
+    for what, value, status in blocking_models(cfg, executor):
+        if status == "missing" and value and value.startswith(("/", "./", "../", "~")):
+            raise UserError(f"{config}: {what} {value!r}: no such file or folder here (--dry-run lists both)")
+
+
 def _need_ray(executor: str) -> None:
     """Ray missing is bad input said in one line before anything starts: the executor's own import of it
     comes after the run folder and the progress bars (issue 30)."""
@@ -298,7 +308,27 @@ def _baseline_of(cfg: ExperimentConfig, baseline: Path | None, no_compare: bool)
     base = baseline or (Path(cfg.baseline) if cfg.baseline else None)
     if base is None or no_compare:
         return None, None
-    return base, load_baseline(base)
+    loaded = load_baseline(base)
+    _refuse_other_speculation(cfg, base, loaded)
+    return base, loaded
+
+
+def _refuse_other_speculation(cfg: ExperimentConfig, path: Path, baseline: Baseline) -> None:
+    """A baseline of another method, k or method settings cannot judge this config's run: not comparable
+    (exit 4) now, in one line, rather than after every engine has run."""
+    from mtpbench.errors import NotComparableError
+    from mtpbench.judge.checks import speculative_mismatches
+
+    spec = cfg.speculative
+    mismatches = speculative_mismatches(spec.method, spec.num_speculative_tokens, spec.extra, baseline.fingerprint, [])
+    if mismatches:
+        raise NotComparableError(
+            f"{cfg.name} is not comparable with baseline {path}: {'; '.join(mismatches)}; nothing was run "
+            "(--no-compare runs it unjudged)",
+            "",
+            str(path),
+            mismatches,
+        )
 
 
 def _execute(

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from mtpbench.judge.stats import (
 )
 from mtpbench.schema import COUNTERS_ONLY
 from mtpbench.specs import GateSpec
-from mtpbench.store.baseline import Baseline, BaselineEntry, run_fingerprint, same_k
+from mtpbench.store.baseline import Baseline, BaselineEntry, BaselineFingerprint, run_fingerprint, same_k
 from mtpbench.store.results import Run
 
 
@@ -87,6 +87,8 @@ IDENTITY_FIELDS = (
     "drafter_weights_sha256",
     "prompts_sha256",
 )
+# The method's own settings in the fingerprint (an n-gram lookup's bounds, …), named as the config names them.
+EXTRA_FIELD = "speculative.extra"
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -100,14 +102,11 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
     """Raise NotComparableError on any recorded mismatch; return the fields the baseline could not vouch for."""
     rf = run_fingerprint(run)
     bf = baseline.fingerprint
-    mismatches: list[str] = []
     unchecked: list[str] = []
-    if rf["method"].lower() != bf.method.lower():
-        mismatches.append(f"method {rf['method']} vs baseline {bf.method}")
-    # Each k the run measured needs the baseline's entries of that k (a k sweep, issue 38); for one k on both
-    # sides this is equality, as it always was.
-    if not set(run.typed.config.speculative.ks) <= set(bf.ks):
-        mismatches.append(f"k={rf['num_speculative_tokens']} vs baseline k={bf.num_speculative_tokens}")
+    spec = run.typed.config.speculative
+    mismatches = speculative_mismatches(
+        rf["method"], spec.num_speculative_tokens, rf["speculative_extra"], bf, unchecked
+    )
     for key in IDENTITY_FIELDS:
         want = getattr(bf, key, None)
         if want is None:
@@ -130,6 +129,37 @@ def check_comparable(run: Run, baseline: Baseline, baseline_name: str = "") -> l
             unchecked,
         )
     return unchecked
+
+
+def speculative_mismatches(
+    method: str, k: int | list[int], extra: dict[str, Any], bf: BaselineFingerprint, unchecked: list[str]
+) -> list[str]:
+    """What of the speculative config (method, k, the method's settings) the baseline was not measured with:
+    what a config alone decides, so `run` says it before any engine starts, as the judging does after."""
+    out: list[str] = []
+    if method.lower() != bf.method.lower():
+        out.append(f"method {method} vs baseline {bf.method}")
+    # Each k the run measures needs the baseline's entries of that k (a k sweep, issue 38); for one k on both
+    # sides this is equality, as it always was.
+    if not set(k if isinstance(k, list) else [k]) <= set(bf.ks):
+        out.append(f"k={k} vs baseline k={bf.num_speculative_tokens}")
+    return out + _extra_mismatches(extra, bf.speculative_extra, unchecked)
+
+
+def _extra_mismatches(have: dict[str, Any], want: dict[str, Any] | None, unchecked: list[str]) -> list[str]:
+    """The method's settings (`speculative.extra`) that differ, key by key; a key one side lacks differs from
+    one it sets (vLLM's defaults move between releases). A baseline from before the field (`want` None)
+    cannot say which it ran: listed as unchecked when the run sets any (used only when the run's config
+    names it, or with --accept-unchecked), else read as none, as a run without them would have saved it."""
+    if want is None:
+        if have:
+            unchecked.append(EXTRA_FIELD)
+        return []
+    return [
+        f"{EXTRA_FIELD}.{key}={have.get(key)} vs baseline {want.get(key)}"
+        for key in sorted(set(have) | set(want))
+        if not (key in have and key in want and _same_value(have[key], want[key]))
+    ]
 
 
 def config_names_baseline(run: Run, baseline: Baseline, baseline_path: str | Path | None) -> bool:
@@ -367,13 +397,31 @@ def position_check(
             verdict=Verdict.NO_DATA,
             entry=label,
         )
+    decided = _decided(diff, tol, gate, alpha, cert_alpha, label)
+    return PositionCheck(cell=cell.cell, pos=i, run_rate=diff.run, base_rate=diff.base, **decided)
+
+
+class _Decided(TypedDict):
+    """What a position check and a length check share once the gate's rule has decided a difference."""
+
+    delta: float
+    ci: Interval | None
+    verdict: Verdict
+    mde: float | None
+    underpowered: bool
+    prompts: int
+    method: str
+    entry: str
+    bound: float | None
+    se: float | None
+
+
+def _decided(diff: _Diff, tol: float, gate: GateSpec, alpha: float, cert_alpha: float, label: str) -> _Decided:
+    """`diff` (its delta known) decided by the gate's rule with δ = `tol`, in the check's own unit."""
+    assert diff.delta is not None  # the callers return NO_DATA before
     verdict = decide(diff.delta, diff.se, diff.df, tol, gate, alpha, cert_alpha)
     smallest = detectable_drop(diff.se, diff.df, alpha, gate.power)
-    return PositionCheck(
-        cell=cell.cell,
-        pos=i,
-        run_rate=diff.run,
-        base_rate=diff.base,
+    return _Decided(
         delta=diff.delta,
         ci=diff.ci,
         verdict=verdict,
@@ -433,24 +481,8 @@ def length_check(
         return _no_length(cell, exact, label, run_al=None if diff is None else 1.0 + diff.run)
     base = 1.0 + diff.base
     tol = gate.tolerance_al_pct / 100 * base
-    verdict = decide(diff.delta, diff.se, diff.df, tol, gate, alpha, cert_alpha)
-    smallest = detectable_drop(diff.se, diff.df, alpha, gate.power)
-    return LengthCheck(
-        cell=cell.cell,
-        run_al=1.0 + diff.run,
-        base_al=base,
-        delta=diff.delta,
-        ci=diff.ci,
-        verdict=verdict,
-        tolerance=tol,
-        mde=smallest,
-        underpowered=verdict == Verdict.INCONCLUSIVE and (smallest is None or smallest > tol),
-        prompts=diff.prompts,
-        method=diff.method,
-        entry=label,
-        bound=None if diff.se is None else lower_bound(diff.delta, diff.se, diff.df, cert_alpha),
-        se=diff.se,
-    )
+    decided = _decided(diff, tol, gate, alpha, cert_alpha, label)
+    return LengthCheck(cell=cell.cell, run_al=1.0 + diff.run, base_al=base, tolerance=tol, **decided)
 
 
 def _no_length(

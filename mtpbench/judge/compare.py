@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from mtpbench.errors import ExitCode, combine_exit_codes
 from mtpbench.judge.checks import (
+    EXTRA_FIELD,
     IDENTITY_FIELDS,
     LengthCheck,
     PositionCheck,
@@ -154,7 +155,7 @@ def _unchecked(plan: Plan, against: Against, out: Checked) -> list[Finding]:
     )
     if not out.unchecked:
         return []
-    identity = [u for u in out.unchecked if u in IDENTITY_FIELDS or u.startswith("sampling.")]
+    identity = [u for u in out.unchecked if u in IDENTITY_FIELDS or u.startswith(("sampling.", EXTRA_FIELD))]
     by = None if not identity else "config" if against.named else "flag"
     payload = Unchecked(fields=out.unchecked, identity=identity, accepted_by=by)
     return [Finding(Kind.UNCHECKED, Severity.INFO, "*", Cause.UNVERIFIED_IDENTITY, payload)]

@@ -326,7 +326,9 @@ def detect(group: HistoryGroup, confidence: float = 0.95, seed: int = 0) -> list
 # per run instead of every record. Fresh only while manifest.json and records.jsonl have the size and
 # modification time it was made from; bumped version = stale.
 POINT_CACHE = "history-point.json"
-POINT_CACHE_VERSION = 3  # 2: counts from the evidence stage (1 summed identical repeats); 3: soak runs grouped
+# 2: counts from the evidence stage (1 summed identical repeats); 3: soak runs grouped; 4: the fingerprint
+# holds speculative.extra (runs with other n-gram lookups are other groups).
+POINT_CACHE_VERSION = 4
 
 
 def _stamp(path: Path) -> dict[str, list[int]]:

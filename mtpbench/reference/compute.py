@@ -92,11 +92,17 @@ def _cell_numerics(run: Run) -> dict[str, _Numerics]:
 
 def _prompts(run: Run) -> tuple[list[tuple[str, str]], bool]:
     """(id, text) of the run's prompts in its order, and whether they go through the chat template."""
+    from pydantic import ValidationError
+
+    from mtpbench.config import format_validation_error
+
     cfg_raw = dict(run.manifest.get("config") or {})
     try:
         cfg = ExperimentConfig.model_validate(cfg_raw)
-    except ValueError as exc:
-        raise UserError(f"{run.path}: the manifest's config no longer validates ({str(exc).splitlines()[0]})") from None
+    except ValidationError as exc:
+        # The key and what is wrong with it, not pydantic's headline ("1 validation error for ExperimentConfig").
+        why = format_validation_error(Path(run.path) / "manifest.json", exc)
+        raise UserError(f"{why} (the manifest's config no longer validates)") from None
     ps = config_prompts(cfg)
     if ps.sha256() != run.typed.prompts.sha256:
         raise UserError(
@@ -120,6 +126,12 @@ def check_run(run: Run) -> None:
         raise UserError(
             f"{run.path}: the run's max_tokens is not recorded; the reference needs where the engine stopped"
         )
+
+
+def check_replay(run: Run) -> None:
+    """Refuse, in one line, a run whose stored config or prompts the replay cannot take (the config no longer
+    validates, the prompts changed): said before the replay's progress bar starts, not under it."""
+    _prompts(run)
 
 
 def compute_reference(

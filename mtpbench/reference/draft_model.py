@@ -37,10 +37,8 @@ from mtpbench.reference.walk import walk
 from mtpbench.reference.weights_replay import (
     PromptReplay,
     _draft_margin,
-    _margin,
-    _room,
-    greedy_continuations,
-    output_sha256,
+    prompt_replay,
+    replay_batches,
     stop_ids,
     stop_index,
 )
@@ -91,13 +89,11 @@ def replay_draft_model_prompts(
 ) -> Iterator[PromptReplay]:
     """Every prompt of a draft_model run replayed, in order: the target's greedy text regenerated in batches,
     then the target and the draft model teacher-forced over it once each and walked through the engine's steps."""
-    for i in range(0, len(prompts), batch):
-        chunk = prompts[i : i + batch]
-        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
-        # The engine's last step may verify up to k drafts past its stop: the text must go k tokens further.
-        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
-        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
-            yield _replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos)
+
+    def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
+        return _replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos)
+
+    return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
 
 
 def _replay_prompt(
@@ -122,12 +118,8 @@ def _replay_prompt(
         drafter_logits = pair.assistant(input_ids=ids).logits[0]
     hits = draft_model_hits(drafter_logits.argmax(-1).cpu().tolist(), tokens, p, n, k)
     w = walk(hits, n, k, p, max_model_len)
-    generated = continuation[:n]
-    forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
-    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
-    target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
     draft_margin = _draft_margin(_per_step(drafter_logits, p, len(hits), k), w)
-    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, draft_margin, mismatches)
+    return prompt_replay(target_logits, p, n, reason, continuation[:n], w, draft_margin)
 
 
 def _per_step(logits: torch.Tensor, prompt_len: int, starts: int, k: int) -> list[torch.Tensor]:

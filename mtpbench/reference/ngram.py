@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mtpbench.errors import UserError
 from mtpbench.reference.walk import Walk
 
 DEFAULT_LOOKUP = 5
@@ -40,7 +41,13 @@ def lookup_bounds(extra: dict[str, object]) -> tuple[int, int]:
         return DEFAULT_LOOKUP, DEFAULT_LOOKUP
     lo = hi if lo is None else lo
     hi = lo if hi is None else hi
-    return int(lo), int(hi)  # type: ignore[arg-type]  # both set by now
+    # A run's manifest is a file a hand may have edited: what vLLM would have refused is bad input here too.
+    for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"speculative.extra.{name}: {v!r} is not a lookup length (an integer >= 1)")
+    if lo > hi:
+        raise UserError(f"speculative.extra: prompt_lookup_min {lo} is larger than prompt_lookup_max {hi}")
+    return lo, hi
 
 
 def propose(tokens: Sequence[int], min_n: int, max_n: int, k: int, max_model_len: int | None = None) -> list[int]:
@@ -53,7 +60,8 @@ def propose(tokens: Sequence[int], min_n: int, max_n: int, k: int, max_model_len
     if k <= 0:
         return []
     origin = tuple(int(t) for t in tokens)
-    suffixes = {n: origin[total - n :] for n in range(1, max_n + 1)}
+    # No match is longer than the text before its last token: a larger max_n holds no more suffixes.
+    suffixes = {n: origin[total - n :] for n in range(1, min(max_n, total) + 1)}
     longest, start = 0, -1
     for s in range(total - 1):
         # The longest n (capped at max_n, and ending before the last token) with origin[s:s+n] == origin[-n:].

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -220,13 +220,32 @@ def replay_prompts(
 ) -> Iterator[PromptReplay]:
     """Every prompt replayed, in order: regenerated in batches, then teacher-forced and drafted one by one.
     `ignore_eos`: the run's sampling parameter (the engine then runs past end-of-sequence to max_tokens)."""
+
+    def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
+        return replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
+
+    return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
+
+
+def replay_batches(
+    pair: Pair,
+    prompts: Sequence[Sequence[int]],
+    k: int,
+    max_tokens: int,
+    max_model_len: int | None,
+    batch: int,
+    one: Callable[[Sequence[int], Sequence[int], int], PromptReplay],
+) -> Iterator[PromptReplay]:
+    """Every prompt replayed, in order, by `one(prompt, text, room)`: the target's greedy text regenerated in
+    batches of `batch`, then each prompt handed on with its text and the room its stop may reach. Every method's
+    replay shares this; only `one`, the method's draft rule over one prompt, differs."""
     for i in range(0, len(prompts), batch):
         chunk = prompts[i : i + batch]
         rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
         # The engine's last step may verify up to k drafts past its stop: the text must go k tokens further.
         texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
         for prompt, room, text in zip(chunk, rooms, texts, strict=True):
-            yield replay_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
+            yield one(prompt, text, room)
 
 
 def _room(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> int:
@@ -234,6 +253,40 @@ def _room(prompt_tokens: int, max_tokens: int, max_model_len: int | None) -> int
     if room < 1:
         raise UserError(f"a prompt of {prompt_tokens} tokens leaves no room under max_model_len {max_model_len}")
     return room
+
+
+def prompt_replay(
+    target_logits: torch.Tensor,
+    prompt_len: int,
+    n: int,
+    reason: str,
+    generated: Sequence[int],
+    w: Walk,
+    draft_margin: float,
+) -> PromptReplay:
+    """One prompt's record, every method alike: the target's teacher-forced logits over prompt + text (row t
+    predicts token t + 1) held against the `n` regenerated tokens `generated`, for its mismatches and margin."""
+    p = prompt_len
+    window = target_logits[p - 1 : p - 1 + n]
+    forced = window.argmax(-1).cpu().tolist()
+    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
+    target_margin = float(_margin(window).min())
+    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, draft_margin, mismatches)
+
+
+def _step_hits(steps: Sequence[torch.Tensor], starts: torch.Tensor, truth: torch.Tensor) -> np.ndarray:
+    """hits[i, j]: whether draft step j's argmax from start i (drafting from position starts[i]) equals the
+    true token at starts[i] + j + 2 (clamped to the text's end: the walk never counts a draft past it)."""
+    import torch
+
+    last = len(truth) - 1
+    return np.stack(
+        [
+            (step.argmax(-1) == truth[torch.clamp(starts + j + 2, max=last)]).cpu().numpy()
+            for j, step in enumerate(steps)
+        ],
+        axis=1,
+    )
 
 
 def replay_prompt(
@@ -258,23 +311,8 @@ def replay_prompt(
     # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
     starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
     logits = draft_logits(pair, ids, starts, k)
-    target_logits = logits[-1]
-    truth = ids[0]
-    last = len(truth) - 1
-    hits = np.stack(
-        [
-            (step.argmax(-1) == truth[torch.clamp(starts + j + 2, max=last)]).cpu().numpy()
-            for j, step in enumerate(logits[:-1])
-        ],
-        axis=1,
-    )
-    w = walk(hits, n, k, p, max_model_len)
-    generated = continuation[:n]
-    forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
-    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
-    target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
-    draft_margin = _draft_margin(logits[:-1], w)
-    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, draft_margin, mismatches)
+    w = walk(_step_hits(logits[:-1], starts, ids[0]), n, k, p, max_model_len)
+    return prompt_replay(logits[-1], p, n, reason, continuation[:n], w, _draft_margin(logits[:-1], w))
 
 
 def _draft_margin(steps: list[torch.Tensor], w: Walk) -> float:
@@ -301,27 +339,37 @@ def replay_lookup_prompts(
 ) -> Iterator[PromptReplay]:
     """Every prompt of an n-gram run replayed, in order: the target's greedy text regenerated in batches,
     then walked with the lookup's drafts (`lookup`: prompt_lookup_min and max)."""
+
+    def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
+        return _replay_lookup_prompt(pair, prompt, text, k, max_tokens, room, lookup, max_model_len, ignore_eos)
+
+    return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
+
+
+def _replay_lookup_prompt(
+    pair: Pair,
+    prompt: Sequence[int],
+    text: Sequence[int],
+    k: int,
+    max_tokens: int,
+    room: int,
+    lookup: tuple[int, int],
+    max_model_len: int | None,
+    ignore_eos: bool,
+) -> PromptReplay:
     import torch
 
     min_n, max_n = lookup
-    for i in range(0, len(prompts), batch):
-        chunk = prompts[i : i + batch]
-        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
-        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
-        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
-            p = len(prompt)
-            n, reason = stop_index(stop_ids(pair, ignore_eos), text, max_tokens, room)
-            continuation = list(text[: n + k])
-            w = ngram_walk(prompt, continuation, n, k, min_n, max_n, max_model_len)
-            generated = continuation[:n]
-            ids = torch.tensor([[*prompt, *generated]], dtype=torch.long, device=pair.device)
-            with torch.no_grad():
-                target_logits = pair.head(pair.text(input_ids=ids).last_hidden_state[0])
-            forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
-            mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
-            target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
-            # A lookup's drafts are copies of earlier tokens, not a model's choices: no draft margin.
-            yield PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, float("inf"), mismatches)
+    p = len(prompt)
+    n, reason = stop_index(stop_ids(pair, ignore_eos), text, max_tokens, room)
+    continuation = list(text[: n + k])
+    w = ngram_walk(prompt, continuation, n, k, min_n, max_n, max_model_len)
+    generated = continuation[:n]
+    ids = torch.tensor([[*prompt, *generated]], dtype=torch.long, device=pair.device)
+    with torch.no_grad():
+        target_logits = pair.head(pair.text(input_ids=ids).last_hidden_state[0])
+    # A lookup's drafts are copies of earlier tokens, not a model's choices: no draft margin.
+    return prompt_replay(target_logits, p, n, reason, generated, w, float("inf"))
 
 
 def replay_eagle3_prompts(
@@ -336,12 +384,11 @@ def replay_eagle3_prompts(
 ) -> Iterator[PromptReplay]:
     """Every prompt of an EAGLE-3 run replayed, in order: regenerated in batches, then teacher-forced through
     the target (its auxiliary states) and the head's k chained steps from every start, and walked."""
-    for i in range(0, len(prompts), batch):
-        chunk = prompts[i : i + batch]
-        rooms = [_room(len(p), max_tokens, max_model_len) for p in chunk]
-        texts = greedy_continuations(pair, chunk, max(min(max_tokens, r) for r in rooms) + k, batch)
-        for prompt, room, text in zip(chunk, rooms, texts, strict=True):
-            yield replay_eagle3_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
+
+    def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
+        return replay_eagle3_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
+
+    return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
 
 
 def replay_eagle3_prompt(
@@ -368,22 +415,8 @@ def replay_eagle3_prompt(
         aux, target_logits = aux_hidden_states(pair.target, ids, head.shape.aux_layer_ids)
         # Only the starts after the prompt draft: from position p - 1 on.
         steps = chain_logits(head, pair.text.embed_tokens, aux, ids, k, first=p - 1)
-    target_logits = target_logits[0]
     # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
     starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
     steps = [step[0, starts - (p - 1)] for step in steps]
-    truth = ids[0]
-    last = len(truth) - 1
-    hits = np.stack(
-        [
-            (step.argmax(-1) == truth[torch.clamp(starts + j + 2, max=last)]).cpu().numpy()
-            for j, step in enumerate(steps)
-        ],
-        axis=1,
-    )
-    w = walk(hits, n, k, p, max_model_len)
-    generated = continuation[:n]
-    forced = target_logits[p - 1 : p - 1 + n].argmax(-1).cpu().tolist()
-    mismatches = sum(1 for a, b in zip(forced, generated, strict=True) if a != b)
-    target_margin = float(_margin(target_logits[p - 1 : p - 1 + n]).min())
-    return PromptReplay(p, n, reason, output_sha256(generated), w, target_margin, _draft_margin(steps, w), mismatches)
+    w = walk(_step_hits(steps, starts, ids[0]), n, k, p, max_model_len)
+    return prompt_replay(target_logits[0], p, n, reason, continuation[:n], w, _draft_margin(steps, w))

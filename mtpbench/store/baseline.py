@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, PositiveInt, StrictInt, ValidationError, model_validator
+from pydantic import Field, PositiveInt, StrictInt, ValidationError, field_validator, model_validator
 
 from mtpbench import __version__
 from mtpbench.config import format_validation_error, path_kind, read_yaml
 from mtpbench.errors import UserError
 from mtpbench.schema import BASELINE_SCHEMA, schema_problem
-from mtpbench.specs import Strict
-from mtpbench.store.manifest import KValue, now_iso
+from mtpbench.specs import KAxis, Strict, k_or_ks
+from mtpbench.store.manifest import MAX_STORED_K, KValue, now_iso
 from mtpbench.store.records import MAX_COUNT, Counts, count_problem
 from mtpbench.store.results import Run
 from mtpbench.store.upstream import UpstreamGolden
@@ -141,7 +141,7 @@ class Provenance(Strict):
     notes: str | None = None
 
 
-class BaselineFingerprint(Strict):
+class BaselineFingerprint(KAxis, Strict):
     model: str | None = None
     model_config_sha256: str | None = None
     drafter_config_sha256: str | None = None
@@ -151,20 +151,20 @@ class BaselineFingerprint(Strict):
     method: str
     # A list: a k sweep's baseline, every entry naming its k (issue 38); one int before.
     num_speculative_tokens: KValue | list[KValue]
+    # The method's own settings the run passed to vLLM (its config's `speculative.extra`: an n-gram lookup's
+    # prompt_lookup_min/max, …): another lookup measures another proposer. Null: a baseline saved before the
+    # field existed, or a published one: not recorded (judge/checks.py check_comparable says what that means).
+    speculative_extra: dict[str, Any] | None = None
     prompts_sha256: str | None = None
     # How many prompts the numbers pool: what `mtpbench size` judges a baseline without per-prompt counts by
     # (a published golden's prompt set). Null: unknown (its per-prompt counts, when it has them, say it).
     prompt_count: StrictInt | None = Field(None, gt=0)
     sampling: dict[str, Any] = Field(default_factory=dict)
 
-    @property
-    def ks(self) -> list[int]:
-        v = self.num_speculative_tokens
-        return list(v) if isinstance(v, list) else [v]
-
-    @property
-    def sweep(self) -> bool:
-        return isinstance(self.num_speculative_tokens, list)
+    @field_validator("num_speculative_tokens", mode="plain")
+    @classmethod
+    def _k_or_ks(cls, v: Any) -> int | list[int]:
+        return k_or_ks(v, MAX_STORED_K)
 
 
 class Baseline(Strict):
@@ -261,6 +261,7 @@ def run_fingerprint(run: Run) -> dict[str, Any]:
         "drafter_weights_sha256": run.manifest.get("drafter", {}).get("weights_sha256"),
         "method": spec["method"],
         "num_speculative_tokens": spec["num_speculative_tokens"],
+        "speculative_extra": dict(spec.get("extra") or {}),
         "prompts_sha256": run.manifest["prompts"]["sha256"],
         "sampling": cfg["sampling"],
     }

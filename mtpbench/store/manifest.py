@@ -19,7 +19,7 @@ from pydantic import Field, StrictInt, ValidationError, ValidationInfo, field_va
 from mtpbench import __version__
 from mtpbench.errors import StorageError, UserError
 from mtpbench.schema import SCHEMA_VERSION, CellStatus, RunStatus, schema_problem
-from mtpbench.specs import ConfigRole, GateSpec
+from mtpbench.specs import ConfigRole, GateSpec, KAxis, k_or_ks
 from mtpbench.store.files import share_mode
 from mtpbench.store.records import RECORDS, Attempt, HashSeed, OnDisk, RepeatIndex, Seconds, first_error
 
@@ -125,18 +125,21 @@ class ManifestCell(OnDisk):
     k: Annotated[StrictInt, Field(gt=0, le=64)] | None = None
 
 
-KValue = Annotated[StrictInt, Field(gt=0, le=64)]
+# The largest k a stored run or baseline may name (a config's own limit is specs.MAX_K): room for a release
+# that drafts further without refusing the files it writes.
+MAX_STORED_K = 64
+KValue = Annotated[StrictInt, Field(gt=0, le=MAX_STORED_K)]
 
 
-class ManifestSpeculative(OnDisk):
+class ManifestSpeculative(KAxis, OnDisk):
     method: str = Field(min_length=1)
     # A list: a k sweep, each cell's k in its manifest entry (runs before issue 38 have one int).
     num_speculative_tokens: KValue | list[KValue]
 
-    @property
-    def ks(self) -> list[int]:
-        v = self.num_speculative_tokens
-        return list(v) if isinstance(v, list) else [v]
+    @field_validator("num_speculative_tokens", mode="plain")
+    @classmethod
+    def _k_or_ks(cls, v: Any) -> int | list[int]:
+        return k_or_ks(v, MAX_STORED_K)
 
 
 class ManifestSampling(OnDisk):

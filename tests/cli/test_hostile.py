@@ -152,6 +152,17 @@ def baseline(change: Callable[[dict[str, Any]], Any], replace: bool = False) -> 
     return build
 
 
+def baseline_text(cut: Callable[[str], str]) -> Callable[[Path], list[str]]:
+    """`compare RUN --baseline B` with B the published baseline's text as `cut` left it (a file cut off)."""
+
+    def build(tmp: Path) -> list[str]:
+        run = a_run(tmp)
+        (tmp / "b.yaml").write_text(cut(PUBLISHED.read_text()))
+        return ["compare", str(run), "--baseline", str(tmp / "b.yaml")]
+
+    return build
+
+
 def entry0(**values: Any) -> Callable[[Path], list[str]]:
     return baseline(lambda b: b["entries"][0].update(values))
 
@@ -228,7 +239,13 @@ CASES = [
     Case("yaml-syntax", cfg_text("name: [unclosed\n"), ("cfg.yaml:2:", "malformed YAML")),
     Case("yaml-list-document", cfg_text("- a\n- b\n"), ("cfg.yaml", "expected a mapping", "got list")),
     Case("yaml-scalar-document", cfg_text("just words\n"), ("cfg.yaml", "expected a mapping", "got str")),
-    Case("yaml-empty-file", cfg_text(""), ("cfg.yaml", "expected a mapping", "got NoneType")),
+    Case("yaml-empty-file", cfg_text(""), ("cfg.yaml", "expected a mapping", "got an empty document")),
+    Case("yaml-only-comments", cfg_text("# a config cut off\n# before its keys\n"), ("cfg.yaml", "empty document")),
+    Case(
+        "yaml-truncated",
+        cfg_text("name: x\nmodel: m\nspeculative: {method: mtp, num_specul"),
+        ("cfg.yaml:4:", "malformed YAML"),
+    ),
     Case(
         "yaml-python-tag",
         cfg_text('name: x\nmodel: !!python/object/apply:os.system ["touch PWNED"]\n'),
@@ -268,6 +285,56 @@ CASES = [
     Case("k-fraction", cfg(speculative__num_speculative_tokens=2.5), ("cfg.yaml", "num_speculative_tokens")),
     Case("k-huge", cfg(speculative__num_speculative_tokens=10**30), ("cfg.yaml", "speculative.num_speculative_tokens")),
     Case("k-null", cfg(speculative__num_speculative_tokens=None), ("cfg.yaml", "speculative.num_speculative_tokens")),
+    Case("k-list-duplicates", cfg(speculative__num_speculative_tokens=[1, 3, 3]), ("cfg.yaml", "duplicate k")),
+    Case("k-list-empty", cfg(speculative__num_speculative_tokens=[]), ("cfg.yaml", "needs at least one k")),
+    # config: speculative methods (issue 38): what vLLM would refuse minutes later, at engine start
+    Case(
+        "method-unknown",
+        cfg(speculative__method="ngramm"),
+        ("cfg.yaml", "speculative.method: 'ngramm' is not a method vLLM knows", "did you mean 'ngram'"),
+    ),
+    Case("method-upper-case", cfg(speculative__method="MTP"), ("cfg.yaml", "speculative.method", "did you mean 'mtp'")),
+    Case(
+        "draft-model-without-model",
+        cfg(speculative__method="draft_model", speculative__model=DELETE),
+        ("cfg.yaml", "speculative: model: method 'draft_model' drafts with its own model"),
+    ),
+    Case(
+        "eagle3-without-model",
+        cfg(speculative__method="eagle3", speculative__model=DELETE),
+        ("cfg.yaml", "method 'eagle3' drafts with its own model"),
+    ),
+    Case(
+        "lookup-min-above-max",
+        cfg(
+            speculative={
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "extra": {"prompt_lookup_min": 5, "prompt_lookup_max": 2},
+            }
+        ),
+        ("cfg.yaml", "prompt_lookup_min 5 is larger than prompt_lookup_max 2"),
+    ),
+    Case(
+        "lookup-zero",
+        cfg(speculative={"method": "ngram", "num_speculative_tokens": 3, "extra": {"prompt_lookup_min": 0}}),
+        ("cfg.yaml", "extra.prompt_lookup_min: expected an integer in 1..65536, got 0"),
+    ),
+    Case(
+        "lookup-string",
+        cfg(speculative={"method": "ngram", "num_speculative_tokens": 3, "extra": {"prompt_lookup_max": "5"}}),
+        ("cfg.yaml", "extra.prompt_lookup_max", "got '5'"),
+    ),
+    Case(
+        "lookup-huge",
+        cfg(speculative={"method": "ngram", "num_speculative_tokens": 3, "extra": {"prompt_lookup_max": 10**12}}),
+        ("cfg.yaml", "extra.prompt_lookup_max", "1..65536"),
+    ),
+    Case(
+        "lookup-on-another-method",
+        cfg(speculative__extra={"prompt_lookup_min": 2}),
+        ("cfg.yaml", "extra.prompt_lookup_min: an n-gram lookup setting, but method is 'mtp'"),
+    ),
     Case("duplicate-hash-seeds", cfg(repeats=3, hash_seeds=[0, 0, 1]), ("cfg.yaml", "hash_seeds: duplicate seed")),
     Case("hash-seed-out-of-range", cfg(hash_seeds=[0, 2**40]), ("cfg.yaml", "hash_seeds")),
     Case("unknown-graph-mode", cfg(modes={"g": {"cudagraph_mode": "WARP"}}), ("cfg.yaml", "modes.g.cudagraph_mode")),
@@ -316,7 +383,7 @@ CASES = [
     Case(
         "manifest-k-string",
         manifest(lambda m: m["config"]["speculative"].update(num_speculative_tokens="3")),
-        ("manifest.json", "config.speculative.num_speculative_tokens"),
+        ("manifest.json", "config.speculative.num_speculative_tokens: expected an integer k", "got '3'"),
     ),
     Case(
         "manifest-k-null",
@@ -448,6 +515,36 @@ CASES = [
         baseline(lambda b: b["fingerprint"].update(num_speculative_tokens=None)),
         ("b.yaml", "fingerprint.num_speculative_tokens"),
     ),
+    Case(
+        "baseline-k-string",
+        baseline(lambda b: b["fingerprint"].update(num_speculative_tokens="3")),
+        ("b.yaml", "fingerprint.num_speculative_tokens: expected an integer k", "got '3'"),
+    ),
+    Case(
+        "baseline-k-duplicates",
+        baseline(lambda b: b["fingerprint"].update(num_speculative_tokens=[3, 3])),
+        ("b.yaml", "fingerprint.num_speculative_tokens: duplicate k in [3, 3]"),
+    ),
+    Case("baseline-no-method", baseline(lambda b: b["fingerprint"].pop("method")), ("b.yaml", "fingerprint.method")),
+    Case("baseline-truncated", baseline_text(lambda text: text[: len(text) // 2]), ("b.yaml",)),
+    Case("baseline-cut-before-keys", baseline_text(lambda text: "# mtpbench baseline\n"), ("b.yaml", "empty document")),
+    Case(
+        "baseline-extra-not-a-mapping",
+        baseline(lambda b: b["fingerprint"].update(speculative_extra="2..5")),
+        ("b.yaml", "fingerprint.speculative_extra"),
+    ),
+    Case(
+        "baseline-other-method",
+        baseline(lambda b: b["fingerprint"].update(method="eagle3")),
+        ("not comparable", "method mtp vs baseline eagle3"),
+        code=4,
+    ),
+    Case(
+        "baseline-other-lookup",
+        baseline(lambda b: b["fingerprint"].update(speculative_extra={"prompt_lookup_min": 3})),
+        ("not comparable", "speculative.extra.prompt_lookup_min=None vs baseline 3"),
+        code=4,
+    ),
     # options and output paths
     Case("tolerance-nan", compare_with("--tolerance", "nan"), ("--tolerance", "nan")),
     Case("tolerance-negative", compare_with("--tolerance", "-1"), ("--tolerance", "-1")),
@@ -460,6 +557,34 @@ CASES = [
         "out-is-a-file",
         lambda tmp: ["run", str(config_file(tmp)), "--no-compare", "--out", str(prompts_file(tmp))],
         ("prompts.yaml", "output folder is a file"),
+    ),
+    Case(
+        "config-of-another-method-than-its-baseline",
+        cfg(speculative__method="eagle3", baseline=str(PUBLISHED)),
+        ("hostile is not comparable with baseline", "method eagle3 vs baseline mtp", "nothing was run"),
+        code=4,
+    ),
+    Case(
+        "config-of-another-k-than-its-baseline",
+        lambda tmp: [
+            "run",
+            str(config_file(tmp, speculative__num_speculative_tokens=2, baseline=str(PUBLISHED))),
+            "--out",
+            str(tmp / "runs"),
+        ],
+        ("not comparable", "k=2 vs baseline k=3", "--no-compare"),
+        code=4,
+    ),
+    Case(
+        "drafter-path-missing",
+        lambda tmp: [
+            "run",
+            str(config_file(tmp, speculative__model=str(tmp / "no-such-drafter"))),
+            "--no-compare",
+            "--out",
+            str(tmp / "runs"),
+        ],
+        ("cfg.yaml", "drafter", "no-such-drafter", "no such file or folder"),
     ),
     Case(
         "out-name-too-long",

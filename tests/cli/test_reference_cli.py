@@ -95,3 +95,15 @@ def test_reference_replay_in_a_sampled_config_is_refused_before_any_engine(tmp_p
     result = invoke("run", cfg)
     assert result.exit_code == 2
     assert "reference_replay: the reference replays greedy decoding" in one_error_line(result)
+
+
+def test_a_manifest_config_that_no_longer_validates_names_its_key(make_run: Callable[..., Path]) -> None:
+    # The refusal said pydantic's headline ("1 validation error for ExperimentConfig"), not which key.
+    from mtpbench.fixtures import TINY_GEMMA4_ASSISTANT_DIR, TINY_GEMMA4_TARGET_DIR
+
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None)
+    _set_pair(run, TINY_GEMMA4_TARGET_DIR, TINY_GEMMA4_ASSISTANT_DIR)
+    result = invoke("reference", run)
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result)
+    assert f"{run / 'manifest.json'}: prompts: Field required (the manifest's config no longer validates)" in line

@@ -73,6 +73,7 @@ def write_run(
     modes: dict[str, dict[str, Any]] | None = None,
     reference_mode: str | None = None,
     reference_build: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """cells: "build/mode/variant" -> one list of per-position rates (%) per repeat.
 
@@ -81,11 +82,12 @@ def write_run(
     per_prompt: cell -> per repeat -> per prompt (drafts, accepted_per_pos), instead of even rates.
     recorded: cell -> per repeat, how many prompt records were written (a repeat cut off part-way).
     modes: the config's modes as the manifest stores them (mode -> ModeSpec fields), for the feature judge.
-    k: a list makes a k sweep (issue 38): each cell's variant then ends in its k (`stock@k3`, run/cells.py)."""
+    k: a list makes a k sweep (issue 38): each cell's variant then ends in its k (`stock@k3`, run/cells.py).
+    extra: the config's speculative.extra (an n-gram lookup's bounds, …), none by default."""
     config = {
         "name": "synthetic",
         "model": "m",
-        "speculative": {"method": method, "model": "d", "num_speculative_tokens": k, "extra": {}},
+        "speculative": {"method": method, "model": "d", "num_speculative_tokens": k, "extra": extra or {}},
         "sampling": {"temperature": temperature, "top_p": 1.0, "top_k": -1, "max_tokens": 128, "ignore_eos": False},
         "modes": modes or {},
         **({"reference_mode": reference_mode} if reference_mode else {}),

@@ -256,43 +256,29 @@ def _parse(repeat: int | None, seed: int | None, obs: Mapping[str, Any]) -> Repe
 
 def _wrong(b: CellBinding) -> list[LayerBinding]:
     """One entry per repeat, misbound layer and group it read instead (most-read first)."""
-    wrong: list[LayerBinding] = []
-    types = {str(g): t for g, t in b.groups}
-    for r in b.repeats:
-        for name in b.layers:
-            own, kind = b.own(name)
-            reads = r.reads(name)
-            ran = sum(reads.values())
-            for g, n in sorted(reads.items(), key=lambda kv: -kv[1]):
-                if g != str(own):
-                    wrong.append(
-                        LayerBinding(
-                            layer=name,
-                            type=kind,
-                            own_group=own if own is not None else -1,
-                            read_group=g,
-                            read_type=types.get(g) or None,
-                            steps=n,
-                            of_steps=ran,
-                            hash_seeds=[r.hash_seed],
-                        )
-                    )
-    return wrong
+    return _misread(b, via="metadata")
 
 
 def _wrong_tables(b: CellBinding) -> list[LayerBinding]:
     """One entry per repeat, layer and group whose block table it read instead of its own group's."""
+    return _misread(b, via="block-table")
+
+
+def _misread(b: CellBinding, via: str) -> list[LayerBinding]:
+    """The reads of `via` ("metadata": the metadata object a layer was handed; "block-table": the table inside
+    it) that were another group's than the layer's own, one entry per repeat, layer and group, most-read first."""
     wrong: list[LayerBinding] = []
     types = {str(g): t for g, t in b.groups}
+    tables = via == "block-table"
     for r in b.repeats:
         for name in b.layers:
             own, kind = b.own(name)
-            reads = r.table_reads(name)
+            reads = r.table_reads(name) if tables else r.reads(name)
             ran = sum(reads.values())
-            handed = r.reads(name)
+            # Another group's table inside that group's own metadata object is the metadata misread (said
+            # once, as via="metadata"); the block-table finding is a table that is not its object's group's.
+            handed = r.reads(name) if tables else {}
             for g, n in sorted(reads.items(), key=lambda kv: -kv[1]):
-                # Another group's table inside that group's own metadata object is the metadata misread
-                # (said once, by _wrong); the block-table finding is a table that is not its object's group's.
                 if g != str(own) and g not in handed:
                     wrong.append(
                         LayerBinding(
@@ -304,7 +290,7 @@ def _wrong_tables(b: CellBinding) -> list[LayerBinding]:
                             steps=n,
                             of_steps=ran,
                             hash_seeds=[r.hash_seed],
-                            via="block-table",
+                            via=via,
                         )
                     )
     return wrong

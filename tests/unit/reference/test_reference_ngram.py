@@ -46,6 +46,21 @@ def test_drafts_are_cut_at_the_end_of_the_text_and_at_the_model_length() -> None
     assert propose(long, 2, 2, 3, max_model_len=8) == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"prompt_lookup_min": "two"}, "prompt_lookup_min: 'two' is not a lookup length"),
+        ({"prompt_lookup_min": 2, "prompt_lookup_max": 0}, "prompt_lookup_max: 0 is not a lookup length"),
+        ({"prompt_lookup_min": 6, "prompt_lookup_max": 2}, "prompt_lookup_min 6 is larger than prompt_lookup_max 2"),
+    ],
+)
+def test_lookup_bounds_a_hand_edited_manifest_cannot_hold_are_one_line(extra: dict[str, object], needle: str) -> None:
+    # The reference reads them from the run's manifest before the config is validated again: a value vLLM
+    # would have refused was a ValueError (an unexpected error) or a lookup that never drafts.
+    with pytest.raises(UserError, match=needle):
+        lookup_bounds(extra)
+
+
 def test_lookup_bounds_follow_vllms_defaults_and_one_bound_stands_for_both() -> None:
     assert lookup_bounds({}) == (5, 5)
     assert lookup_bounds({"prompt_lookup_max": 4}) == (4, 4)
