@@ -102,7 +102,8 @@ def selftest(
         typer.Option(
             "--method",
             help="Only this shipped method (repeatable): mtp (the embedded Gemma4 MTP pair, the full proof), "
-            "ngram (the quick proof: a few prompts, its planted fault, held against the weights).",
+            "ngram, draft_model, eagle3 (the quick proof: a few prompts, the method's planted fault, held "
+            "against the weights).",
         ),
     ] = None,
 ) -> int:

@@ -46,7 +46,7 @@ def test_every_method_names_its_shipped_config_an_eager_mode_and_a_registered_fa
 def test_the_embedded_default_keeps_the_full_proof_and_runs_first() -> None:
     assert next(iter(METHODS)) == DEFAULT_METHOD and METHODS[DEFAULT_METHOD].full
     assert METHODS[DEFAULT_METHOD].config_path == st.DEFAULT_CONFIG
-    assert [c.name for c in METHODS.values() if not c.full] == ["ngram"]
+    assert [c.name for c in METHODS.values() if not c.full] == ["ngram", "draft_model", "eagle3"]
 
 
 def test_no_method_named_selects_every_method_in_the_table_order() -> None:
@@ -67,10 +67,38 @@ def test_quick_config_runs_stock_and_the_fault_once_in_eager_with_the_fault_swit
     assert len(config_prompts(cfg).prompts) == QUICK_PROMPTS
 
 
+@pytest.mark.parametrize("name", ["draft_model", "eagle3"])
+def test_proposer_base_methods_plant_the_drift_fault_from_the_first_request(name: str) -> None:
+    """The draft model's and EAGLE-3's proposers share vLLM's `SpecDecodeBaseProposer.propose`, which
+    `drift-after-requests` wraps; with MTPBENCH_DRIFT_AFTER=0 its drafts go wrong in the quick run's first step,
+    not after the 40 requests a handful of prompts never reaches."""
+    cfg = quick_config(METHODS[name])
+    assert cfg.variants == {"stock": [], "fault": ["drift-after-requests"]}
+    assert [b.env[AFTER_ENV] for b in cfg.builds.values()] == ["0"]
+    assert list(cfg.modes) == ["eager"] and cfg.repeats == 1
+    assert len(config_prompts(cfg).prompts) == QUICK_PROMPTS
+    # The quick run is the shipped config's own prompts and sampling, so it counts what its baseline counts.
+    shipped = load_config(METHODS[name].config_path)
+    assert (
+        cfg.prompts == shipped.prompts and cfg.sampling == shipped.sampling and cfg.speculative == shipped.speculative
+    )
+
+
+def test_a_drift_fault_row_switches_it_on_within_the_quick_prompts() -> None:
+    """A row planting `drift-after-requests` must set its switch below QUICK_PROMPTS: the default (40 requests)
+    would leave the quick run's fault cell stock, and the selftest would fail for no fault of the engine's."""
+    rows = [c for c in METHODS.values() if c.fault == "drift-after-requests"]
+    assert rows
+    assert all(int(c.fault_env[AFTER_ENV]) < QUICK_PROMPTS for c in rows)
+
+
 def test_unknown_method_is_one_line_and_exit_2_before_any_run(tmp_path: Path) -> None:
     res = invoke("selftest", "--method", "medusa", "--out", tmp_path / "runs")
     assert res.exit_code == 2, res.output
-    assert one_error_line(res) == "mtpbench: error: --method medusa: no such method in the selftest; known: mtp, ngram"
+    assert (
+        one_error_line(res)
+        == "mtpbench: error: --method medusa: no such method in the selftest; known: mtp, ngram, draft_model, eagle3"
+    )
     assert not (tmp_path / "runs").exists()
 
 

