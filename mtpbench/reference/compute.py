@@ -27,7 +27,7 @@ from mtpbench.reference.pair import LOOKUP_METHODS, PairInfo, check_pair, load_p
 from mtpbench.reference.weights_replay import (
     PromptReplay,
     prompt_token_ids,
-    replay_eagle3_prompts,
+    replay_eagle_prompts,
     replay_lookup_prompts,
     replay_prompts,
 )
@@ -214,11 +214,12 @@ def _replays(
     batch: int,
     ignore_eos: bool,
 ) -> Any:
-    """The replay of `ids` by the method's own draft rule: a lookup's, a draft model's, EAGLE-3's, or the MTP
-    drafter's (Gemma4 or DeepSeek)."""
+    """The replay of `ids` by the method's own draft rule: a lookup's, a draft model's, an EAGLE-3 or EAGLE-1
+    head's, or the MTP drafter's (Gemma4 or DeepSeek)."""
     if lookup is not None:
         return replay_lookup_prompts(pair, ids, k, max_tokens, lookup, num.max_model_len, batch, ignore_eos=ignore_eos)
-    replay = {"draft_model": replay_draft_model_prompts, "eagle3": replay_eagle3_prompts}.get(method, replay_prompts)
+    replays = {"draft_model": replay_draft_model_prompts, "eagle": replay_eagle_prompts, "eagle3": replay_eagle_prompts}
+    replay = replays.get(method, replay_prompts)
     return replay(pair, ids, k, max_tokens, num.max_model_len, batch, ignore_eos=ignore_eos)
 
 

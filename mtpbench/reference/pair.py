@@ -8,8 +8,9 @@ its language model), drafting by method `mtp` with a drafter of model_type `gemm
 `ngram` with no drafter (mtpbench/reference/ngram.py's lookup); or a deepseek_v3 target (`DeepseekV3ForCausalLM`)
 drafting by method `mtp` with its own one next-token layer (vLLM's `deepseek_mtp`: the drafter is the target's
 checkpoint, mtpbench/reference/deepseek_mtp.py); or a Llama target (`LlamaForCausalLM`) drafting by method
-`draft_model` with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule) or by method
-`eagle3` with a `LlamaForCausalLMEagle3` head (mtpbench/reference/eagle.py). The weights must be on this host (a
+`draft_model` with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule), by method
+`eagle3` with a `LlamaForCausalLMEagle3` head, or by method `eagle` with a one-layer Llama EAGLE-1 head of the
+target's width (mtpbench/reference/eagle.py). The weights must be on this host (a
 folder, or the Hugging Face cache for a hub id). Any other method or architecture, or a method over a target it
 is not modelled for, is refused: exit 2, one line.
 """
@@ -38,17 +39,20 @@ DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
 # A DeepSeek target drafts with the next-token layer its own checkpoint carries (vLLM's deepseek_mtp).
 DEEPSEEK_TYPE = "deepseek_v3"
 # The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
-MODEL_METHODS = ("mtp", "draft_model", "eagle3")
+MODEL_METHODS = ("mtp", "draft_model", "eagle", "eagle3")
 LOOKUP_METHODS = ("ngram",)
 # Which targets each drafting method is modelled over (a lookup reads token ids only: any target; the
 # draft-model method's pairs are checked by _check_draft_model_pair).
 METHOD_TARGETS = {
     "mtp": ("gemma4_text", "gemma4", "deepseek_v3"),
+    "eagle": ("llama",),
     "eagle3": ("llama",),
     "ngram": tuple(TARGET_TYPES),
 }
 # The EAGLE-3 head's architecture (its config's model_type is plain "llama": the architecture tells it).
 EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
+# An EAGLE-1 head's config names a plain Llama; vLLM's method eagle makes it EagleLlamaForCausalLM.
+EAGLE1_ARCHITECTURE = "LlamaForCausalLM"
 # The draft-model method's pairs: any target and draft model the replay loads as a causal LM over one vocabulary.
 DRAFT_MODEL_TARGET_TYPES = {"llama": "LlamaForCausalLM"}
 DRAFT_MODEL_DRAFTER_TYPES = {"llama": "LlamaForCausalLM"}
@@ -110,8 +114,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-3 on Llama and n-gram lookup); it does not "
-            "model this method's draft rule"
+            "(Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-1 and EAGLE-3 on Llama and n-gram lookup); it "
+            "does not model this method's draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     if method == "draft_model":
@@ -145,12 +149,32 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
                 f"eagle_aux_hidden_state_layer_ids; this drafter is {d_arch}"
             )
         return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
+    if method == "eagle":
+        _check_eagle1_head(drafter_path, d, t)
+        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
     if d_type not in DRAFTER_TYPES:
         raise UserError(
             f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
             f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
         )
     return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
+
+
+def _check_eagle1_head(drafter: Path, d: dict[str, Any], t: dict[str, Any]) -> None:
+    """An EAGLE-1 head the reference models: a one-layer Llama config (vLLM runs it as EagleLlamaForCausalLM)
+    of the target's width, so that it reads the target's embeddings and lm_head (llama_eagle.py)."""
+    d_arch = _architecture(d)
+    if str(d.get("model_type") or "") != "llama" or d_arch not in (EAGLE1_ARCHITECTURE, f"Eagle{EAGLE1_ARCHITECTURE}"):
+        raise UserError(
+            f"{drafter}: the reference models an EAGLE-1 head with a Llama config ({EAGLE1_ARCHITECTURE}); "
+            f"this drafter is {d_arch} (model_type {d.get('model_type') or 'unset'})"
+        )
+    layers, width, target_width = d.get("num_hidden_layers"), d.get("hidden_size"), t.get("hidden_size")
+    if layers != 1 or width != target_width:
+        raise UserError(
+            f"{drafter}: the reference models a one-layer EAGLE-1 head as wide as its target ({target_width}); "
+            f"this head has {layers} layers of width {width}"
+        )
 
 
 def _deepseek_pair(target: Path, t: dict[str, Any], drafter: Path, d: dict[str, Any]) -> PairInfo:
@@ -228,7 +252,7 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     transformers_logging.disable_progress_bar()
     try:
         target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
-        assistant = None if info.drafter is None else _load_drafter(info, torch_dtype, device)
+        assistant = None if info.drafter is None else _load_drafter(info, torch_dtype, device, target.lm_head)
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
     finally:
@@ -283,14 +307,19 @@ def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device:
     return Pair(info, target, target.model, target.lm_head, mtp, tok, dtype, device, frozenset(stops))
 
 
-def _load_drafter(info: PairInfo, torch_dtype: torch.dtype, device: str) -> Any:
-    """The drafter: the Gemma4 MTP assistant or a Llama draft model through transformers, or the EAGLE-3 head
-    as mtpbench/reference/eagle.py's module (transformers has no EAGLE-3 class)."""
+def _load_drafter(info: PairInfo, torch_dtype: torch.dtype, device: str, target_head: Any) -> Any:
+    """The drafter: the Gemma4 MTP assistant or a Llama draft model through transformers, or an EAGLE-3 or
+    EAGLE-1 head as mtpbench/reference/eagle.py's module (transformers has no EAGLE class; EAGLE-1 scores with
+    the target's `target_head`, as vLLM shares it)."""
     assert info.drafter is not None
     if info.method == "eagle3":
         from mtpbench.reference.eagle import load_head
 
         return load_head(info.drafter, torch_dtype, device)
+    if info.method == "eagle":
+        from mtpbench.reference.eagle import load_eagle1_head
+
+        return load_eagle1_head(info.drafter, target_head, torch_dtype, device)
     if info.drafter_type == "llama":  # the draft-model method's drafter: a causal LM of its own
         from transformers import LlamaForCausalLM
 

@@ -20,8 +20,9 @@ A draft step j from p is accepted iff its token equals the target's greedy token
 earlier drafts were: a rejected draft ends the step, so teacher-forcing the true tokens into later steps
 changes no count). Which starts the engine meets is mtpbench/reference/walk.py's.
 
-An EAGLE-3 head (`replay_eagle3_prompts`) drafts over the target's auxiliary states with its own chaining and
-KV cache: mtpbench/reference/eagle.py says how vLLM runs it and computes every start's k steps at once.
+An EAGLE-3 or EAGLE-1 head (`replay_eagle_prompts`) drafts over the target's auxiliary or final-normed states
+with its own chaining and KV cache: mtpbench/reference/eagle.py says how vLLM runs each and computes every
+start's k steps at once.
 
 A lookup method (ngram) has no drafter: `replay_lookup_prompts` regenerates the same greedy text and walks it
 with mtpbench/reference/ngram.py's rule, the target teacher-forced once for its margins.
@@ -372,7 +373,7 @@ def _replay_lookup_prompt(
     return prompt_replay(target_logits, p, n, reason, generated, w, float("inf"))
 
 
-def replay_eagle3_prompts(
+def replay_eagle_prompts(
     pair: Pair,
     prompts: Sequence[Sequence[int]],
     k: int,
@@ -382,16 +383,16 @@ def replay_eagle3_prompts(
     *,
     ignore_eos: bool = False,
 ) -> Iterator[PromptReplay]:
-    """Every prompt of an EAGLE-3 run replayed, in order: regenerated in batches, then teacher-forced through
-    the target (its auxiliary states) and the head's k chained steps from every start, and walked."""
+    """Every prompt of an EAGLE-3 or EAGLE-1 run replayed, in order: regenerated in batches, then teacher-forced
+    through the target (the states the head reads) and the head's k chained steps from every start, and walked."""
 
     def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
-        return replay_eagle3_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
+        return replay_eagle_prompt(pair, prompt, text, k, max_tokens, room, max_model_len, ignore_eos=ignore_eos)
 
     return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
 
 
-def replay_eagle3_prompt(
+def replay_eagle_prompt(
     pair: Pair,
     prompt: Sequence[int],
     continuation: Sequence[int],
@@ -404,17 +405,17 @@ def replay_eagle3_prompt(
 ) -> PromptReplay:
     import torch
 
-    from mtpbench.reference.eagle import aux_hidden_states, chain_logits
+    from mtpbench.reference.eagle import chain_logits
 
     p = len(prompt)
     n, reason = stop_index(stop_ids(pair, ignore_eos), continuation, max_tokens, room)
     continuation = list(continuation[: n + k])
     ids = torch.tensor([[*prompt, *continuation]], dtype=torch.long, device=pair.device)
-    head = pair.assistant  # mtpbench/reference/eagle.py's Eagle3Head
+    head = pair.assistant  # mtpbench/reference/eagle.py's Eagle3Head or Eagle1Head
     with torch.no_grad():
-        aux, target_logits = aux_hidden_states(pair.target, ids, head.shape.aux_layer_ids)
+        states, target_logits = head.target_states(pair.target, ids)
         # Only the starts after the prompt draft: from position p - 1 on.
-        steps = chain_logits(head, pair.text.embed_tokens, aux, ids, k, first=p - 1)
+        steps = chain_logits(head, pair.text.embed_tokens, states, ids, k, first=p - 1)
     # Start i (after i + 1 generated tokens) drafts from position p - 1 + i; starts exist up to n - 1.
     starts = torch.arange(p - 1, p - 1 + max(n - 1, 1), device=pair.device)
     steps = [step[0, starts - (p - 1)] for step in steps]

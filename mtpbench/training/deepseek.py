@@ -27,7 +27,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,9 +42,9 @@ import torch
 from mtpbench.reference.deepseek_mtp import chain_logits, mtp_layer_class
 from mtpbench.training.corpus import Corpus
 from mtpbench.training.drafting import _draft_loss, greedy_rollouts, offline_acceptance
-from mtpbench.training.export import _dir_size, _package_versions
+from mtpbench.training.export import dir_size, run_facts
 from mtpbench.training.phases import round_to_bf16_, train_target
-from mtpbench.training.recipe import PhaseLog, TrainSettings, _lr, _optimizer, _torch_threads, _update
+from mtpbench.training.recipe import PhaseLog, TrainSettings, _torch_threads, run_phase
 from mtpbench.training.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, save_tokenizer
 
 logger = logging.getLogger("mtpbench.training.deepseek")
@@ -145,32 +145,19 @@ def mtp_steps(target: Any, mtp: Any, ids: torch.Tensor, hidden: torch.Tensor, k:
 def train_mtp(
     target: Any, mtp: Any, rollouts: torch.Tensor, rng: np.random.Generator, settings: DeepseekSettings
 ) -> PhaseLog:
-    log = PhaseLog()
     for p in target.parameters():
         p.requires_grad_(False)
     hidden, teacher = _features(target, rollouts)
     params = [p for p in mtp.parameters() if p.requires_grad]
-    opt = _optimizer(params, settings.draft_lr, settings.weight_decay)
-    mtp.train()
-    t0 = time.perf_counter()
-    for step in range(settings.draft_steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, settings.draft_steps, settings.draft_lr, settings.warmup_steps)
+
+    def step() -> tuple[torch.Tensor, Callable[[], list[float]]]:
         pick = torch.from_numpy(rng.integers(0, len(rollouts), size=settings.draft_batch))
         steps = mtp_steps(target, mtp, rollouts[pick], hidden[pick], settings.num_draft_steps)
         loss = _draft_loss(steps, teacher[pick], settings.draft_hard_weight)
-        _update(opt, params, loss, settings.grad_clip, log)
-        if step % settings.log_every == 0 or step + 1 == settings.draft_steps:
-            acc = offline_acceptance(steps, teacher[pick])
-            logger.info(
-                "mtp step %d/%d loss %.4f rollout acceptance %s (%.0fs)",
-                step + 1,
-                settings.draft_steps,
-                loss.item(),
-                "/".join(f"{a:.3f}" for a in acc),
-                time.perf_counter() - t0,
-            )
-    log.wall_s = time.perf_counter() - t0
+        return loss, lambda: offline_acceptance(steps, teacher[pick])
+
+    mtp.train()
+    log = run_phase("mtp", params, settings.draft_steps, settings.draft_lr, settings, step)
     mtp.eval()
     return log
 
@@ -260,10 +247,7 @@ def write_provenance(
         },
         "rollouts_wall_s": round(result.rollout_wall_s, 1),
         "offline_heldout_acceptance_per_pos": [round(a, 4) for a in result.heldout_acceptance],
-        "total_wall_s": round(total_s, 1),
-        "storage_dtype": "bfloat16",
-        "versions": _package_versions(),
-        "sizes_bytes": {"target": _dir_size(out_dir / "target")},
+        **run_facts(total_s, {"target": dir_size(out_dir / "target")}),
     }
     path = out_dir / "provenance.json"
     path.write_text(json.dumps(prov, indent=2) + "\n")
@@ -305,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = train(settings)
     target_dir = save(result, ns.out)
     prov = write_provenance(result, settings, ns.out, command, started, time.perf_counter() - t0)
-    print(f"target:     {target_dir} ({_dir_size(target_dir) / 1e6:.2f} MB)")
+    print(f"target:     {target_dir} ({dir_size(target_dir) / 1e6:.2f} MB)")
     print(f"provenance: {prov}")
     print("held-out offline acceptance per position: " + " / ".join(f"{a:.1%}" for a in result.heldout_acceptance))
     return 0

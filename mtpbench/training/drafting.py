@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mtpbench.training.corpus import Corpus
-from mtpbench.training.recipe import TrainSettings, _corpus_batch, _torch_threads
+from mtpbench.training.recipe import PairSettings, _corpus_batch, _torch_threads
 from mtpbench.training.tokenizer import PAD_ID
 
 if TYPE_CHECKING:
@@ -73,15 +73,16 @@ def draft_chain(
 
 @torch.no_grad()
 def greedy_rollouts(
-    target: Gemma4ForCausalLM, corpus: Corpus, rng: np.random.Generator, settings: TrainSettings
+    target: torch.nn.Module, corpus: Corpus, rng: np.random.Generator, settings: PairSettings
 ) -> torch.Tensor:
-    """The target's greedy continuations of short corpus prefixes, each `seq_len` tokens long."""
+    """The target's greedy continuations of short corpus prefixes, each `seq_len` tokens long (any causal LM
+    with `generate`: the Gemma4, Llama and DeepSeek targets)."""
     with _torch_threads(settings.rollout_threads):
         return _greedy_rollouts(target, corpus, rng, settings)
 
 
 def _greedy_rollouts(
-    target: Gemma4ForCausalLM, corpus: Corpus, rng: np.random.Generator, settings: TrainSettings
+    target: torch.nn.Module, corpus: Corpus, rng: np.random.Generator, settings: PairSettings
 ) -> torch.Tensor:
     chunk = 64
     seqs: list[torch.Tensor] = []

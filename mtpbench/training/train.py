@@ -35,7 +35,7 @@ from pathlib import Path
 # instead of 2.4 s while another process was busy.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from mtpbench.training.export import _dir_size, earlier_target_record, save_pair, write_provenance
+from mtpbench.training.export import dir_size, earlier_target_record, save_pair, write_provenance
 from mtpbench.training.phases import train_pair
 from mtpbench.training.recipe import TrainSettings
 
@@ -97,8 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: Path = ns.out
     target_dir, assistant_dir = save_pair(result, out)
     prov = write_provenance(result, settings, out, command, started, time.perf_counter() - t0, reused)
-    print(f"target:     {target_dir} ({_dir_size(target_dir) / 1e6:.2f} MB)")
-    print(f"assistant:  {assistant_dir} ({_dir_size(assistant_dir) / 1e6:.2f} MB)")
+    print(f"target:     {target_dir} ({dir_size(target_dir) / 1e6:.2f} MB)")
+    print(f"assistant:  {assistant_dir} ({dir_size(assistant_dir) / 1e6:.2f} MB)")
     print(f"provenance: {prov}")
     for name, rates in result.offline_acceptance.items():
         print(f"held-out offline acceptance per position, {name}: " + " / ".join(f"{a:.1%}" for a in rates))

@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import shlex
 import sys
 import time
@@ -30,7 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
-from mtpbench.training.export import _dir_size, _package_versions, earlier_target_record
+from mtpbench.training.export import dir_size, earlier_target_record, run_facts
 from mtpbench.training.llama import LlamaResult, LlamaSettings, train_llama_pair
 from mtpbench.training.tokenizer import save_tokenizer
 
@@ -107,13 +106,7 @@ def _provenance(
         }
         prov["rollouts_wall_s"] = round(result.rollout_wall_s, 1)
         prov["offline_heldout_acceptance_per_pos"] = [round(a, 4) for a in result.offline_acceptance]
-    prov.update(
-        total_wall_s=round(total_s, 1),
-        storage_dtype="bfloat16",
-        machine={"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-        versions=_package_versions(),
-        sizes_bytes={p.name: _dir_size(p) for p in (out / "target", out / "draft") if p.is_dir()},
-    )
+    prov.update(run_facts(total_s, {p.name: dir_size(p) for p in (out / "target", out / "draft") if p.is_dir()}))
     return prov
 
 

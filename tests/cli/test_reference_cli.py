@@ -66,12 +66,13 @@ def test_an_architecture_it_does_not_model_is_one_line_naming_it(make_run: Calla
 
 
 def test_a_method_it_does_not_model_is_one_line_naming_it(make_run: Callable[..., Path]) -> None:
-    # Issue 38: the reference replays Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-3 and n-gram lookup; an
-    # EAGLE(-1) run is refused before any model.
-    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None, method="eagle")
+    # Issue 38: the reference replays Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-1 and EAGLE-3 and n-gram
+    # lookup; a Medusa run is refused before any model.
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None, method="medusa")
     result = invoke("reference", run)
     assert result.exit_code == 2
-    assert "speculative method 'eagle': the reference replays mtp, draft_model, eagle3, ngram" in one_error_line(result)
+    expected = "speculative method 'medusa': the reference replays mtp, draft_model, eagle, eagle3, ngram"
+    assert expected in one_error_line(result)
 
 
 def test_show_holds_a_replayed_run_against_its_stored_reference(make_run: Callable[..., Path]) -> None:

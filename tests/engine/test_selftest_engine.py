@@ -68,13 +68,14 @@ def test_selftest_catches_the_ngram_fault(selftest: tuple[subprocess.CompletedPr
     assert "[ok] ngram: generated text identical with and without the fault (5 outputs)" in res.stdout
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle3"])
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3"])
 def test_selftest_proves_the_drift_fault_below_the_weights_on_the_proposer_base_methods(
     selftest: tuple[subprocess.CompletedProcess[str], Path], method: str
 ) -> None:
-    """Issue 38 items 3 and 6: on the draft model's and EAGLE-3's shipped configs (5 prompts, 128 tokens) the
-    stock engine counts exactly what the weights say on every prompt (the drafter's greedy continuation; the
-    EAGLE-3 head over the target's fused hidden states), and `drift-after-requests` from the first request on
+    """Issue 38 items 3 and 6: on the draft model's, EAGLE-1's and EAGLE-3's shipped configs (5 prompts, 128
+    tokens) the stock engine counts exactly what the weights say on every prompt (the drafter's greedy
+    continuation; the EAGLE-1 head over the target's final-normed state; the EAGLE-3 head over its fused
+    auxiliary states), and `drift-after-requests` from the first request on
     falls below the reference with no baseline, the text unchanged."""
     res, path = selftest
     assert f"[ok] {method}: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say" in res.stdout

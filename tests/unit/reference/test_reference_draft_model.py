@@ -131,6 +131,6 @@ def test_other_draft_model_pairs_are_refused_in_one_line_naming_them(tmp_path: P
     with pytest.raises(UserError, match=r"this target is LlamaForCausalLM \(model_type llama\)"):
         check_pair(target, drafter, "mtp")
     with pytest.raises(
-        UserError, match="speculative method 'eagle': the reference replays mtp, draft_model, eagle3, ngram"
+        UserError, match="speculative method 'medusa': the reference replays mtp, draft_model, eagle, eagle3, ngram"
     ):
-        check_pair(target, drafter, "eagle")
+        check_pair(target, drafter, "medusa")

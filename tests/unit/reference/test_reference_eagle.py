@@ -28,7 +28,7 @@ from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
 from mtpbench.reference.weights_replay import (  # noqa: E402
     greedy_continuations,
     prompt_token_ids,
-    replay_eagle3_prompt,
+    replay_eagle_prompt,
     stop_index,
 )
 
@@ -56,12 +56,12 @@ def _step(
     """One head forward over `positions` (writing their KV), read at the position `query` of them."""
     head: Eagle3Head = pair.assistant
     embeds = pair.text.embed_tokens(torch.tensor([list(tokens)]))
-    q, k, v = head.project(embeds, hidden[None], torch.tensor([list(positions)]))
+    q, k, v, residual = head.project(embeds, hidden[None], torch.tensor([list(positions)]))
     for i, pos in enumerate(positions):
         cache[pos] = (k[0, :, i], v[0, :, i])
     at = list(positions).index(query)
     attn = _attend(head, q[0, :, at], cache, query)
-    prenorm, logits = head.finish(attn[None, :, None], hidden[None, at : at + 1])
+    prenorm, logits = head.finish(attn[None, :, None], residual[:, at : at + 1])
     return prenorm[0, 0], int(logits[0, 0].argmax())
 
 
@@ -114,7 +114,7 @@ def test_the_replay_counts_what_a_naive_engine_chaining_its_own_drafts_counts(pa
     generated, steps = _naive_engine(pair, prompt, max_tokens)
     (text,) = greedy_continuations(pair, [prompt], max_tokens + K)
     n, _ = stop_index(frozenset(), text, max_tokens, 1024)
-    rep = replay_eagle3_prompt(pair, prompt, text, K, max_tokens, 1024, ignore_eos=True)
+    rep = replay_eagle_prompt(pair, prompt, text, K, max_tokens, 1024, ignore_eos=True)
     assert text[:n] == generated[:n]
     # The naive loop runs its last step to completion; the engine stops at max_tokens: compare those steps.
     assert list(rep.walk.accepted) == steps[: len(rep.walk.accepted)]

@@ -107,9 +107,9 @@ def test_the_rule_equals_vllms_own_lookup_on_random_texts() -> None:
 
 
 def test_a_method_the_reference_does_not_model_is_refused_in_one_line() -> None:
-    # eagle3 is modelled since issue 38's EAGLE-3 work; EAGLE-1 (`eagle`) is not.
-    with pytest.raises(UserError, match="speculative method 'eagle'") as err:
-        check_pair(TINY_GEMMA4_TARGET_DIR, "/models/eagle-head", "eagle")
+    # eagle3 and eagle are modelled since issue 38's EAGLE work; Medusa is not.
+    with pytest.raises(UserError, match="speculative method 'medusa'") as err:
+        check_pair(TINY_GEMMA4_TARGET_DIR, "/models/medusa-head", "medusa")
     assert "\n" not in str(err.value)
 
 

@@ -1,5 +1,5 @@
-"""The shipped EAGLE-3 config (issue 38): it runs the default config's prompts and sampling with method
-eagle3 on the tiny Llama pair."""
+"""The shipped EAGLE-3 and EAGLE-1 configs (issue 38): they run the default config's prompts and sampling with
+methods eagle3 and eagle on the tiny Llama target, each with its head."""
 
 from __future__ import annotations
 
@@ -22,3 +22,14 @@ def test_the_eagle3_config_runs_the_default_prompts_on_the_tiny_llama_pair() -> 
     head = json.loads((Path(str(cfg.speculative.model)) / "config.json").read_text())
     assert head["architectures"] == ["LlamaForCausalLMEagle3"]
     assert set(cfg.modes) == {"eager"}
+
+
+def test_the_eagle1_config_runs_the_same_prompts_with_method_eagle_and_its_head() -> None:
+    cfg = load_config(REPO / "configs" / "tiny-llama-eagle.yaml")
+    eagle3 = load_config(CONFIG)
+    assert cfg.speculative.method == "eagle"
+    assert (cfg.speculative.num_speculative_tokens, cfg.sampling) == (3, eagle3.sampling)
+    assert config_prompts(cfg).sha256() == config_prompts(eagle3).sha256()
+    assert cfg.model == eagle3.model and set(cfg.modes) == {"eager"}
+    head = json.loads((Path(str(cfg.speculative.model)) / "config.json").read_text())
+    assert head["architectures"] == ["LlamaForCausalLM"] and head["num_hidden_layers"] == 1
