@@ -96,8 +96,8 @@ def test_unknown_method_is_one_line_and_exit_2_before_any_run(tmp_path: Path) ->
     res = invoke("selftest", "--method", "medusa", "--out", tmp_path / "runs")
     assert res.exit_code == 2, res.output
     assert (
-        one_error_line(res)
-        == "mtpbench: error: --method medusa: no such method in the selftest; known: mtp, ngram, draft_model, eagle, eagle3"
+        one_error_line(res) == "mtpbench: error: --method medusa: no such method in the selftest; known: "
+        "mtp, ngram, draft_model, eagle, eagle3"
     )
     assert not (tmp_path / "runs").exists()
 
