@@ -46,7 +46,7 @@ def test_every_method_names_its_shipped_config_an_eager_mode_and_a_registered_fa
 def test_the_embedded_default_keeps_the_full_proof_and_runs_first() -> None:
     assert next(iter(METHODS)) == DEFAULT_METHOD and METHODS[DEFAULT_METHOD].full
     assert METHODS[DEFAULT_METHOD].config_path == st.DEFAULT_CONFIG
-    assert [c.name for c in METHODS.values() if not c.full] == ["ngram", "draft_model", "eagle3"]
+    assert [c.name for c in METHODS.values() if not c.full] == ["ngram", "draft_model", "eagle", "eagle3"]
 
 
 def test_no_method_named_selects_every_method_in_the_table_order() -> None:
