@@ -27,6 +27,9 @@ REGISTRY: dict[str, str] = {
     "flatten-draft-metadata": "mtpbench.patches.faults.flatten_draft_metadata:apply",
     "cpu-synthetic-rejection": "mtpbench.patches.cpu.synthetic_rejection:apply",
     "cpu-expand-kernel": "mtpbench.patches.cpu.expand_kernel:apply",
+    # MLA's rotary embedding on the CPU engine: the stock op rotates a [tokens, heads, rope] view's heads at
+    # other tokens' positions (the tiny DeepSeek-V3 target's text then moves with its drafts).
+    "cpu-rotary-embedding": "mtpbench.patches.cpu.rotary_embedding:apply",
     "ascend-gemma4-layer-params": "mtpbench.fixes.ascend_gemma4:apply",
     # A fault that only a long-lived engine shows (drafts perturbed after N requests): the soak's `drift`.
     "drift-after-requests": "mtpbench.patches.faults.drift_after_requests:apply",
