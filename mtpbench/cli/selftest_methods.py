@@ -54,13 +54,19 @@ QUICK_PROMPTS = 5
 class MethodCheck:
     """One shipped method as the selftest proves it: `config` is a file under the shipped configs/ folder,
     `fault` the patch (mtpbench/fixes/registry.py) planted in its fault variant, `fault_env` what that patch
-    reads from the environment, and `full` whether it gets the embedded default's full proof."""
+    reads from the environment, `full` whether it gets the embedded default's full proof, and `method` vLLM's
+    method name in the config where the row's name says more (an MTP family: vLLM calls every one `mtp`)."""
 
     name: str
     config: str
     fault: str
     fault_env: Mapping[str, str] = field(default_factory=dict)
     full: bool = False
+    method: str = ""
+
+    @property
+    def vllm_method(self) -> str:
+        return self.method or self.name
 
     @property
     def config_path(self) -> Path:
@@ -75,9 +81,11 @@ METHODS: dict[str, MethodCheck] = {
     "draft_model": MethodCheck("draft_model", "tiny-llama-draft-model.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
     "eagle": MethodCheck("eagle", "tiny-llama-eagle.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
     "eagle3": MethodCheck("eagle3", "tiny-llama-eagle3.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
-    # DeepSeek MTP (configs/tiny-deepseek-mtp.yaml, method `mtp` over a DeepSeek target) is not in yet: its
-    # reference's greedy text disagrees with vLLM-CPU's target text (docs/methods.md), so stock could not count
-    # exactly what the weights say. It would also need a key of its own: `mtp` is the embedded default's row.
+    # DeepSeek MTP: vLLM's `mtp` over a DeepSeek target's own next-token layer (the same proposer base). Its
+    # config's stock variant carries the cpu-rotary-embedding correction, which both quick variants keep.
+    "deepseek_mtp": MethodCheck(
+        "deepseek_mtp", "tiny-deepseek-mtp.yaml", "drift-after-requests", {AFTER_ENV: "0"}, method="mtp"
+    ),
 }
 DEFAULT_METHOD = "mtp"
 
@@ -102,7 +110,10 @@ def quick_config(check: MethodCheck) -> ExperimentConfig:
     if not eager:
         raise UserError(f"{path}: the selftest needs an eager mode (enforce_eager: true)")
     cfg.modes = {eager[0]: cfg.modes[eager[0]]}
-    cfg.variants = {"stock": [], "fault": [check.fault]}
+    # Stock is the config's own stock variant: the CPU corrections its engine needs to compute what the weights
+    # say (e.g. cpu-rotary-embedding for MLA); the fault is planted on top of them.
+    stock = list(cfg.variants.get("stock", []))
+    cfg.variants = {"stock": stock, "fault": [*stock, check.fault]}
     cfg.repeats, cfg.hash_seeds = 1, [0]
     # The handful of prompts is a filter of the config (not a slice of the loaded set), so the run's manifest
     # names the prompts it ran and the reference replays the same ones (reference/compute.py checks the sha).

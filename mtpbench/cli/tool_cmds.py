@@ -102,8 +102,8 @@ def selftest(
         typer.Option(
             "--method",
             help="Only this shipped method (repeatable): mtp (the embedded Gemma4 MTP pair, the full proof), "
-            "ngram, draft_model, eagle, eagle3 (the quick proof: a few prompts, the method's planted fault, held "
-            "against the weights).",
+            "ngram, draft_model, eagle, eagle3, deepseek_mtp (the quick proof: a few prompts, the method's planted "
+            "fault, held against the weights).",
         ),
     ] = None,
 ) -> int:

@@ -38,7 +38,7 @@ STOCK, FAULT = "cpu/eager/stock", "cpu/eager/fault"
 def test_every_method_names_its_shipped_config_an_eager_mode_and_a_registered_fault(name: str) -> None:
     check = METHODS[name]
     cfg = load_config(check.config_path)
-    assert cfg.speculative.method == name
+    assert cfg.speculative.method == check.vllm_method
     assert any(spec.enforce_eager for spec in cfg.modes.values())
     assert check.fault in REGISTRY
 
@@ -46,7 +46,13 @@ def test_every_method_names_its_shipped_config_an_eager_mode_and_a_registered_fa
 def test_the_embedded_default_keeps_the_full_proof_and_runs_first() -> None:
     assert next(iter(METHODS)) == DEFAULT_METHOD and METHODS[DEFAULT_METHOD].full
     assert METHODS[DEFAULT_METHOD].config_path == st.DEFAULT_CONFIG
-    assert [c.name for c in METHODS.values() if not c.full] == ["ngram", "draft_model", "eagle", "eagle3"]
+    assert [c.name for c in METHODS.values() if not c.full] == [
+        "ngram",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "deepseek_mtp",
+    ]
 
 
 def test_no_method_named_selects_every_method_in_the_table_order() -> None:
@@ -97,7 +103,7 @@ def test_unknown_method_is_one_line_and_exit_2_before_any_run(tmp_path: Path) ->
     assert res.exit_code == 2, res.output
     assert (
         one_error_line(res) == "mtpbench: error: --method medusa: no such method in the selftest; known: "
-        "mtp, ngram, draft_model, eagle, eagle3"
+        "mtp, ngram, draft_model, eagle, eagle3, deepseek_mtp"
     )
     assert not (tmp_path / "runs").exists()
 
@@ -165,3 +171,15 @@ def test_quick_proof_needs_a_stock_and_a_fault_cell(make_run: Callable[..., Path
     write_reference(run, [STOCK])
     ok, lines = _evaluate(run)
     assert not ok and "needs a stock and a fault cell" in lines[0]
+
+
+def test_quick_config_keeps_the_configs_stock_corrections_in_both_variants() -> None:
+    """The DeepSeek config's stock variant carries cpu-rotary-embedding (vLLM-CPU's rotary op misreads MLA's
+    views): without it the stock engine's text is not the weights', so the quick proof keeps it in stock and
+    plants the fault on top of it."""
+    cfg = quick_config(METHODS["deepseek_mtp"])
+    assert cfg.variants == {
+        "stock": ["cpu-rotary-embedding"],
+        "fault": ["cpu-rotary-embedding", "drift-after-requests"],
+    }
+    assert cfg.speculative.method == "mtp"

@@ -68,15 +68,16 @@ def test_selftest_catches_the_ngram_fault(selftest: tuple[subprocess.CompletedPr
     assert "[ok] ngram: generated text identical with and without the fault (5 outputs)" in res.stdout
 
 
-@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3"])
+@pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "deepseek_mtp"])
 def test_selftest_proves_the_drift_fault_below_the_weights_on_the_proposer_base_methods(
     selftest: tuple[subprocess.CompletedProcess[str], Path], method: str
 ) -> None:
-    """Issue 38 items 3 and 6: on the draft model's, EAGLE-1's and EAGLE-3's shipped configs (5 prompts, 128
-    tokens) the stock engine counts exactly what the weights say on every prompt (the drafter's greedy
-    continuation; the EAGLE-1 head over the target's final-normed state; the EAGLE-3 head over its fused
-    auxiliary states), and `drift-after-requests` from the first request on
-    falls below the reference with no baseline, the text unchanged."""
+    """Issue 38 items 3 and 6: on the draft model's, EAGLE-1's, EAGLE-3's and DeepSeek MTP's shipped configs (5
+    prompts, 128 tokens) the stock engine counts exactly what the weights say on every prompt (the drafter's
+    greedy continuation; the EAGLE-1 head over the target's final-normed state; the EAGLE-3 head over its
+    fused auxiliary states; DeepSeek's next-token layer chained, on the engine patched by cpu-rotary-embedding),
+    and `drift-after-requests` from the first request on falls below the reference with no baseline, the text
+    unchanged."""
     res, path = selftest
     assert f"[ok] {method}: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say" in res.stdout
     assert f"[ok] {method}: fault current/eager/fault below the reference with no baseline" in res.stdout
@@ -86,7 +87,7 @@ def test_selftest_proves_the_drift_fault_below_the_weights_on_the_proposer_base_
     run = load_run(run_dir)
     ref = read_reference(run.path)
     assert ref is not None, "the quick proof keeps the reference it replayed (runs/<id>/reference.jsonl)"
-    assert ref.replayed["method"] == method
+    assert ref.replayed["method"] == METHODS[method].vllm_method
     cells = {a.variant: a for a in hold(run.run_id, collect(run), ref, run.typed.k).cells}
     stock, fault = cells["stock"], cells["fault"]
     assert stock.exact == stock.same_text == stock.observations == QUICK_PROMPTS
