@@ -1,10 +1,10 @@
 """The release sweep's table (docs/methods.md "Across releases", docs/builds.md) from runs of the release configs
-(configs/tiny-gemma4-mtp-releases.yaml, configs/tiny-gemma4-ngram-releases.yaml, one config per speculative
-method): ONE table, method x release x mode, with the vllm version the cells imported, the per-position
-acceptance and AL pooled over the prompts (vLLM's own counters), and prompt by prompt whether a cell's counts
-are identical to the newest release's in the same method and mode ("identical prompts: n of shared"), and to
-its own release's eager cell; then the engine start-up and generation seconds and the seconds the build's
-environment took to provision (its stamp).
+(configs/*-releases*.yaml, one config per speculative method): ONE table, method x release x mode, the method
+named with the target's model family (`mtp (gemma4)` beside `mtp (deepseek_v3)`), with the vllm version the
+cells imported, the per-position acceptance and AL pooled over the prompts (vLLM's own counters), and prompt by
+prompt whether a cell's counts are identical to the newest release's in the same method and mode ("identical
+prompts: n of shared"), and to its own release's eager cell; then the engine start-up and generation seconds
+and the seconds the build's environment took to provision (its stamp).
 
     python benchmarks/release_table.py RUN[=BUILD/MODE,...] [RUN[=BUILD/MODE,...]...]
 
@@ -35,6 +35,18 @@ def _stamp(spec: dict[str, Any]) -> dict[str, Any]:
         return json.loads((Path(python).parent.parent / STAMP).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def method_label(config: dict[str, Any]) -> str:
+    """The speculative method and the target's model family, `mtp (deepseek_v3)`: `mtp` alone names Gemma4's
+    MTP and DeepSeek's, different drafters on different targets. The family is the target checkpoint's
+    `model_type` (its config.json where the run's config points); the method alone where it cannot be read."""
+    method = (config.get("speculative") or {}).get("method") or "-"
+    try:
+        family = json.loads((Path(config["model"]) / "config.json").read_text(encoding="utf-8"))["model_type"]
+    except (KeyError, TypeError, OSError, ValueError):
+        return method
+    return f"{method} ({family})"
 
 
 def parse_arg(arg: str) -> tuple[Path, set[tuple[str, str]] | None]:
@@ -74,7 +86,7 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
             wall = cell.get("wall_s")
             out.append(
                 {
-                    "method": (run.manifest["config"].get("speculative") or {}).get("method") or "-",
+                    "method": method_label(run.manifest["config"]),
                     "build": cell["build"],
                     "mode": cell["mode"],
                     "status": cell.get("status"),

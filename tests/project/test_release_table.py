@@ -5,6 +5,7 @@ release x mode, each cell's per-prompt counts held against the newest release's 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +75,31 @@ def test_a_cell_filter_keeps_only_the_named_cells(rt: ModuleType, make_run: Call
     run = _sweep(make_run, "ngram")
     text = rt.markdown(rt.rows([rt.parse_arg(f"{run}=v1/eager,v2/eager")]))
     assert sorted(_rows(rt, text)) == [("ngram", "v1", "eager"), ("ngram", "v2", "eager")]
+
+
+def _target_family(run: Path, tmp: Path, model_type: str) -> None:
+    """Point the run's config at a target checkpoint folder whose config.json names `model_type`."""
+    target = tmp / f"target-{model_type}"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+    manifest_path = run / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest["config"]["model"] = str(target)
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def test_two_mtp_families_are_two_methods_each_held_against_its_own_newest_release(
+    rt: ModuleType, make_run: Callable[..., Path], tmp_path: Path
+) -> None:
+    # Gemma4's MTP and DeepSeek's are both `method: mtp`; a DeepSeek release that changed must not be held
+    # against (or hide behind) Gemma4's newest release.
+    gemma4 = _sweep(make_run, "mtp")
+    deepseek = _sweep(make_run, "mtp", changed="v1/eager")
+    _target_family(gemma4, tmp_path, "gemma4")
+    _target_family(deepseek, tmp_path, "deepseek_v3")
+    rows = _rows(rt, rt.markdown(rt.rows([rt.parse_arg(str(gemma4)), rt.parse_arg(str(deepseek))])))
+    assert {k[0] for k in rows} == {"mtp (gemma4)", "mtp (deepseek_v3)"}
+    assert rows[("mtp (gemma4)", "v2", "eager")][8] == "(newest)"
+    assert rows[("mtp (deepseek_v3)", "v2", "eager")][8] == "(newest)"
+    assert rows[("mtp (gemma4)", "v1", "eager")][8] == "5 of 5"
+    assert rows[("mtp (deepseek_v3)", "v1", "eager")][8] == "**4 of 5**"
