@@ -18,6 +18,7 @@ prompts in that method and mode; a build that failed there is shown with its err
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -48,6 +49,13 @@ def method_label(config: dict[str, Any]) -> str:
     except (KeyError, TypeError, OSError, ValueError):
         return method
     return f"{method} ({family})"
+
+
+def short_error(error: str) -> str:
+    """A cell's error as the table shows it: its first line, a file under an environment's site-packages named
+    from there (`(vllm/v1/attention/backends/fa_utils.py)`, not the build's cache path)."""
+    first = error.splitlines()[0] if error else ""
+    return re.sub(r"/\S*/site-packages/", "", first)
 
 
 def parse_arg(arg: str) -> tuple[Path, set[tuple[str, str]] | None]:
@@ -94,7 +102,7 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
                     "build": cell["build"],
                     "mode": cell["mode"],
                     "status": cell.get("status"),
-                    "error": (cell.get("error") or "").splitlines()[0] if cell.get("error") else "",
+                    "error": short_error(cell.get("error") or ""),
                     "vllm": ((start.get("env") or {}).get("versions") or {}).get("vllm"),
                     "prompt_mode": (start.get("prompt_mode") or {}).get("effective"),
                     "prompts": len(per_prompt),

@@ -120,3 +120,15 @@ def test_the_text_column_tells_a_release_that_changed_the_targets_text(
     assert rows[("draft_model", "v1", "eager")][8] == "**4 of 5**"
     assert rows[("draft_model", "v1", "eager")][10] == "**0 of 5**"
     assert rows[("draft_model", "v1", "compiled")][10] == "5 of 5"
+
+
+def test_a_failed_cell_shows_its_first_error_line_with_the_file_named_from_site_packages(rt: ModuleType) -> None:
+    error = (
+        "ImportError: cannot import name 'x' from 'vllm.a' (/root/.cache/mtpbench/builds/k/lib/python3.11/"
+        "site-packages/vllm/a.py)\n  File ..."
+    )
+    assert rt.short_error(error) == "ImportError: cannot import name 'x' from 'vllm.a' (vllm/a.py)"
+    assert rt.short_error("NotImplementedError: MLA is not supported on CPU.") == (
+        "NotImplementedError: MLA is not supported on CPU."
+    )
+    assert rt.short_error("") == ""
