@@ -1,10 +1,11 @@
 """The release sweep's table (docs/methods.md "Across releases", docs/builds.md) from runs of the release configs
-(configs/tiny-gemma4-mtp-releases.yaml, configs/tiny-gemma4-ngram-releases.yaml, one config per speculative
-method): ONE table, method x release x mode, with the vllm version the cells imported, the per-position
-acceptance and AL pooled over the prompts (vLLM's own counters), and prompt by prompt whether a cell's counts
-are identical to the newest release's in the same method and mode ("identical prompts: n of shared"), and to
-its own release's eager cell; then the engine start-up and generation seconds and the seconds the build's
-environment took to provision (its stamp).
+(configs/*-releases*.yaml, one config per speculative method): ONE table, method x release x mode, the method
+named with the target's model family (`mtp (gemma4)` beside `mtp (deepseek_v3)`), with the vllm version the
+cells imported, the per-position acceptance and AL pooled over the prompts (vLLM's own counters), and prompt by
+prompt whether a cell's counts are identical to the newest release's in the same method and mode ("identical
+prompts: n of shared"), and to its own release's eager cell, and whether its generated text is (output sha256:
+the same text with other counts is the drafter's change, other text the target's); then the engine start-up
+and generation seconds and the seconds the build's environment took to provision (its stamp).
 
     python benchmarks/release_table.py RUN[=BUILD/MODE,...] [RUN[=BUILD/MODE,...]...]
 
@@ -17,6 +18,7 @@ prompts in that method and mode; a build that failed there is shown with its err
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -37,6 +39,25 @@ def _stamp(spec: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
+def method_label(config: dict[str, Any]) -> str:
+    """The speculative method and the target's model family, `mtp (deepseek_v3)`: `mtp` alone names Gemma4's
+    MTP and DeepSeek's, different drafters on different targets. The family is the target checkpoint's
+    `model_type` (its config.json where the run's config points); the method alone where it cannot be read."""
+    method = (config.get("speculative") or {}).get("method") or "-"
+    try:
+        family = json.loads((Path(config["model"]) / "config.json").read_text(encoding="utf-8"))["model_type"]
+    except (KeyError, TypeError, OSError, ValueError):
+        return method
+    return f"{method} ({family})"
+
+
+def short_error(error: str) -> str:
+    """A cell's error as the table shows it: its first line, a file under an environment's site-packages named
+    from there (`(vllm/v1/attention/backends/fa_utils.py)`, not the build's cache path)."""
+    first = error.splitlines()[0] if error else ""
+    return re.sub(r"/\S*/site-packages/", "", first)
+
+
 def parse_arg(arg: str) -> tuple[Path, set[tuple[str, str]] | None]:
     """`RUN` or `RUN=BUILD/MODE,...`: the run folder and the cells to keep from it (None: every cell)."""
     folder, sep, cells = arg.partition("=")
@@ -55,9 +76,12 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
         run = load_run(run_dir)
         builds = run.manifest["config"].get("builds") or {}
         counts: dict[tuple[str, str], dict[str, tuple[int, tuple[int, ...]]]] = defaultdict(dict)
+        texts: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
         for r in run.records:
             if r.get("type") == "prompt":
                 counts[(r["build"], r["mode"])][r["prompt_id"]] = (r["num_drafts"], tuple(r["accepted_per_pos"]))
+                if r.get("output_sha256"):
+                    texts[(r["build"], r["mode"])][r["prompt_id"]] = r["output_sha256"]
         starts = {(s["build"], s["mode"]): s for s in run.cell_starts()}
         for cell in run.manifest["cells"]:
             key = (cell["build"], cell["mode"])
@@ -74,11 +98,11 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
             wall = cell.get("wall_s")
             out.append(
                 {
-                    "method": (run.manifest["config"].get("speculative") or {}).get("method") or "-",
+                    "method": method_label(run.manifest["config"]),
                     "build": cell["build"],
                     "mode": cell["mode"],
                     "status": cell.get("status"),
-                    "error": (cell.get("error") or "").splitlines()[0] if cell.get("error") else "",
+                    "error": short_error(cell.get("error") or ""),
                     "vllm": ((start.get("env") or {}).get("versions") or {}).get("vllm"),
                     "prompt_mode": (start.get("prompt_mode") or {}).get("effective"),
                     "prompts": len(per_prompt),
@@ -89,6 +113,7 @@ def rows(runs: list[tuple[Path, set[tuple[str, str]] | None]]) -> list[dict[str,
                     "generation_s": wall - engine if wall is not None and engine is not None else None,
                     "provision_s": _stamp(builds.get(cell["build"]) or {}).get("seconds"),
                     "counts": per_prompt,
+                    "texts": texts.get(key, {}),
                     "run": run_dir.name,
                 }
             )
@@ -126,24 +151,26 @@ def markdown(table: list[dict[str, Any]]) -> str:
     eager = {(r["method"], r["build"]): r["counts"] for r in table if r["mode"] == "eager" and r["counts"]}
     lines = [
         "| method | build | mode | vllm | prompts | drafts | pos0 / pos1 / pos2 % | AL | "
-        "identical to the newest release (same mode) | identical to eager (same release) | start-up s | "
-        "generation s | provisioned in s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "identical to the newest release (same mode) | identical to eager (same release) | "
+        "text identical to the newest release | start-up s | generation s | provisioned in s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(table, key=lambda r: (r["method"], r["mode"] != "eager", r["mode"])):
         prov = seconds(r["provision_s"])
         head = f"| {r['method']} | {r['build']} | {r['mode']} | {r['vllm'] or '-'} |"
         if r["status"] != "ok" or not r["counts"]:
             why = f"failed: {r['error']}" if r["error"] else str(r["status"])
-            lines.append(f"{head} – | – | {why} | – | – | – | – | – | {prov} |")
+            lines.append(f"{head} – | – | {why} | – | – | – | – | – | – | {prov} |")
             continue
         pos = " / ".join(f"{p:.1f}" for p in r["pos_pct"])
         ref = newest.get((r["method"], r["mode"]))
         to_newest = "(newest)" if ref is r else identical(r["counts"], ref["counts"] if ref else None)
         to_eager = "(eager)" if r["mode"] == "eager" else identical(r["counts"], eager.get((r["method"], r["build"])))
+        # The text tells a drafter's change (same text, other counts) from the target's (the text moves too).
+        text = "(newest)" if ref is r else identical(r["texts"], ref["texts"] if ref and ref["texts"] else None)
         lines.append(
             f"{head} {r['prompts']} ({r['prompt_mode']}) | {r['drafts']} | {pos} | {r['al']:.2f} | {to_newest} | "
-            f"{to_eager} | {seconds(r['startup_s'])} | {seconds(r['generation_s'])} | {prov} |"
+            f"{to_eager} | {text} | {seconds(r['startup_s'])} | {seconds(r['generation_s'])} | {prov} |"
         )
     return "\n".join(lines)
 
