@@ -110,15 +110,19 @@ def _draft_loss(steps: list[torch.Tensor], teacher: torch.Tensor, hard_weight: f
     agree, which the hard term aims at directly; the KL term carries the richer signal.
     """
     length = steps[0].shape[1]
-    losses = []
-    for j, logits in enumerate(steps, start=1):
-        t = teacher[:, j : j + length].float().reshape(-1, teacher.shape[-1])
-        q = F.log_softmax(logits.float().reshape(-1, logits.shape[-1]), dim=-1)
-        loss = F.kl_div(q, F.log_softmax(t, dim=-1), log_target=True, reduction="batchmean")
-        if hard_weight:
-            loss = loss + hard_weight * F.nll_loss(q, t.argmax(-1))
-        losses.append(loss)
+    losses = [step_loss(logits, teacher[:, j : j + length], hard_weight) for j, logits in enumerate(steps, start=1)]
     return torch.stack(losses).mean()
+
+
+def step_loss(logits: torch.Tensor, teacher: torch.Tensor, hard_weight: float) -> torch.Tensor:
+    """One draft step's distillation loss: KL(target || drafter) over the aligned positions, plus hard_weight
+    x cross-entropy on the target's greedy token (every trainer's step loss: the pair's drafter, the heads)."""
+    t = teacher.float().reshape(-1, teacher.shape[-1])
+    q = F.log_softmax(logits.float().reshape(-1, logits.shape[-1]), dim=-1)
+    loss = F.kl_div(q, F.log_softmax(t, dim=-1), log_target=True, reduction="batchmean")
+    if hard_weight:
+        loss = loss + hard_weight * F.nll_loss(q, t.argmax(-1))
+    return loss
 
 
 @torch.no_grad()

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from mtpbench.reference.eagle import EagleHead, HeadShape, chain_logits
 from mtpbench.training.corpus import Corpus
+from mtpbench.training.drafting import step_loss
 from mtpbench.training.export import dir_size, run_facts
 from mtpbench.training.phases import round_to_bf16_
 from mtpbench.training.recipe import PhaseLog, RecipeSettings, _corpus_batch, _torch_threads, run_phase
@@ -144,14 +144,10 @@ def step_losses(steps: list[torch.Tensor], teacher: torch.Tensor, hard_weight: f
     the engine drafts from there; `steps` hold only those) where every step has a teacher."""
     k = len(steps)
     length = teacher.shape[1] - k
-    losses = []
-    for j, logits in enumerate(steps, start=1):
-        t = teacher[:, first + j : j + length].float().reshape(-1, teacher.shape[-1])
-        q = F.log_softmax(logits[:, : length - first].float().reshape(-1, logits.shape[-1]), dim=-1)
-        loss = F.kl_div(q, F.log_softmax(t, dim=-1), log_target=True, reduction="batchmean")
-        if hard_weight:
-            loss = loss + hard_weight * F.nll_loss(q, t.argmax(-1))
-        losses.append(loss)
+    losses = [
+        step_loss(logits[:, : length - first], teacher[:, first + j : j + length], hard_weight)
+        for j, logits in enumerate(steps, start=1)
+    ]
     return torch.stack(losses).mean()
 
 
