@@ -56,8 +56,8 @@ def _value(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
-# The one option mtpbench passes that takes no value.
-FLAGS = ("--require-hashes",)
+# The options mtpbench passes that take no value.
+FLAGS = ("--require-hashes", "--compile-bytecode")
 
 
 def _pins(args: list[str]) -> list[str]:
