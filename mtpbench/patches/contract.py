@@ -13,8 +13,10 @@ imported inside the *build's* interpreter.
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 # The environment variable through which the runner (or a user) asks for patches: comma-separated names.
 # Read by the worker and by the `vllm.general_plugins` entry point (mtpbench.plugin).
@@ -23,6 +25,22 @@ PATCHES_ENV = "MTPBENCH_PATCHES"
 
 class PatchNotApplicable(Exception):
     """The build does not have what the patch targets, or already has the behaviour; nothing changed."""
+
+
+def class_method(module: str, cls: str, method: str, what: str) -> tuple[type, Callable[..., Any]]:
+    """The class a patch rewraps and the method as it is now (already wrapped, maybe: check the marker), or
+    `PatchNotApplicable` naming `what` the build lacks (e.g. "Gemma4 MTP proposer")."""
+    try:
+        found = importlib.import_module(module)
+    except ImportError as exc:
+        raise PatchNotApplicable(f"no {what} in this vLLM ({module}: {exc})") from exc
+    owner = getattr(found, cls, None)
+    if not isinstance(owner, type):
+        raise PatchNotApplicable(f"{module} has no {cls}")
+    current = getattr(owner, method, None)
+    if not callable(current):
+        raise PatchNotApplicable(f"{module}.{cls} has no {method}")
+    return owner, current
 
 
 def requested_from_env(env: Mapping[str, str] | None = None) -> list[str]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mtpbench.patches.contract import PatchNotApplicable
+from mtpbench.patches.contract import PatchNotApplicable, class_method
 
 _MODULE = "vllm.model_executor.layers.rotary_embedding.base"
 _CLASS = "RotaryEmbedding"
@@ -103,14 +103,7 @@ def apply() -> str:
     """Patch vLLM's CPU rotary embedding in this process; return one line saying what changed."""
     import importlib
 
-    try:
-        module = importlib.import_module(_MODULE)
-    except ImportError as exc:
-        raise PatchNotApplicable(f"no rotary embedding module in this vLLM ({_MODULE}: {exc})") from exc
-    cls = getattr(module, _CLASS, None)
-    current = getattr(cls, "forward_cpu", None)
-    if not callable(current):
-        raise PatchNotApplicable(f"{_MODULE}.{_CLASS} has no forward_cpu")
+    cls, current = class_method(_MODULE, _CLASS, "forward_cpu", "rotary embedding module")
     if not getattr(current, _MARKER, False):
         try:
             importlib.import_module("vllm._C")  # registers torch.ops._C, which the stock op needs

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from mtpbench.patches.contract import PatchNotApplicable
+from mtpbench.patches.contract import class_method
 
 T = TypeVar("T")
 
@@ -106,18 +106,7 @@ def _description() -> str:
 
 def apply() -> str:
     """Patch vLLM in this process; return one line saying what changed (see the module docstring)."""
-    import importlib
-
-    try:
-        module = importlib.import_module(_MODULE)
-    except ImportError as exc:
-        raise PatchNotApplicable(f"no Gemma4 MTP proposer in this vLLM ({_MODULE}: {exc})") from exc
-    cls = getattr(module, _CLASS, None)
-    if not isinstance(cls, type):
-        raise PatchNotApplicable(f"{_MODULE} has no {_CLASS}")
-    current = getattr(cls, _METHOD, None)
-    if not callable(current):
-        raise PatchNotApplicable(f"{_MODULE}.{_CLASS} has no {_METHOD}; this build builds draft metadata otherwise")
+    cls, current = class_method(_MODULE, _CLASS, _METHOD, "Gemma4 MTP proposer")
     if getattr(current, _MARKER, False):
         return _description()
     # Assigned on the class (not per instance) because the proposer is built inside LLM(...), after this.
