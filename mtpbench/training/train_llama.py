@@ -42,6 +42,8 @@ def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, LlamaSetting
     ap.add_argument("--out", type=Path, required=True, help="output dir (gets target/, draft/, provenance.json)")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--target-steps", type=int, default=d.target_steps)
+    ap.add_argument("--seq-len", type=int, default=d.seq_len, help="the target's crop length in tokens (bytes + <bos>)")
+    ap.add_argument("--target-batch", type=int, default=d.target_batch)
     ap.add_argument("--draft-steps", type=int, default=d.draft_steps)
     ap.add_argument("--rollouts", type=int, default=d.rollouts, help="greedy target rollouts for the drafter")
     ap.add_argument("--max-files", type=int, default=None, help="use only the first N corpus files (tests)")
@@ -53,6 +55,8 @@ def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, LlamaSetting
     settings = LlamaSettings(
         seed=ns.seed,
         target_steps=ns.target_steps,
+        seq_len=ns.seq_len,
+        target_batch=ns.target_batch,
         draft_steps=ns.draft_steps,
         rollouts=ns.rollouts,
         max_files=ns.max_files,

