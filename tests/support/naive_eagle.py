@@ -17,6 +17,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from mtpbench.reference.pair import Pair
+from mtpbench.reference.weights_replay import greedy_continuations, replay_eagle_prompt, stop_index
+
 # The target over a whole sequence: the states the head reads at every position, and its greedy tokens.
 Target = Callable[[list[int]], tuple[torch.Tensor, list[int]]]
 # One head forward over `positions` (writing their KV), read at the position `query` of them: the state the
@@ -59,3 +62,18 @@ def naive_engine(
             verified_tokens[accepted] = new[-1]
             generated += new
         return generated, steps
+
+
+def assert_the_replay_counts_what_the_naive_engine_counts(
+    pair: Pair, prompt: Sequence[int], k: int, target: Target, step: Step, max_tokens: int = 48
+) -> None:
+    """The reference's vectorised EAGLE replay of the target's greedy text counts, step by step, what the naive
+    engine counts, and the text is the naive engine's."""
+    generated, steps = naive_engine(prompt, max_tokens, k, target, step)
+    (text,) = greedy_continuations(pair, [list(prompt)], max_tokens + k)
+    n, _ = stop_index(frozenset(), text, max_tokens, 1024)
+    rep = replay_eagle_prompt(pair, list(prompt), text, k, max_tokens, 1024, ignore_eos=True)
+    assert text[:n] == generated[:n]
+    # The naive loop runs its last step to completion; the engine stops at max_tokens: compare those steps.
+    assert list(rep.walk.accepted) == steps[: len(rep.walk.accepted)]
+    assert sum(rep.walk.accepted) > len(rep.walk.accepted)  # the head drafts well: not an agreement of zeros

@@ -27,12 +27,9 @@ from mtpbench.fixtures import FIXTURES_DIR  # noqa: E402
 from mtpbench.reference.eagle import Eagle3Head, aux_hidden_states, chain_logits  # noqa: E402
 from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
 from mtpbench.reference.weights_replay import (  # noqa: E402
-    greedy_continuations,
     prompt_token_ids,
-    replay_eagle_prompt,
-    stop_index,
 )
-from tests.support.naive_eagle import naive_engine  # noqa: E402
+from tests.support.naive_eagle import Step, Target, assert_the_replay_counts_what_the_naive_engine_counts  # noqa: E402
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 HEAD = FIXTURES_DIR / "tiny_llama" / "eagle3"
@@ -67,7 +64,8 @@ def _step(
     return prenorm[0, 0], int(logits[0, 0].argmax())
 
 
-def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[list[int], list[int]]:
+def _naive_parts(pair: Pair) -> tuple[Target, Step]:
+    """The target and the head's naive forward for tests/support/naive_eagle.py's loop."""
     head: Eagle3Head = pair.assistant
     cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -80,20 +78,13 @@ def _naive_engine(pair: Pair, prompt: Sequence[int], max_tokens: int) -> tuple[l
     ) -> tuple[torch.Tensor, int]:
         return _step(pair, cache, tokens, hidden, positions, query)
 
-    return naive_engine(prompt, max_tokens, K, target, step)
+    return target, step
 
 
 def test_the_replay_counts_what_a_naive_engine_chaining_its_own_drafts_counts(pair: Pair) -> None:
-    prompt = prompt_token_ids(pair, PROMPT, chat=False)
-    max_tokens = 48
-    generated, steps = _naive_engine(pair, prompt, max_tokens)
-    (text,) = greedy_continuations(pair, [prompt], max_tokens + K)
-    n, _ = stop_index(frozenset(), text, max_tokens, 1024)
-    rep = replay_eagle_prompt(pair, prompt, text, K, max_tokens, 1024, ignore_eos=True)
-    assert text[:n] == generated[:n]
-    # The naive loop runs its last step to completion; the engine stops at max_tokens: compare those steps.
-    assert list(rep.walk.accepted) == steps[: len(rep.walk.accepted)]
-    assert sum(rep.walk.accepted) > len(rep.walk.accepted)  # the head drafts well: not an agreement of zeros
+    assert_the_replay_counts_what_the_naive_engine_counts(
+        pair, prompt_token_ids(pair, PROMPT, chat=False), K, *_naive_parts(pair)
+    )
 
 
 def test_step_one_of_every_start_is_the_causal_first_pass(pair: Pair) -> None:
