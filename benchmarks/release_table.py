@@ -1,6 +1,6 @@
 """The release sweep's table (docs/methods.md "Across releases", docs/builds.md) from runs of the release configs
 (configs/*-releases*.yaml, one config per speculative method): ONE table, method x release x mode, the method
-named with the target's model family (`mtp (gemma4)` beside `mtp (deepseek_v3)`), with the vllm version the
+named with the target's model family (`mtp (gemma4_text)` beside `mtp (deepseek_v3)`), with the vllm version the
 cells imported, the per-position acceptance and AL pooled over the prompts (vLLM's own counters), and prompt by
 prompt whether a cell's counts are identical to the newest release's in the same method and mode ("identical
 prompts: n of shared"), and to its own release's eager cell, and whether its generated text is (output sha256:
