@@ -64,7 +64,7 @@ lint: $(VENV)/.installed-test
 # Three workers on the 2-core box. Measured (2026-12-06, a fresh clone, idle box): on two workers the suite
 # kept the cores 66 % busy (25 min 8 s wall, 33 min of CPU): an engine test on its one OpenMP thread uses
 # 0.85 of a core (the rest is waiting on its engine, server or cluster), so a third worker fills the idle.
-# With three, and .venv compiled to bytecode at install: 15 min 38 s, install included (docs/development.md).
+# With three, and .venv compiled to bytecode at install: 13 min 18 s, install included (docs/development.md).
 # A file's tests stay on one worker (loadfile: xdist's loadgroup did not group here, xdist 3.8 under
 # pytest 9.2), so a module-scoped run is made once. The 25 slowest tests are printed: where the time goes.
 TEST_WORKERS ?= 3
