@@ -52,6 +52,12 @@ EAGLE-1 (`method: eagle`), read from the same release:
   what they fuse once (`fuse`), how a step's input becomes its attention input and residual (`project`) and how
   the output is scored (`finish`).
 
+The attention window (`engine/arg_utils.py` lines 2248-2254 and `model_executor/layers/attention/attention.py`
+lines 265-273): when every layer of the target slides (or its config names no layer types), vLLM puts the
+target's `sliding_window` in `CacheConfig.sliding_window`, and every attention layer built without a window of
+its own, the head's included, takes that one. So over an all-sliding target the head's query at position p
+reads only its keys at p - W + 1 .. p (`EagleHead.window`, set by the loaders from the target's config).
+
 So every start's chain is computed at once: step 1 is a causal pass over the teacher-forced sequence; step
 j > 1 puts one query per start at s + j - 1 against the teacher-forced keys at 0..s and that start's own
 chain keys. Draft j is fed the true token at s + j in place of draft j - 1, which changes no count (a
@@ -170,6 +176,9 @@ class EagleHead(nn.Module):
     the target's states (`fuse`), a step's input (`project`) and how it scores the output (`finish`)."""
 
     shape: HeadShape
+    # The window vLLM gives the head's attention: the target's when all its layers slide (see the module's
+    # docstring), else None. Not in the head's config: the engine takes it from the target's.
+    window: int | None = None
 
     def _layer(self) -> nn.Module:
         raise NotImplementedError
@@ -317,9 +326,9 @@ def chain_logits(
     q, residual = q[:, :, first:], residual[:, first:]
     positions = starts.expand(b, len(starts))
     # Step 1: causal over the teacher-forced sequence (each start's own first pass).
-    allowed = every[None, :] <= starts[:, None]  # [query s, key t]: t <= s
+    causal = every[None, :] <= starts[:, None]  # [query s, key t]: t <= s
     scores = torch.matmul(q, keys.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    scores = scores.masked_fill(~_in_window(causal, every, starts, head.window), float("-inf"))
     attn = torch.matmul(torch.softmax(scores.float(), dim=-1).to(q.dtype), values)
     hidden, logits = head.finish(attn, residual)
     out = [logits]
@@ -331,7 +340,9 @@ def chain_logits(
         chain_k.append(kj)
         chain_v.append(vj)
         tf = torch.matmul(q, keys.transpose(-1, -2)) * scale
-        tf = tf.masked_fill(~allowed, float("-inf"))
+        # Step j queries at s + j - 1: with a window W it reads the teacher-forced keys from s + j - W on (the
+        # chain's own, at s + 1 .. s + j - 1, stay inside any window longer than k).
+        tf = tf.masked_fill(~_in_window(causal, every, starts + (j - 1), head.window), float("-inf"))
         own = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # [B, heads, starts, j-1]
         probs = torch.softmax(torch.cat([tf, own], dim=-1).float(), dim=-1).to(q.dtype)
         attn = torch.matmul(probs[..., :s], values)
@@ -340,6 +351,14 @@ def chain_logits(
         hidden, logits = head.finish(attn, residual)
         out.append(logits)
     return out
+
+
+def _in_window(causal: torch.Tensor, keys: torch.Tensor, queries: torch.Tensor, window: int | None) -> torch.Tensor:
+    """`causal` [query, key] narrowed to the keys a query at `queries` sees through `window` (itself and the
+    window - 1 positions before it); unchanged without one."""
+    if window is None:
+        return causal
+    return causal & (keys[None, :] > queries[:, None] - window)
 
 
 def aux_hidden_states(target: nn.Module, ids: torch.Tensor, layer_ids: Sequence[int]) -> tuple[torch.Tensor, Any]:
@@ -380,21 +399,30 @@ def _read(path: Path) -> tuple[HeadShape, dict[str, torch.Tensor]]:
     return HeadShape.from_config(cfg), {name: w.float() for name, w in state.items()}
 
 
-def load_head(path: Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Eagle3Head:
-    """The EAGLE-3 head saved in `path` (config.json + model.safetensors) as this module's `Eagle3Head`."""
+def load_head(
+    path: Path, dtype: torch.dtype = torch.float32, device: str = "cpu", window: int | None = None
+) -> Eagle3Head:
+    """The EAGLE-3 head saved in `path` (config.json + model.safetensors) as this module's `Eagle3Head`, its
+    attention through `window` (the target's engine window, sliding_llama.engine_window)."""
     shape, state = _read(path)
     head = Eagle3Head(shape)
     head.load_state_dict(state)
+    head.window = window
     return head.to(dtype=dtype, device=device).eval()
 
 
 def load_eagle1_head(
-    path: Path, lm_head: nn.Module, dtype: torch.dtype = torch.float32, device: str = "cpu"
+    path: Path,
+    lm_head: nn.Module,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    window: int | None = None,
 ) -> Eagle1Head:
-    """The EAGLE-1 head saved in `path` as this module's `Eagle1Head`, scoring with the target's `lm_head`. A
-    checkpoint with its own embeddings or lm_head is refused by the strict load: this head models the shared
-    ones."""
+    """The EAGLE-1 head saved in `path` as this module's `Eagle1Head`, scoring with the target's `lm_head`, its
+    attention through `window` (as `load_head`). A checkpoint with its own embeddings or lm_head is refused by
+    the strict load: this head models the shared ones."""
     shape, state = _read(path)
     head = Eagle1Head(shape, lm_head)
     head.load_state_dict(state)
+    head.window = window
     return head.to(dtype=dtype, device=device).eval()

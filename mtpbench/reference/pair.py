@@ -238,12 +238,6 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     torch_dtype = _torch_dtype(dtype)
     if info.target_type == DEEPSEEK_TYPE:
         return _load_deepseek(info, torch_dtype, dtype, device, tokenizer)
-    if info.target_type == "gemma4":
-        from transformers import Gemma4ForConditionalGeneration as TargetClass
-    elif info.target_type == "llama":
-        from transformers import LlamaForCausalLM as TargetClass
-    else:
-        from transformers import Gemma4ForCausalLM as TargetClass
     from transformers.utils import logging as transformers_logging
 
     # transformers draws a tqdm bar per model it loads ("Loading weights"), on stderr beside the replay's
@@ -251,7 +245,7 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     bars_were_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
-        target = TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).to(device).eval()
+        target = _load_target(info, torch_dtype).to(device)
         assistant = None if info.drafter is None else _load_drafter(info, torch_dtype, device, target.lm_head)
     except (OSError, ValueError, RuntimeError) as exc:
         raise UserError(f"{info.target}: transformers could not load the pair ({exc})") from exc
@@ -270,6 +264,20 @@ def load_pair(info: PairInfo, dtype: str = "float32", device: str = "cpu", token
     stops |= _ids(getattr(target.config.get_text_config(), "eos_token_id", None))
     stops |= _ids(tok.eos_token_id)
     return Pair(info, target, text, target.lm_head, assistant, tok, dtype, device, frozenset(stops))
+
+
+def _load_target(info: PairInfo, torch_dtype: torch.dtype) -> Any:
+    """A Gemma4 or Llama target in eval mode."""
+    if info.target_type == "llama":
+        from mtpbench.reference import sliding_llama
+
+        # Its sliding twin where the config's layers slide: transformers' LlamaForCausalLM ignores them.
+        return sliding_llama.load(info.target, torch_dtype)
+    if info.target_type == "gemma4":
+        from transformers import Gemma4ForConditionalGeneration as TargetClass
+    else:
+        from transformers import Gemma4ForCausalLM as TargetClass
+    return TargetClass.from_pretrained(str(info.target), dtype=torch_dtype).eval()
 
 
 def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device: str, tokenizer: str | None) -> Pair:
@@ -310,20 +318,23 @@ def _load_deepseek(info: PairInfo, torch_dtype: torch.dtype, dtype: str, device:
 def _load_drafter(info: PairInfo, torch_dtype: torch.dtype, device: str, target_head: Any) -> Any:
     """The drafter: the Gemma4 MTP assistant or a Llama draft model through transformers, or an EAGLE-3 or
     EAGLE-1 head as mtpbench/reference/eagle.py's module (transformers has no EAGLE class; EAGLE-1 scores with
-    the target's `target_head`, as vLLM shares it)."""
+    the target's `target_head`, as vLLM shares it). A Llama target's engine window reaches the drafter's
+    attention as vLLM passes it on (sliding_llama.engine_window)."""
     assert info.drafter is not None
+    from mtpbench.reference import sliding_llama
+
+    target_config = json.loads((info.target / "config.json").read_text()) if info.target_type == "llama" else {}
+    window = sliding_llama.engine_window(target_config)
     if info.method == "eagle3":
         from mtpbench.reference.eagle import load_head
 
-        return load_head(info.drafter, torch_dtype, device)
+        return load_head(info.drafter, torch_dtype, device, window)
     if info.method == "eagle":
         from mtpbench.reference.eagle import load_eagle1_head
 
-        return load_eagle1_head(info.drafter, target_head, torch_dtype, device)
+        return load_eagle1_head(info.drafter, target_head, torch_dtype, device, window)
     if info.drafter_type == "llama":  # the draft-model method's drafter: a causal LM of its own
-        from transformers import LlamaForCausalLM
-
-        return LlamaForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()
+        return sliding_llama.load(info.drafter, torch_dtype, target_config).to(device)
     from transformers import Gemma4AssistantForCausalLM
 
     return Gemma4AssistantForCausalLM.from_pretrained(str(info.drafter), dtype=torch_dtype).to(device).eval()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from mtpbench.reference import sliding_llama
 from mtpbench.reference.eagle import EagleHead, HeadShape, chain_logits
 from mtpbench.training.corpus import Corpus
 from mtpbench.training.drafting import step_loss
@@ -204,9 +205,8 @@ def train_head(kind: HeadKind, settings: HeadSettings, target_dir: Path) -> Head
 
 
 def _train_head(kind: HeadKind, settings: HeadSettings, target_dir: Path) -> HeadResult:
-    from transformers import LlamaForCausalLM
-
-    target = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    # Its sliding twin when the target's layers slide: the hidden states the engine hands the head.
+    target = sliding_llama.load(target_dir, torch.float32)
     for p in target.parameters():
         p.requires_grad_(False)
     corpus = Corpus.load(max_files=settings.max_files)
@@ -218,6 +218,10 @@ def _train_head(kind: HeadKind, settings: HeadSettings, target_dir: Path) -> Hea
     logger.info("%d greedy rollouts in %.0fs", settings.rollouts, rollout_wall_s)
 
     head = kind.build(target, settings)
+    # The window vLLM gives the head's attention over this target (reference/eagle.py's docstring): trained
+    # through it, so the head learns what the engine runs.
+    target_config = json.loads((target_dir / "config.json").read_text())
+    head.window = sliding_llama.engine_window(target_config)
     params = [p for p in head.parameters() if p.requires_grad]
     rng = np.random.default_rng([settings.seed, 2])
     k = settings.num_draft_steps
@@ -235,7 +239,7 @@ def _train_head(kind: HeadKind, settings: HeadSettings, target_dir: Path) -> Hea
     round_to_bf16_(head)
     acc = _heldout_acceptance(head, target, corpus, settings)
     logger.info("held-out rollout acceptance per position: %s", "/".join(f"{a:.3f}" for a in acc))
-    return HeadResult(head, target.config.to_dict(), log, rollout_wall_s, acc, corpus.describe())
+    return HeadResult(head, target_config, log, rollout_wall_s, acc, corpus.describe())
 
 
 def _heldout_acceptance(
@@ -292,6 +296,8 @@ def write_provenance(
             "loss_unit": "KL(target || head) + hard_weight * CE on the target's argmax, nats/token, mean over "
             "the chained draft steps",
             "semantics": kind.semantics,
+            # The engine's window over this target (None: full attention), which the head was trained through.
+            "attention_window": result.head.window,
             **result.log.summary(),
         },
         "rollouts_wall_s": round(result.rollout_wall_s, 1),

@@ -29,8 +29,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
+from mtpbench.reference import sliding_llama
 from mtpbench.training.export import dir_size, earlier_target_record, run_facts
-from mtpbench.training.llama import LlamaResult, LlamaSettings, train_llama_pair
+from mtpbench.training.llama import LlamaResult, LlamaSettings, llama_config, train_llama_pair
 from mtpbench.training.tokenizer import save_tokenizer
 
 TOKENIZER = "byte-level: ids 0-255 = bytes, 256 <pad>, 257 <bos>, 258 <eos>, 259 <unk>; <bos> prepended"
@@ -133,9 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     result = train_llama_pair(settings, ns.target, with_drafter=not ns.target_only)
     out: Path = ns.out
-    _save(result.target, out / "target")
+    # A sliding target trains as its transformers twin; it is written as the Llama config vLLM reads.
+    _save(sliding_llama.as_llama(result.target, llama_config(settings.target_shape)), out / "target")
     if result.drafter is not None:
-        _save(result.drafter, out / "draft")
+        _save(sliding_llama.as_llama(result.drafter, llama_config(settings.drafter_shape)), out / "draft")
     prov = _provenance(result, settings, out, command, started, time.perf_counter() - t0, reused)
     (out / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
     for name, size in prov["sizes_bytes"].items():

@@ -13,7 +13,8 @@ teacher forcing and chain keys are all checked against it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -77,3 +78,20 @@ def assert_the_replay_counts_what_the_naive_engine_counts(
     # The naive loop runs its last step to completion; the engine stops at max_tokens: compare those steps.
     assert list(rep.walk.accepted) == steps[: len(rep.walk.accepted)]
     assert sum(rep.walk.accepted) > len(rep.walk.accepted)  # the head drafts well: not an agreement of zeros
+
+
+def first_seen(query: int, window: int | None) -> int:
+    """The first position a query at `query` reads through `window` (vLLM's sliding window: itself and the
+    window - 1 positions before it; attention.py lines 265-273 give a head without its own window the engine's)."""
+    return 0 if window is None else max(0, query - window + 1)
+
+
+@contextmanager
+def through_a_window(pair: Pair, window: int | None) -> Iterator[None]:
+    """The pair's head attending through `window` for the duration (the loaders set the target's engine window)."""
+    head = pair.assistant
+    saved, head.window = head.window, window
+    try:
+        yield
+    finally:
+        head.window = saved

@@ -29,7 +29,13 @@ from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
 from mtpbench.reference.weights_replay import (  # noqa: E402
     prompt_token_ids,
 )
-from tests.support.naive_eagle import Step, Target, assert_the_replay_counts_what_the_naive_engine_counts  # noqa: E402
+from tests.support.naive_eagle import (  # noqa: E402
+    Step,
+    Target,
+    assert_the_replay_counts_what_the_naive_engine_counts,
+    first_seen,
+    through_a_window,
+)
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 HEAD = FIXTURES_DIR / "tiny_llama" / "eagle3"
@@ -43,8 +49,11 @@ def pair() -> Pair:
 
 
 def _attend(head: Eagle3Head, q: torch.Tensor, cache: dict[int, tuple[torch.Tensor, torch.Tensor]], upto: int):
-    keys = torch.stack([cache[t][0] for t in range(upto + 1)], dim=1)  # [heads, T, d]
-    values = torch.stack([cache[t][1] for t in range(upto + 1)], dim=1)
+    # vLLM's Attention takes CacheConfig.sliding_window when built without a window (attention.py lines
+    # 265-273): the query at `upto` reads the cache from upto - window + 1 on.
+    seen = range(first_seen(upto, head.window), upto + 1)
+    keys = torch.stack([cache[t][0] for t in seen], dim=1)  # [heads, T, d]
+    values = torch.stack([cache[t][1] for t in seen], dim=1)
     probs = torch.softmax((q[:, None] * keys).sum(-1) * head.shape.head_dim**-0.5, dim=-1)
     return (probs[..., None] * values).sum(1)  # [heads, d]
 
@@ -85,6 +94,14 @@ def test_the_replay_counts_what_a_naive_engine_chaining_its_own_drafts_counts(pa
     assert_the_replay_counts_what_the_naive_engine_counts(
         pair, prompt_token_ids(pair, PROMPT, chat=False), K, *_naive_parts(pair)
     )
+
+
+def test_through_a_short_window_the_replay_counts_what_the_naive_engine_counts(pair: Pair) -> None:
+    # Over an all-sliding target vLLM gives the head the target's window; one of 4 bites on this prompt.
+    with through_a_window(pair, 4):
+        assert_the_replay_counts_what_the_naive_engine_counts(
+            pair, prompt_token_ids(pair, PROMPT, chat=False), K, *_naive_parts(pair)
+        )
 
 
 def test_step_one_of_every_start_is_the_causal_first_pass(pair: Pair) -> None:

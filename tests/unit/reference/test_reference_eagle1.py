@@ -44,7 +44,13 @@ from mtpbench.reference.pair import Pair, check_pair, load_pair  # noqa: E402
 from mtpbench.reference.weights_replay import (  # noqa: E402
     prompt_token_ids,
 )
-from tests.support.naive_eagle import Step, Target, assert_the_replay_counts_what_the_naive_engine_counts  # noqa: E402
+from tests.support.naive_eagle import (  # noqa: E402
+    Step,
+    Target,
+    assert_the_replay_counts_what_the_naive_engine_counts,
+    first_seen,
+    through_a_window,
+)
 
 TARGET = FIXTURES_DIR / "tiny_llama" / "target"
 HEAD = FIXTURES_DIR / "tiny_llama" / "eagle"
@@ -81,8 +87,10 @@ def _naive_step(
     for i, p in enumerate(positions):
         cache[p] = (k[0, :, i], v[0, :, i])
     at = list(positions).index(query)
-    keys = torch.stack([cache[t][0] for t in range(query + 1)], dim=1)  # [heads, T, d]
-    values = torch.stack([cache[t][1] for t in range(query + 1)], dim=1)
+    # attention.py lines 265-273: without a window of its own the layer takes CacheConfig.sliding_window.
+    seen = range(first_seen(query, head.window), query + 1)
+    keys = torch.stack([cache[t][0] for t in seen], dim=1)  # [heads, T, d]
+    values = torch.stack([cache[t][1] for t in seen], dim=1)
     probs = torch.softmax((q[0, :, at, None, :] * keys).sum(-1) * d**-0.5, dim=-1)
     attn = (probs[..., None] * values).sum(1)  # [heads, d]
     residual = layer.self_attn.o_proj(attn.reshape(-1)) + residual[at]  # post_attention_layernorm's add
@@ -112,10 +120,12 @@ def test_the_replay_counts_what_a_naive_eagle1_engine_chaining_its_own_drafts_co
     )
 
 
-def test_every_start_and_step_of_the_chain_is_the_naive_heads(pair: Pair) -> None:
-    # Teacher-forced: start s's step j reads the true token at s + j, so the naive chain is fed the same.
+@pytest.mark.parametrize("window", [None, 4])
+def test_every_start_and_step_of_the_chain_is_the_naive_heads(pair: Pair, window: int | None) -> None:
+    # Teacher-forced: start s's step j reads the true token at s + j, so the naive chain is fed the same. Over
+    # an all-sliding target vLLM gives the head the target's window; one of 4 bites on this prompt.
     ids = torch.tensor([prompt_token_ids(pair, PROMPT, chat=False)])
-    with torch.no_grad():
+    with torch.no_grad(), through_a_window(pair, window):
         states, _ = final_hidden_states(pair.target, ids)
         steps = chain_logits(pair.assistant, pair.text.embed_tokens, states, ids, K)
         positions = list(range(ids.shape[1] - 1))
@@ -123,10 +133,12 @@ def test_every_start_and_step_of_the_chain_is_the_naive_heads(pair: Pair) -> Non
             cache: Cache = {}
             out, token = _naive_step(pair, cache, ids[0, 1:].tolist(), states[0, :-1], positions, s)
             assert token == int(steps[0][0, s].argmax())
+            torch.testing.assert_close(pair.head(out), steps[0][0, s], atol=1e-4, rtol=1e-4)
             for j in range(1, K):
                 true = ids[0, s + j + 1].item()
                 out, token = _naive_step(pair, cache, [true], out[None], [s + j], s + j)
                 assert token == int(steps[j][0, s].argmax()), (s, j)
+                torch.testing.assert_close(pair.head(out), steps[j][0, s], atol=1e-4, rtol=1e-4)
 
 
 def test_the_head_reads_the_targets_final_normed_state_and_scores_with_its_lm_head(pair: Pair) -> None:
