@@ -37,5 +37,6 @@ def test_the_draft_model_baseline_was_measured_on_that_config() -> None:
     assert base.provenance.run_id and "tiny-llama-draft-model" in base.provenance.run_id
     (entry,) = base.entries
     assert entry.mode == "eager" and entry.counts is not None and entry.counts.num_drafts > 0
-    # The draft model earns its keep: 78.6 % at pos0 measured (issue 38 asks 80; random weights give ~0).
-    assert entry.rates_pct[0] >= 75.0
+    # The draft model earns its keep (issue 38 asks 80 % at pos0; random weights give ~0): the bar and the
+    # weights behind it are held for every Llama method in tests/unit/store/test_tiny_llama_baselines.py.
+    assert entry.rates_pct[0] >= 80.0
