@@ -121,6 +121,14 @@ NGRAM_METHODS = ("ngram", "ngram_gpu")
 LOOKUP_KEYS = ("prompt_lookup_min", "prompt_lookup_max")
 # A lookup longer than any context cannot match; vLLM's proposer allocates max_n entries per request step.
 MAX_LOOKUP = 1 << 16
+# Suffix decoding's settings (vllm/config/speculative.py lines 504-523 and its checks, lines 1596-1630 at
+# v0.32.0): each key, whether it is an integer, and its lower bound. vLLM reads them for method suffix only.
+SUFFIX_KEYS: dict[str, tuple[bool, float]] = {
+    "suffix_decoding_max_tree_depth": (True, 1),
+    "suffix_decoding_max_cached_requests": (True, 0),
+    "suffix_decoding_max_spec_factor": (False, 0.0),
+    "suffix_decoding_min_token_prob": (False, 0.0),
+}
 
 
 class SpeculativeSpec(KAxis, Strict):
@@ -171,6 +179,23 @@ class SpeculativeSpec(KAxis, Strict):
         high = given.get("prompt_lookup_max", low)
         if low > high:
             raise ValueError(f"extra: prompt_lookup_min {low} is larger than prompt_lookup_max {high}")
+        return self
+
+    @model_validator(mode="after")
+    def _suffix_settings(self) -> SpeculativeSpec:
+        given = {key: self.extra[key] for key in SUFFIX_KEYS if key in self.extra}
+        if given and self.method != "suffix":
+            # vLLM ignores them for any other method: the run would not measure what the config says.
+            raise ValueError(f"extra.{next(iter(given))}: a suffix decoding setting, but method is {self.method!r}")
+        for key, v in given.items():
+            integer, low = SUFFIX_KEYS[key]
+            kind = "an integer" if integer else "a number"
+            number = isinstance(v, int) if integer else isinstance(v, int | float) and math.isfinite(v)
+            if isinstance(v, bool) or not number or v < low:
+                raise ValueError(f"extra.{key}: expected {kind} >= {low:g}, got {v!r}")
+        prob = given.get("suffix_decoding_min_token_prob")
+        if prob is not None and prob > 1:
+            raise ValueError(f"extra.suffix_decoding_min_token_prob: a probability in [0, 1], got {prob!r}")
         return self
 
     @model_validator(mode="after")

@@ -9,8 +9,8 @@ reference, mtpbench/reference/, no baseline needed), the fault falls below the r
 (`engine-below-reference`), and the generated text is the same with and without the fault (the target verifies
 every token). A method becomes one more row of METHODS: a config and a fault. Proposers built on vLLM's
 `SpecDecodeBaseProposer` (draft model, EAGLE, EAGLE-3, the MTP families) take `drift-after-requests` with
-MTPBENCH_DRIFT_AFTER=0 (their drafts perturbed from the first request on); the n-gram proposer is not built on
-it and takes its own `perturb-ngram-drafts`.
+MTPBENCH_DRIFT_AFTER=0 (their drafts perturbed from the first request on); the n-gram and suffix proposers are
+not built on it and take their own `perturb-ngram-drafts` and `perturb-suffix-drafts`.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class MethodCheck:
 METHODS: dict[str, MethodCheck] = {
     "mtp": MethodCheck("mtp", "tiny-gemma4-mtp.yaml", "flatten-draft-metadata", full=True),
     "ngram": MethodCheck("ngram", "tiny-gemma4-ngram.yaml", "perturb-ngram-drafts"),
+    "suffix": MethodCheck("suffix", "tiny-gemma4-suffix.yaml", "perturb-suffix-drafts"),
     # Drafts perturbed from the first request on: the fault run's engine serves its handful of prompts only.
     "draft_model": MethodCheck("draft_model", "tiny-llama-draft-model.yaml", "drift-after-requests", {AFTER_ENV: "0"}),
     "eagle": MethodCheck("eagle", "tiny-llama-eagle.yaml", "drift-after-requests", {AFTER_ENV: "0"}),

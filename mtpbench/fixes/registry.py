@@ -37,6 +37,8 @@ REGISTRY: dict[str, str] = {
     "prefix-caching-fault": "mtpbench.patches.faults.prefix_caching_fault:apply",
     # The n-gram method's fault (its proposer is not built on SpecDecodeBaseProposer): the selftest's per method.
     "perturb-ngram-drafts": "mtpbench.patches.faults.perturb_ngram_drafts:apply",
+    # The suffix method's fault (its proposer is not built on SpecDecodeBaseProposer either).
+    "perturb-suffix-drafts": "mtpbench.patches.faults.perturb_suffix_drafts:apply",
     # A probe, not a patch: changes nothing, records which KV-cache group each draft layer read.
     "metadata-binding": "mtpbench.patches.probes.metadata_binding:apply",
     # A probe: counts the drafter's graph captures and replays (the proof that graph mode ran the draft).

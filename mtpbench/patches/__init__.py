@@ -11,6 +11,7 @@ mtpbench/fixes/registry.py: it names fixes too, so it lives one stage up and thi
 - faults/drift_after_requests.py: drafts perturbed after N requests (the soak's long-lived fault)
 - faults/prefix_caching_fault.py: drafts perturbed only with prefix caching on (a feature fault)
 - faults/perturb_ngram_drafts.py: n-gram drafts perturbed in every step (the n-gram method's fault)
+- faults/perturb_suffix_drafts.py: suffix decoding's drafts perturbed in every step (the suffix method's fault)
 - cpu/synthetic_rejection.py: the CPU engine accepts drafts at configured rates
 - cpu/expand_kernel.py: sampled spec decode on the CPU engine uses the request's temperature
 - probes/metadata_binding.py: which KV-cache group each draft layer read (metadata_binding_tasks.py: the

@@ -22,8 +22,10 @@ from mtpbench import __version__
 from mtpbench.config import ExperimentConfig, config_prompts
 from mtpbench.errors import UserError
 from mtpbench.reference.draft_model import replay_draft_model_prompts
-from mtpbench.reference.ngram import lookup_bounds
-from mtpbench.reference.pair import LOOKUP_METHODS, PairInfo, check_pair, load_pair, torch_threads
+from mtpbench.reference.ngram import NgramRule, lookup_bounds
+from mtpbench.reference.pair import PairInfo, check_pair, load_pair, torch_threads
+from mtpbench.reference.suffix import suffix_params
+from mtpbench.reference.walk import LookupRule
 from mtpbench.reference.weights_replay import (
     PromptReplay,
     prompt_token_ids,
@@ -144,7 +146,7 @@ def compute_reference(
     spec = raw.get("speculative") or {}
     method = str(spec.get("method") or "")
     info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"), method)
-    lookup = lookup_bounds(dict(spec.get("extra") or {})) if method in LOOKUP_METHODS else None
+    lookup = lookup_rule(method, dict(spec.get("extra") or {}))
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
     prompts, chat = _prompts(run)
@@ -203,10 +205,20 @@ def compute_reference(
     return ref
 
 
+def lookup_rule(method: str, extra: dict[str, Any]) -> LookupRule | None:
+    """A lookup method's draft rule from the run's speculative passthrough keys (None: a drafter model's
+    method); settings vLLM would refuse, or a suffix cache shared across requests, are refused in one line."""
+    if method == "ngram":
+        return NgramRule(*lookup_bounds(extra))
+    if method == "suffix":
+        return suffix_params(extra)
+    return None
+
+
 def _replays(
     pair: Any,
     method: str,
-    lookup: Any,
+    lookup: LookupRule | None,
     ids: list[list[int]],
     k: int,
     max_tokens: int,
@@ -239,7 +251,7 @@ def _replayed(
     options: ReferenceOptions,
     info: PairInfo,
     method: str,
-    lookup: tuple[int, int] | None,
+    lookup: LookupRule | None,
     groups: dict[tuple[_Numerics, int], list[str]],
 ) -> dict[str, Any]:
     """What the session replayed, as its reference_start line says it: the pair, the versions, the groups."""
@@ -260,7 +272,7 @@ def _replayed(
         "mtpbench": __version__,
         # A k sweep's list of k (each group says its own); a single-k run's one int, as before.
         "k": run.typed.config.speculative.num_speculative_tokens,
-        **({"prompt_lookup": list(lookup)} if lookup else {}),
+        **(lookup.described() if lookup else {}),
         "max_tokens": int(run.typed.config.sampling.max_tokens or 0),
         "ignore_eos": bool(run.typed.config.sampling.ignore_eos),
         "groups": [

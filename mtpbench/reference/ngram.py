@@ -27,6 +27,8 @@ Where the walk stops and how the model length caps drafts is mtpbench/reference/
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from mtpbench.errors import UserError
 from mtpbench.reference.walk import Walk
@@ -115,3 +117,19 @@ def ngram_walk(
         accepted.append(a)
         n += a + 1
     return Walk(tuple(drafted), tuple(accepted))
+
+
+@dataclass(frozen=True)
+class NgramRule:
+    """The n-gram lookup of a run (its prompt_lookup_min and max), as the reference walks it."""
+
+    min_n: int
+    max_n: int
+
+    def walk(
+        self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
+    ) -> Walk:
+        return ngram_walk(prompt, continuation, generated, k, self.min_n, self.max_n, max_model_len)
+
+    def described(self) -> dict[str, Any]:
+        return {"prompt_lookup": [self.min_n, self.max_n]}

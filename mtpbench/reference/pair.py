@@ -5,13 +5,14 @@ in the engine's dtype on the chosen torch device), with the stop tokens the engi
 
 Coverage: a target of model_type gemma4_text (`Gemma4ForCausalLM`) or gemma4 (`Gemma4ForConditionalGeneration`,
 its language model), drafting by method `mtp` with a drafter of model_type `gemma4_assistant`, or by method
-`ngram` with no drafter (mtpbench/reference/ngram.py's lookup); or a deepseek_v3 target (`DeepseekV3ForCausalLM`)
-drafting by method `mtp` with its own one next-token layer (vLLM's `deepseek_mtp`: the drafter is the target's
-checkpoint, mtpbench/reference/deepseek_mtp.py); or a Llama target (`LlamaForCausalLM`) drafting by method
-`draft_model` with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule), by method
-`eagle3` with a `LlamaForCausalLMEagle3` head, or by method `eagle` with a one-layer Llama EAGLE-1 head of the
-target's width (mtpbench/reference/eagle.py). The weights must be on this host (a
-folder, or the Hugging Face cache for a hub id). Any other method or architecture, or a method over a target it
+`ngram` or `suffix` with no drafter (mtpbench/reference/ngram.py's and suffix.py's lookups, over any target
+it loads); or a deepseek_v3 target (`DeepseekV3ForCausalLM`) drafting by method `mtp` with its own one
+next-token layer (vLLM's `deepseek_mtp`: the drafter is the target's checkpoint,
+mtpbench/reference/deepseek_mtp.py); or a Llama target (`LlamaForCausalLM`) drafting by method `draft_model`
+with a `LlamaForCausalLM` draft model (mtpbench/reference/draft_model.py's rule), by method `eagle3` with a
+`LlamaForCausalLMEagle3` head, or by method `eagle` with a one-layer Llama EAGLE-1 head of the target's width
+(mtpbench/reference/eagle.py). The weights must be on this host (a folder, or the Hugging Face cache for a hub
+id). Any other method or architecture, or a method over a target it
 is not modelled for, is refused: exit 2, one line.
 """
 
@@ -40,7 +41,7 @@ DRAFTER_TYPES = {"gemma4_assistant": "Gemma4AssistantForCausalLM"}
 DEEPSEEK_TYPE = "deepseek_v3"
 # The speculative methods whose draft rule the reference replays: a drafter model's, or a lookup's (none).
 MODEL_METHODS = ("mtp", "draft_model", "eagle", "eagle3")
-LOOKUP_METHODS = ("ngram",)
+LOOKUP_METHODS = ("ngram", "suffix")
 # Which targets each drafting method is modelled over (a lookup reads token ids only: any target; the
 # draft-model method's pairs are checked by _check_draft_model_pair).
 METHOD_TARGETS = {
@@ -48,6 +49,7 @@ METHOD_TARGETS = {
     "eagle": ("llama",),
     "eagle3": ("llama",),
     "ngram": tuple(TARGET_TYPES),
+    "suffix": tuple(TARGET_TYPES),
 }
 # The EAGLE-3 head's architecture (its config's model_type is plain "llama": the architecture tells it).
 EAGLE3_ARCHITECTURE = "LlamaForCausalLMEagle3"
@@ -114,8 +116,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
     if method not in MODEL_METHODS + LOOKUP_METHODS:
         raise UserError(
             f"speculative method {method!r}: the reference replays {', '.join(MODEL_METHODS + LOOKUP_METHODS)} "
-            "(Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-1 and EAGLE-3 on Llama and n-gram lookup); it "
-            "does not model this method's draft rule"
+            "(Gemma4 and DeepSeek MTP, a Llama draft model, EAGLE-1 and EAGLE-3 on Llama, n-gram and suffix "
+            "lookup); it does not model this method's draft rule"
         )
     target, drafter_path = Path(target), Path(drafter) if drafter else None
     if method == "draft_model":

@@ -21,7 +21,9 @@ hits from the weights; tests check the walk by hand.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,6 +50,20 @@ class Walk:
     def accepted_per_pos(self, k: int) -> tuple[int, ...]:
         """vLLM's per-position counts: position i is accepted in every step that accepted more than i."""
         return tuple(sum(1 for a in self.accepted if a > i) for i in range(k))
+
+
+class LookupRule(Protocol):
+    """A lookup method's draft rule (n-gram, suffix): no drafter model, the walk of a request's own tokens."""
+
+    def walk(
+        self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
+    ) -> Walk:
+        """The draft steps of a greedy request whose target text is `continuation` (see ngram_walk)."""
+        ...
+
+    def described(self) -> dict[str, Any]:
+        """The rule's settings, as the reference's start line records them."""
+        ...
 
 
 def leading_hits(row: np.ndarray) -> int:

@@ -24,8 +24,9 @@ An EAGLE-3 or EAGLE-1 head (`replay_eagle_prompts`) drafts over the target's aux
 with its own chaining and KV cache: mtpbench/reference/eagle.py says how vLLM runs each and computes every
 start's k steps at once.
 
-A lookup method (ngram) has no drafter: `replay_lookup_prompts` regenerates the same greedy text and walks it
-with mtpbench/reference/ngram.py's rule, the target teacher-forced once for its margins.
+A lookup method (ngram, suffix) has no drafter: `replay_lookup_prompts` regenerates the same greedy text and
+walks it with the method's rule (mtpbench/reference/ngram.py's, mtpbench/reference/suffix.py's), the target
+teacher-forced once for its margins.
 
 Which pairs are modelled, and how they are loaded, is mtpbench/reference/pair.py's.
 """
@@ -42,9 +43,8 @@ import numpy as np
 
 from mtpbench.errors import UserError
 from mtpbench.reference.deepseek_mtp import deepseek_draft_logits
-from mtpbench.reference.ngram import ngram_walk
 from mtpbench.reference.pair import DEEPSEEK_TYPE, Pair
-from mtpbench.reference.walk import Walk, walk
+from mtpbench.reference.walk import LookupRule, Walk, walk
 
 if TYPE_CHECKING:
     import torch
@@ -332,17 +332,17 @@ def replay_lookup_prompts(
     prompts: Sequence[Sequence[int]],
     k: int,
     max_tokens: int,
-    lookup: tuple[int, int],
+    rule: LookupRule,
     max_model_len: int | None = None,
     batch: int = 32,
     *,
     ignore_eos: bool = False,
 ) -> Iterator[PromptReplay]:
-    """Every prompt of an n-gram run replayed, in order: the target's greedy text regenerated in batches,
-    then walked with the lookup's drafts (`lookup`: prompt_lookup_min and max)."""
+    """Every prompt of a lookup method's run replayed, in order: the target's greedy text regenerated in
+    batches, then walked with the lookup's drafts (`rule`: the n-gram's bounds, the suffix tree's settings)."""
 
     def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
-        return _replay_lookup_prompt(pair, prompt, text, k, max_tokens, room, lookup, max_model_len, ignore_eos)
+        return _replay_lookup_prompt(pair, prompt, text, k, max_tokens, room, rule, max_model_len, ignore_eos)
 
     return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
 
@@ -354,17 +354,16 @@ def _replay_lookup_prompt(
     k: int,
     max_tokens: int,
     room: int,
-    lookup: tuple[int, int],
+    rule: LookupRule,
     max_model_len: int | None,
     ignore_eos: bool,
 ) -> PromptReplay:
     import torch
 
-    min_n, max_n = lookup
     p = len(prompt)
     n, reason = stop_index(stop_ids(pair, ignore_eos), text, max_tokens, room)
     continuation = list(text[: n + k])
-    w = ngram_walk(prompt, continuation, n, k, min_n, max_n, max_model_len)
+    w = rule.walk(prompt, continuation, n, k, max_model_len)
     generated = continuation[:n]
     ids = torch.tensor([[*prompt, *generated]], dtype=torch.long, device=pair.device)
     with torch.no_grad():

