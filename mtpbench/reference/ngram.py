@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpbench.errors import UserError
-from mtpbench.reference.walk import Walk
+from mtpbench.reference.walk import Walk, lookup_walk
 
 DEFAULT_LOOKUP = 5
 
@@ -90,33 +90,12 @@ def ngram_walk(
     max_n: int,
     max_model_len: int | None = None,
 ) -> Walk:
-    """The draft steps of a greedy request drafting by n-gram lookup.
+    """The draft steps of a greedy request drafting by n-gram lookup (walk.py's `lookup_walk`)."""
 
-    `continuation` is the target's greedy text, at least `generated` + k tokens (the last step may verify
-    drafts past the stop); `generated` is how many tokens the engine produced, its stop included.
-    """
-    if len(continuation) < generated:
-        raise ValueError(f"continuation has {len(continuation)} tokens; the request generated {generated}")
-    p = len(prompt)
-    drafted: list[int] = []
-    accepted: list[int] = []
-    n = 1  # the prefill samples the first token; drafting starts from it
-    while n < generated:
-        if max_model_len is not None and p + n >= max_model_len:
-            break
-        room = k if max_model_len is None else min(k, max_model_len - p - n - 1)
-        drafts = propose([*prompt, *continuation[:n]], min_n, max_n, k, max_model_len)[: max(room, 0)]
-        if not drafts:
-            n += 1
-            continue
-        truth = continuation[n : n + len(drafts)]
-        a = 0
-        while a < len(drafts) and a < len(truth) and drafts[a] == truth[a]:
-            a += 1
-        drafted.append(len(drafts))
-        accepted.append(a)
-        n += a + 1
-    return Walk(tuple(drafted), tuple(accepted))
+    def drafts_after(n: int) -> list[int]:
+        return propose([*prompt, *continuation[:n]], min_n, max_n, k, max_model_len)
+
+    return lookup_walk(continuation, generated, k, len(prompt), max_model_len, drafts_after)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,7 @@ mirrored here without its path compression, which changes no count and no order:
   drafts depend on which requests the same engine process served before it and, in batched mode, on the
   scheduler's interleaving; such a run is refused in one line.
 
-The walk is mtpbench/reference/ngram.py's with this proposer: after the prefill's token, every step proposes
-from the current text; a step with no proposal decodes one token undrafted; a step with d drafts accepts the
-leading ones equal to the target's greedy tokens and moves on by accepted + 1. Pure: no torch.
+The walk is n-gram's (mtpbench/reference/walk.py's `lookup_walk`) with this proposer. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from mtpbench.errors import UserError
-from mtpbench.reference.walk import Walk
+from mtpbench.reference.walk import Walk, lookup_walk
 
 # vLLM 0.32's defaults (`vllm/config/speculative.py`, lines 504-523).
 DEFAULT_MAX_TREE_DEPTH = 24
@@ -212,42 +210,17 @@ def suffix_walk(
     params: SuffixParams,
     max_model_len: int | None = None,
 ) -> Walk:
-    """The draft steps of a greedy request drafting by suffix decoding.
-
-    `continuation` is the target's greedy text, at least `generated` + k tokens (the last step may verify
-    drafts past the stop); `generated` is how many tokens the engine produced, its stop included.
-    """
-    if len(continuation) < generated:
-        raise ValueError(f"continuation has {len(continuation)} tokens; the request generated {generated}")
-    p = len(prompt)
+    """The draft steps of a greedy request drafting by suffix decoding (walk.py's `lookup_walk`): the request's
+    tree starts with the prompt, and each step's sampled tokens (accepted drafts and bonus) join it before the
+    next proposal, as `SuffixDecodingProposer.propose` adds them (lines 71-74)."""
     tree = SuffixTree(params.max_tree_depth)
     tree.extend(prompt)
     text = [int(t) for t in prompt]
 
-    def sampled(tokens: Sequence[int]) -> None:
-        # A step's sampled tokens (accepted drafts and bonus) join the tree before it speculates.
-        tree.extend(tokens)
-        text.extend(int(t) for t in tokens)
+    def drafts_after(n: int) -> list[int]:
+        held = len(text) - len(prompt)
+        tree.extend(continuation[held:n])
+        text.extend(int(t) for t in continuation[held:n])
+        return propose(tree, text, k, params, max_model_len)
 
-    drafted: list[int] = []
-    accepted: list[int] = []
-    n = 1  # the prefill samples the first token; drafting starts from it
-    sampled(continuation[:1])
-    while n < generated:
-        if max_model_len is not None and p + n >= max_model_len:
-            break
-        room = k if max_model_len is None else min(k, max_model_len - p - n - 1)
-        drafts = propose(tree, text, k, params, max_model_len)[: max(room, 0)]
-        if not drafts:
-            sampled(continuation[n : n + 1])
-            n += 1
-            continue
-        truth = continuation[n : n + len(drafts)]
-        a = 0
-        while a < len(drafts) and a < len(truth) and drafts[a] == truth[a]:
-            a += 1
-        drafted.append(len(drafts))
-        accepted.append(a)
-        sampled(continuation[n : n + a + 1])
-        n += a + 1
-    return Walk(tuple(drafted), tuple(accepted))
+    return lookup_walk(continuation, generated, k, len(prompt), max_model_len, drafts_after)

@@ -21,7 +21,7 @@ hits from the weights; tests check the walk by hand.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,6 +64,43 @@ class LookupRule(Protocol):
     def described(self) -> dict[str, Any]:
         """The rule's settings, as the reference's start line records them."""
         ...
+
+
+def lookup_walk(
+    continuation: Sequence[int],
+    generated: int,
+    k: int,
+    prompt_tokens: int,
+    max_model_len: int | None,
+    drafts_after: Callable[[int], Sequence[int]],
+) -> Walk:
+    """The draft steps of a greedy request drafting by a lookup (n-gram, suffix): `drafts_after(n)` is what the
+    proposer drafts once the request holds its prompt and the first n tokens of `continuation` (the target's
+    greedy text, at least `generated` + k tokens: the last step may verify drafts past the stop). After the
+    prefill's token, every step proposes from the current text; a step with no proposal decodes one token and
+    is no draft step (the scheduler counts a draft only when drafts were scheduled); a step with d drafts
+    accepts the leading ones equal to the target's tokens and moves on by accepted + 1. n only grows."""
+    if len(continuation) < generated:
+        raise ValueError(f"continuation has {len(continuation)} tokens; the request generated {generated}")
+    drafted: list[int] = []
+    accepted: list[int] = []
+    n = 1  # the prefill samples the first token; drafting starts from it
+    while n < generated:
+        if max_model_len is not None and prompt_tokens + n >= max_model_len:
+            break
+        room = k if max_model_len is None else min(k, max_model_len - prompt_tokens - n - 1)
+        drafts = list(drafts_after(n))[: max(room, 0)]
+        if not drafts:
+            n += 1
+            continue
+        truth = continuation[n : n + len(drafts)]
+        a = 0
+        while a < len(drafts) and a < len(truth) and drafts[a] == truth[a]:
+            a += 1
+        drafted.append(len(drafts))
+        accepted.append(a)
+        n += a + 1
+    return Walk(tuple(drafted), tuple(accepted))
 
 
 def leading_hits(row: np.ndarray) -> int:

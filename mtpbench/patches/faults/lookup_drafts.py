@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -94,4 +95,37 @@ def patch_now_or_on_import(fullname: str, patch: Callable[[ModuleType], None]) -
         sys.meta_path.insert(0, PatchOnImport(fullname, patch))
 
 
-__all__ = ["PatchOnImport", "corrupting", "patch_now_or_on_import", "perturb", "wrap_propose"]
+class LookupFault:
+    """One lookup proposer's fault: the module and class whose `propose` it wraps, the marker of its wrapper,
+    what it says when applied, and its own counts (steps seen, steps perturbed) for cell_end. A patch module
+    exposes its bound `apply`, `observations` and `corrupting` (the patch contract's functions)."""
+
+    def __init__(self, module_name: str, class_name: str, marker: str, said: str) -> None:
+        self.module_name = module_name
+        self.class_name = class_name
+        self.marker = marker
+        self.said = said
+        self.seen: dict[str, int] = {"steps": 0, "corrupted_steps": 0}
+
+    def corrupting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The proposer's `propose` perturbing its drafts in every step with a draft of 2 tokens or more."""
+        return corrupting(original, self.marker, self.seen)
+
+    def apply(self) -> str:
+        """Patch vLLM in this process, now if vLLM imported the module already, else as it imports it; return
+        one line saying what changed."""
+        if importlib.util.find_spec("vllm") is None:
+            raise PatchNotApplicable("vllm is not installed in this interpreter")
+
+        def patch(module: ModuleType) -> None:
+            wrap_propose(module, self.class_name, self.marker, self.seen)
+
+        patch_now_or_on_import(self.module_name, patch)
+        return self.said
+
+    def observations(self) -> dict[str, object]:
+        """Recorded in cell_end: proposer steps seen, and how many had a draft to perturb."""
+        return {**self.seen}
+
+
+__all__ = ["LookupFault", "PatchOnImport", "corrupting", "patch_now_or_on_import", "perturb", "wrap_propose"]

@@ -12,40 +12,16 @@ imported here. Standard library only (the drafts are Python lists); idempotent.
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any
+from mtpbench.patches.faults.lookup_drafts import LookupFault, perturb
 
-from mtpbench.patches.contract import PatchNotApplicable
-from mtpbench.patches.faults import lookup_drafts
+FAULT = LookupFault(
+    "vllm.v1.spec_decode.ngram_proposer",
+    "NgramProposer",
+    "__mtpbench_perturb_ngram_drafts__",
+    "n-gram draft tokens from position 1 on perturbed in every step (NgramProposer.propose)",
+)
+apply = FAULT.apply
+observations = FAULT.observations
+corrupting = FAULT.corrupting
 
-MODULE = "vllm.v1.spec_decode.ngram_proposer"
-_MARKER = "__mtpbench_perturb_ngram_drafts__"
-
-_seen: dict[str, int] = {"steps": 0, "corrupted_steps": 0}
-
-perturb = lookup_drafts.perturb
-
-
-def corrupting(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`NgramProposer.propose` perturbing its drafts in every step that proposes a draft of 2 tokens or more."""
-    return lookup_drafts.corrupting(original, _MARKER, _seen)
-
-
-def _patch(module: ModuleType) -> None:
-    lookup_drafts.wrap_propose(module, "NgramProposer", _MARKER, _seen)
-
-
-def apply() -> str:
-    """Patch vLLM in this process, now if vLLM imported the n-gram proposer already, else as it imports it;
-    return one line saying what changed (see the module docstring)."""
-    if importlib.util.find_spec("vllm") is None:
-        raise PatchNotApplicable("vllm is not installed in this interpreter")
-    lookup_drafts.patch_now_or_on_import(MODULE, _patch)
-    return "n-gram draft tokens from position 1 on perturbed in every step (NgramProposer.propose)"
-
-
-def observations() -> dict[str, object]:
-    """Recorded in cell_end: proposer steps seen, and how many had a draft to perturb."""
-    return {**_seen}
+__all__ = ["FAULT", "apply", "corrupting", "observations", "perturb"]

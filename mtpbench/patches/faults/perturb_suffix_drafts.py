@@ -12,38 +12,16 @@ here. Standard library only; idempotent.
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any
+from mtpbench.patches.faults.lookup_drafts import LookupFault
 
-from mtpbench.patches.contract import PatchNotApplicable
-from mtpbench.patches.faults import lookup_drafts
+FAULT = LookupFault(
+    "vllm.v1.spec_decode.suffix_decoding",
+    "SuffixDecodingProposer",
+    "__mtpbench_perturb_suffix_drafts__",
+    "suffix decoding draft tokens from position 1 on perturbed in every step (SuffixDecodingProposer.propose)",
+)
+apply = FAULT.apply
+observations = FAULT.observations
+corrupting = FAULT.corrupting
 
-MODULE = "vllm.v1.spec_decode.suffix_decoding"
-_MARKER = "__mtpbench_perturb_suffix_drafts__"
-
-_seen: dict[str, int] = {"steps": 0, "corrupted_steps": 0}
-
-
-def corrupting(original: Callable[..., Any]) -> Callable[..., Any]:
-    """`SuffixDecodingProposer.propose` perturbing its drafts in every step with a draft of 2 tokens or more."""
-    return lookup_drafts.corrupting(original, _MARKER, _seen)
-
-
-def _patch(module: ModuleType) -> None:
-    lookup_drafts.wrap_propose(module, "SuffixDecodingProposer", _MARKER, _seen)
-
-
-def apply() -> str:
-    """Patch vLLM in this process, now if vLLM imported the suffix proposer already, else as it imports it;
-    return one line saying what changed (see the module docstring)."""
-    if importlib.util.find_spec("vllm") is None:
-        raise PatchNotApplicable("vllm is not installed in this interpreter")
-    lookup_drafts.patch_now_or_on_import(MODULE, _patch)
-    return "suffix decoding draft tokens from position 1 on perturbed in every step (SuffixDecodingProposer.propose)"
-
-
-def observations() -> dict[str, object]:
-    """Recorded in cell_end: proposer steps seen, and how many had a draft to perturb."""
-    return {**_seen}
+__all__ = ["FAULT", "apply", "corrupting", "observations"]

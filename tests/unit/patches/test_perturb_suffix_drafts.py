@@ -6,12 +6,6 @@ engine run of it is the selftest's (tests/engine/)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
-import pytest
-
 from mtpbench.fixes.registry import REGISTRY
 from mtpbench.patches.faults import perturb_ngram_drafts
 from mtpbench.patches.faults import perturb_suffix_drafts as fault
@@ -38,27 +32,3 @@ def test_drafts_are_perturbed_from_position_1_on_and_its_own_steps_are_counted()
 def test_the_fault_is_in_the_registry_and_marks_its_wrapper() -> None:
     assert REGISTRY["perturb-suffix-drafts"] == "mtpbench.patches.faults.perturb_suffix_drafts:apply"
     assert getattr(fault.corrupting(FakeSuffixProposer.propose), "__mtpbench_perturb_suffix_drafts__", False)
-
-
-def test_apply_patches_the_module_as_it_is_imported_never_importing_it_itself(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    package = tmp_path / "fakevllm_suffix"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "suffix_decoding.py").write_text(
-        "class SuffixDecodingProposer:\n    def propose(self):\n        return [[5, 6, 7]]\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(fault, "MODULE", "fakevllm_suffix.suffix_decoding")
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(fault.importlib.util, "find_spec", lambda name: object())  # "vllm is installed"
-    fault.apply()
-    fault.apply()  # idempotent: one hook, one wrapper
-    assert "fakevllm_suffix.suffix_decoding" not in sys.modules
-    module = importlib.import_module("fakevllm_suffix.suffix_decoding")
-    try:
-        assert module.SuffixDecodingProposer().propose() == [[5, 5, 6]]
-    finally:
-        for name in ("fakevllm_suffix.suffix_decoding", "fakevllm_suffix"):
-            sys.modules.pop(name, None)
