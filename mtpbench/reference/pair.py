@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,9 @@ class PairInfo:
     target_architecture: str
     drafter_architecture: str
     method: str = "mtp"
+    # The target's config.json as checked here: the drafter's loader takes the engine's window from it (a Llama
+    # target's attention fields, checked by check_pair) instead of reading the file a second time.
+    target_config: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def _local(path: Path) -> Path | None:
@@ -132,7 +135,8 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
         )
     if method in LOOKUP_METHODS:
         # The lookup needs no drafter; one given is not what the engine drafted with, so it is not read.
-        return PairInfo(target, None, t_type, "", t_arch, method, method)
+        _check_windows(target, t)
+        return PairInfo(target, None, t_type, "", t_arch, method, method, t)
     if drafter_path is None and t_type == DEEPSEEK_TYPE:
         # vLLM's method mtp with no draft model reads the next-token layer from the target's own checkpoint.
         drafter_path = target
@@ -150,16 +154,36 @@ def check_pair(target: str | Path, drafter: str | Path | None, method: str = "mt
                 f"{drafter_path}: the reference models a {EAGLE3_ARCHITECTURE} head naming its "
                 f"eagle_aux_hidden_state_layer_ids; this drafter is {d_arch}"
             )
-        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
+        _check_windows(target, t)
+        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method, t)
     if method == "eagle":
         _check_eagle1_head(drafter_path, d, t)
-        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
+        _check_windows(target, t)
+        return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method, t)
     if d_type not in DRAFTER_TYPES:
         raise UserError(
             f"{drafter_path}: the reference models the gemma4_assistant MTP drafter (Gemma4AssistantForCausalLM); "
             f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
         )
-    return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method)
+    return PairInfo(target, drafter_path, t_type, d_type, t_arch, d_arch, method, t)
+
+
+def _check_windows(
+    target: Path, t: dict[str, Any], drafter: Path | None = None, d: dict[str, Any] | None = None
+) -> None:
+    """A Llama target's (and draft model's) attention fields, checked here so that a malformed one is one line
+    before any model loads (sliding_llama.window_of: the windows vLLM gives their layers)."""
+    if str(t.get("model_type") or "") != "llama":
+        return
+    from mtpbench.reference import sliding_llama
+
+    for path, config, beside in ((target, t, None), (drafter, d, t)):
+        if path is None or config is None:
+            continue
+        try:
+            sliding_llama.window_of(config, beside)
+        except ValueError as exc:
+            raise UserError(f"{path / 'config.json'}: {exc}") from None
 
 
 def _check_eagle1_head(drafter: Path, d: dict[str, Any], t: dict[str, Any]) -> None:
@@ -193,7 +217,7 @@ def _deepseek_pair(target: Path, t: dict[str, Any], drafter: Path, d: dict[str, 
             f"{drafter}: num_nextn_predict_layers is {layers}; the reference models exactly one MTP layer "
             "(vLLM chains it k times)"
         )
-    return PairInfo(target, drafter, t_type, d_type, _architecture(t), "DeepSeekMTPModel", "mtp")
+    return PairInfo(target, drafter, t_type, d_type, _architecture(t), "DeepSeekMTPModel", "mtp", t)
 
 
 def _check_draft_model_pair(target: Path, drafter: Path | None) -> PairInfo:
@@ -214,7 +238,8 @@ def _check_draft_model_pair(target: Path, drafter: Path | None) -> PairInfo:
             f"{drafter}: the reference models {', '.join(DRAFT_MODEL_DRAFTER_TYPES.values())} draft models; "
             f"this drafter is {d_arch} (model_type {d_type or 'unset'})"
         )
-    return PairInfo(target, drafter, t_type, d_type, t_arch, d_arch, "draft_model")
+    _check_windows(target, t, drafter, d)
+    return PairInfo(target, drafter, t_type, d_type, t_arch, d_arch, "draft_model", t)
 
 
 @dataclass
@@ -325,7 +350,7 @@ def _load_drafter(info: PairInfo, torch_dtype: torch.dtype, device: str, target_
     assert info.drafter is not None
     from mtpbench.reference import sliding_llama
 
-    target_config = json.loads((info.target / "config.json").read_text()) if info.target_type == "llama" else {}
+    target_config = info.target_config if info.target_type == "llama" else {}
     window = sliding_llama.engine_window(target_config)
     if info.method == "eagle3":
         from mtpbench.reference.eagle import load_head

@@ -18,7 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from mtpbench.errors import UserError  # noqa: E402
 from mtpbench.reference import sliding_llama  # noqa: E402
+from mtpbench.reference.pair import check_pair  # noqa: E402
 from mtpbench.training.llama import LlamaShape, build_llama, llama_config  # noqa: E402
 
 WINDOW = 8
@@ -109,3 +111,20 @@ def test_a_llama_whose_layers_attend_through_different_windows_is_refused() -> N
 def test_a_malformed_attention_config_is_refused_before_transformers_reads_it(bad: dict) -> None:
     with pytest.raises(ValueError, match=r"layer_types|sliding_window"):
         sliding_llama.window_of(bad)
+
+
+@pytest.mark.parametrize("role", ["target", "draft model"])
+def test_check_pair_refuses_a_malformed_llama_in_one_line_before_any_model_loads(tmp_path: Path, role: str) -> None:
+    """The same shapes reach `mtpbench reference` as a config.json: refused by check_pair (exit 2, one line
+    naming the file), before the replay's progress bar and before transformers loads anything."""
+    good = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4}
+    bad = good | {"layer_types": [sliding_llama.SLIDING] * 2, "sliding_window": 8}
+    folders = {}
+    for name, config in (("target", bad if role == "target" else good), ("draft", bad if role != "target" else good)):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        (folders[name] / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError) as err:
+        check_pair(folders["target"], folders["draft"], "draft_model")
+    broken = folders["target" if role == "target" else "draft"] / "config.json"
+    assert str(err.value).startswith(f"{broken}: layer_types") and "\n" not in str(err.value)
