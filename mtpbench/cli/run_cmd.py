@@ -237,6 +237,7 @@ def _run(
         if blocked:  # a CI preflight (`run --dry-run`) of a config that cannot start must fail, not pass
             render_blocked(blocked)
             return int(ExitCode.USAGE)
+        _refuse_missing_library(config, cfg, ex)
         return 0
     placeholder = next((v for what, v, st in model_statuses(cfg) if st == "placeholder"), None)
     if placeholder is not None:  # a shipped config's /path/to/...: bad input, not a failed engine (exit 3)
@@ -245,15 +246,18 @@ def _run(
         )
     _refuse_missing_paths(config, cfg, opts.executor or cfg.executor)
     if cfg.reference_replay:
+        from mtpbench.reference.compute import lookup_rule
         from mtpbench.reference.pair import check_pair
 
-        # A pair the reference does not model is refused now, not after minutes of engines.
+        # A pair or a lookup's settings the reference does not model are refused now, not after minutes of engines.
         check_pair(cfg.model, cfg.speculative.model, cfg.speculative.method)
+        lookup_rule(cfg.speculative.method, cfg.speculative.extra)
     _need_ray(opts.executor or cfg.executor)
     ensure_out_dir(out)
     # The one place builds from pins get their environments (cached, or installed now: one line per step).
     with install_view() as view:
         cfg, _ = resolve_builds(cfg, on_step=view.step, on_output=view.output)
+    _refuse_missing_library(config, cfg, opts.executor or cfg.executor)
     return _execute(
         len(cells),
         cfg,
@@ -288,6 +292,17 @@ def _refuse_missing_paths(config: Path, cfg: ExperimentConfig, executor: str) ->
     for what, value, status in blocking_models(cfg, executor):
         if status == "missing" and value and value.startswith(("/", "./", "../", "~")):
             raise UserError(f"{config}: {what} {value!r}: no such file or folder here (--dry-run lists both)")
+
+
+def _refuse_missing_library(config: Path, cfg: ExperimentConfig, executor: str) -> None:
+    """A build whose interpreter lacks what the method imports beside vLLM (suffix: arctic-inference) is bad
+    input in one line, not an engine that fails at start-up. Under Ray the cells run on the cluster's nodes,
+    whose environments this host cannot look into."""
+    from mtpbench.run.envs.builds import missing_method_library
+
+    why = None if executor == "ray" else missing_method_library(cfg)
+    if why is not None:
+        raise UserError(f"{config}: {why}")
 
 
 def _need_ray(executor: str) -> None:

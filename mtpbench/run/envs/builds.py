@@ -4,10 +4,14 @@ A build names an interpreter (`python:`, or none for mtpbench's own) or pins (`r
 provisioned here (run/envs/provision.py: cached by key, installed when missing) and the build gets a
 `provisioned` entry with the environment's interpreter, key and vllm version; everything after this point
 (planning, the device probe, the dry run, the manifest) reads `BuildSpec.interpreter()` and never installs.
+`missing_method_library` asks each interpreter for what the speculative method imports beside vLLM.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,3 +118,37 @@ def unresolved(cfg: ExperimentConfig, only: Iterable[str] | None = None) -> list
 
 
 __all__ = ["BuildState", "build_state", "preview_builds", "resolve_build", "resolve_builds", "unresolved"]
+
+
+# What a speculative method imports beside vLLM, and how mtpbench installs it: without it vLLM refuses at
+# engine start (suffix: "Arctic Inference is required for suffix decoding", vllm/config/speculative.py lines
+# 1596-1601 at v0.32.0), a failed cell (exit 3) after the engine's start-up instead of one line before it.
+METHOD_LIBRARIES: dict[str, tuple[str, str]] = {
+    "suffix": ("arctic_inference", "arctic-inference (mtpbench's suffix extra: pip install 'mtpbench[suffix]')"),
+}
+
+
+def missing_method_library(cfg: ExperimentConfig) -> str | None:
+    """One line naming the first build whose interpreter lacks the library the config's method needs (None:
+    every build has it, or the method needs none). A requirements build not provisioned yet is skipped: its
+    interpreter does not exist until the run installs it. Looked up, not imported: milliseconds per build."""
+    need = METHOD_LIBRARIES.get(cfg.speculative.method)
+    if need is None:
+        return None
+    module, install = need
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    for name, build in cfg.builds.items():
+        if build.from_pins and build.provisioned is None:
+            continue
+        python = build.interpreter() or sys.executable
+        env = {**os.environ, **build.env}
+        try:
+            found = subprocess.run([python, "-c", probe], env=env, capture_output=True, timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            continue  # an interpreter that does not start is the cell's own failure to report, with its words
+        if not found:
+            return (
+                f"method {cfg.speculative.method} needs {module}, which build {name}'s interpreter ({python}) "
+                f"lacks: install {install}, or add it to the build's requirements"
+            )
+    return None

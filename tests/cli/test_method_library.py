@@ -1,0 +1,56 @@
+"""A method that imports a library beside vLLM (suffix decoding: arctic-inference) in a build whose interpreter
+lacks it: one line and exit 2 from `run` and from `run --dry-run`, before any engine starts. Before, the cell's
+engine failed at start-up with vLLM's "Arctic Inference is required for suffix decoding" (exit 3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mtpbench.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def suffix_config(tmp_path: Path, python: str | None) -> Path:
+    text = (REPO / "configs" / "tiny-gemma4-suffix.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text.replace("../", f"{REPO}/"))
+    if python is not None:
+        data["builds"] = {"bare": {"python": python}}
+    path = tmp_path / "suffix.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An interpreter with the standard library only (a venv without pip): no arctic_inference."""
+    venv = tmp_path_factory.mktemp("bare") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    return str(venv / "bin" / "python")
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+def test_a_build_without_arctic_inference_is_one_line_and_exit_2(tmp_path: Path, bare_python: str, dry: bool) -> None:
+    config = suffix_config(tmp_path, bare_python)
+    runs = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", str(config), "--out", str(runs), *(["--dry-run"] if dry else [])])
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert lines == [
+        f"mtpbench: error: {config}: method suffix needs arctic_inference, which build bare's interpreter "
+        f"({bare_python}) lacks: install arctic-inference (mtpbench's suffix extra: pip install "
+        "'mtpbench[suffix]'), or add it to the build's requirements"
+    ], res.stderr
+    assert not runs.exists() or not any(runs.iterdir())  # no run folder: no engine started
+
+
+def test_the_install_has_what_the_shipped_suffix_config_needs(tmp_path: Path) -> None:
+    # make run / make test install the suffix extra: the shipped config passes the same check.
+    res = CliRunner().invoke(app, ["run", str(suffix_config(tmp_path, None)), "--dry-run", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
