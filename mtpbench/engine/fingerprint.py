@@ -1,8 +1,9 @@
 """What a cell-repeat ran on, as its worker sees it from inside the build's interpreter: versions and git
-shas of vllm / vllm_ascend / torch / torch_npu, the device, the graph and compile modes the engine really
-resolved (platforms change them silently) and the engine features it resolved (prefix caching, chunked
-prefill, batch size, async scheduling, context length), where vllm was imported from, and the refusal to measure
-mtpbench's own vLLM in place of a build's. Standard library and schema.py at module level; vllm lazily."""
+shas of vllm / vllm_ascend / torch / torch_npu (and the versions of transformers and arctic_inference), the
+device, the graph and compile modes the engine really resolved (platforms change them silently) and the engine
+features it resolved (prefix caching, chunked prefill, batch size, async scheduling, context length), where vllm
+was imported from, and the refusal to measure mtpbench's own vLLM in place of a build's. Standard library and
+schema.py at module level; vllm lazily."""
 
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def environment_fingerprint() -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": platform.node(),
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
-        "versions": {m: _version(m) for m in ("vllm", "vllm_ascend", "torch", "torch_npu", "transformers")},
+        # arctic_inference: the suffix tree vLLM's suffix method drafts with (reference/suffix.py mirrors 0.3.0's).
+        "versions": {
+            m: _version(m) for m in ("vllm", "vllm_ascend", "torch", "torch_npu", "transformers", "arctic_inference")
+        },
         "git_sha": {m: _git_sha(m) for m in ("vllm", "vllm_ascend")},
         # Switches that decide how a compiled start is served (engine/worker.py cpu_compile_cache).
         "compile_env": {

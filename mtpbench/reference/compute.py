@@ -24,7 +24,7 @@ from mtpbench.errors import UserError
 from mtpbench.reference.draft_model import replay_draft_model_prompts
 from mtpbench.reference.ngram import NgramRule, lookup_bounds
 from mtpbench.reference.pair import PairInfo, check_pair, load_pair, torch_threads
-from mtpbench.reference.suffix import suffix_params
+from mtpbench.reference.suffix import MIRRORED_ARCTIC_INFERENCE, suffix_params
 from mtpbench.reference.walk import LookupRule
 from mtpbench.reference.weights_replay import (
     PromptReplay,
@@ -131,9 +131,19 @@ def check_run(run: Run) -> None:
 
 
 def check_replay(run: Run) -> None:
-    """Refuse, in one line, a run whose stored config or prompts the replay cannot take (the config no longer
-    validates, the prompts changed): said before the replay's progress bar starts, not under it."""
+    """Refuse, in one line, a run the replay cannot take (a lookup's settings it does not model, a suffix tree
+    of another arctic-inference, a stored config that no longer validates, prompts that changed): said before
+    the replay's progress bar starts, not under it."""
+    _check_method(run)
     _prompts(run)
+
+
+def _check_method(run: Run) -> None:
+    spec = (run.manifest.get("config") or {}).get("speculative") or {}
+    method = str(spec.get("method") or "")
+    lookup_rule(method, dict(spec.get("extra") or {}))
+    if method == "suffix":
+        _check_suffix_library(run)
 
 
 def compute_reference(
@@ -146,6 +156,7 @@ def compute_reference(
     spec = raw.get("speculative") or {}
     method = str(spec.get("method") or "")
     info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"), method)
+    _check_method(run)
     lookup = lookup_rule(method, dict(spec.get("extra") or {}))
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
@@ -203,6 +214,19 @@ def compute_reference(
     if ref is None or ref.session != session:
         raise RuntimeError(f"{Path(run.path) / 'reference.jsonl'}: the session just written does not read back")
     return ref
+
+
+def _check_suffix_library(run: Run) -> None:
+    """Refuse, in one line, a suffix run whose cells drafted with another arctic-inference than the one the
+    reference mirrors. A cell that recorded no version for it (a run from before mtpbench recorded it) is not
+    refused: what it ran is not known either way."""
+    for start in run.cell_starts():
+        versions = (start.get("env") or {}).get("versions") or {}
+        if "arctic_inference" in versions and versions["arctic_inference"] != MIRRORED_ARCTIC_INFERENCE:
+            raise UserError(
+                f"{run.path}: cell {start.get('cell')} drafted with arctic-inference {versions['arctic_inference']}; "
+                f"the reference mirrors {MIRRORED_ARCTIC_INFERENCE}'s suffix tree (mtpbench/reference/suffix.py)"
+            )
 
 
 def lookup_rule(method: str, extra: dict[str, Any]) -> LookupRule | None:

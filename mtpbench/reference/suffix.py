@@ -44,6 +44,9 @@ import numpy as np
 from mtpbench.errors import UserError
 from mtpbench.reference.walk import Walk, lookup_walk
 
+# The arctic-inference release whose suffix tree this module mirrors: a run whose cells drafted with another
+# is refused (compute.py), since a change in the library's order or rule would read as the engine's.
+MIRRORED_ARCTIC_INFERENCE = "0.3.0"
 # vLLM 0.32's defaults (`vllm/config/speculative.py`, lines 504-523).
 DEFAULT_MAX_TREE_DEPTH = 24
 DEFAULT_MAX_CACHED_REQUESTS = 10000

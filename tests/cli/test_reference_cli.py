@@ -108,3 +108,24 @@ def test_a_manifest_config_that_no_longer_validates_names_its_key(make_run: Call
     assert result.exit_code == 2, result.output
     line = one_error_line(result)
     assert f"{run / 'manifest.json'}: prompts: Field required (the manifest's config no longer validates)" in line
+
+
+def test_a_suffix_run_that_drafted_with_another_arctic_inference_is_one_line(make_run: Callable[..., Path]) -> None:
+    """The suffix rule mirrors arctic-inference 0.3.0's tree (its sibling order decides ties): a cell that
+    drafted with another release is refused, not replayed into a finding the library's change would make."""
+    from mtpbench.fixtures import TINY_GEMMA4_TARGET_DIR
+
+    own = {"suffix_decoding_max_cached_requests": 0}
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None, method="suffix", extra=own)
+    _set_pair(run, TINY_GEMMA4_TARGET_DIR, None)
+    lines = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "cell_start":
+            line["env"] = {"versions": {"vllm": "0.32.0", "arctic_inference": "0.4.0"}}
+    (run / "records.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result = invoke("reference", run)
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result).endswith(
+        f"cell {CELL} drafted with arctic-inference 0.4.0; the reference mirrors 0.3.0's suffix tree "
+        "(mtpbench/reference/suffix.py)"
+    )
