@@ -194,7 +194,7 @@ def make_plan(evidence: Evidence, gate: GateSpec | None = None, against: Against
     pairs = divergence_pairs(cfg, evidence.cells, greedy)
     builds = build_pairs(cfg, evidence.cells)
     k = run.typed.k
-    ks = k_pairs(evidence.cells, greedy)
+    ks = k_pairs(evidence.cells, greedy, cfg.speculative.method)
     # A context sweep's buckets held against its first (judge/signals/context.py): greedy only, as divergence.
     context = sum(context_checks(c) for c in evidence.cells) if greedy else 0
     n_cells = len({c.cell for c in run.typed.cells})

@@ -81,6 +81,23 @@ def test_a_first_draft_that_moves_with_k_fails_naming_k(make_run: Callable[..., 
     assert comp.exit_code == ExitCode.REGRESSION == Kind.K_DEPENDENT.exit_code
 
 
+@pytest.mark.parametrize("method", ["ngram", "suffix"])
+def test_a_lookup_is_not_held_to_one_pos0_across_k(make_run: Callable[..., Path], method: str) -> None:
+    # A lookup's pos0 moves with k on an exact engine (which starts a request meets depends on k; suffix also
+    # picks its match by k): the same 15-point gap that fails an MTP sweep is no finding, and no check, here.
+    lower = [r - 0.15 for r in POS0]
+    path = make_run(
+        {K1: [[80.0]] * 2, K3: [[80.0, 60.0, 40.0]] * 2},
+        k=[1, 3],
+        baseline=None,
+        method=method,
+        per_prompt={K1: [_k1(POS0)] * 2, K3: [_k3(lower)] * 2},
+    )
+    comp = judge(load_run(path))
+    assert _k_findings(comp.diagnoses) == [] and comp.exit_code == ExitCode.OK
+    assert comp.family == 0
+
+
 def test_a_pos0_pair_is_one_check_in_the_family(make_run: Callable[..., Path]) -> None:
     comp = judge(load_run(_sweep(make_run, POS0)))
     # No baseline: the family is the diagnoses alone, one pos0 check for the one k pair.
