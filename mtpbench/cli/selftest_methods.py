@@ -38,6 +38,7 @@ __all__ = [
     "QUICK_PROMPTS",
     "MethodCheck",
     "QuickResult",
+    "check_runnable",
     "evaluate_quick",
     "hold_reference",
     "quick_config",
@@ -99,6 +100,21 @@ def select_methods(names: list[str] | None) -> list[MethodCheck]:
     if unknown:
         raise UserError(f"--method {unknown[0]}: no such method in the selftest; known: {', '.join(METHODS)}")
     return [check for name, check in METHODS.items() if name in names]
+
+
+def check_runnable(checks: list[MethodCheck]) -> None:
+    """Refuse, in one line before any engine starts, a selftest of a method this install cannot run (suffix
+    without arctic-inference: an install without mtpbench's suffix extra), naming `--method` as the way around."""
+    from mtpbench.run.envs.builds import missing_method_library
+
+    for check in checks:
+        if check.full:
+            continue
+        why = missing_method_library(quick_config(check))
+        if why is not None:
+            others = [c.name for c in checks if c is not check]
+            narrow = f"; or prove the others alone (--method {' --method '.join(others)})" if others else ""
+            raise UserError(f"selftest {check.name}: {why}{narrow}")
 
 
 def quick_config(check: MethodCheck) -> ExperimentConfig:

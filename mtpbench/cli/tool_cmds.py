@@ -102,8 +102,8 @@ def selftest(
         typer.Option(
             "--method",
             help="Only this shipped method (repeatable): mtp (the embedded Gemma4 MTP pair, the full proof), "
-            "ngram, draft_model, eagle, eagle3, deepseek_mtp (the quick proof: a few prompts, the method's planted "
-            "fault, held against the weights).",
+            "ngram, suffix, draft_model, eagle, eagle3, deepseek_mtp (the quick proof: a few prompts, the method's "
+            "planted fault, held against the weights).",
         ),
     ] = None,
 ) -> int:
@@ -111,12 +111,14 @@ def selftest(
     fault, and each other method stock vs its planted fault."""
     from mtpbench.cli.selftest import run_selftest
     from mtpbench.cli.selftest_class import run_class_selftest
-    from mtpbench.cli.selftest_methods import select_methods
+    from mtpbench.cli.selftest_methods import check_runnable, select_methods
     from mtpbench.render import report
 
     if fault_class and method:
         raise UserError("--method does not apply to --class (the bug class is the Gemma4 MTP proposer's)")
     checks = select_methods(method)
+    if not fault_class:
+        check_runnable(checks)
     with progress_bars() as progress:
 
         def view(total: int, prompts: int) -> ProgressView:

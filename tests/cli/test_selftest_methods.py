@@ -184,3 +184,24 @@ def test_quick_config_keeps_the_configs_stock_corrections_in_both_variants() -> 
         "fault": ["cpu-rotary-embedding", "drift-after-requests"],
     }
     assert cfg.speculative.method == "mtp"
+
+
+def test_a_method_this_install_cannot_run_is_one_line_before_any_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An install without mtpbench's suffix extra has no arctic-inference: the selftest says so in one line,
+    exit 2, and how to prove the other methods, instead of failing suffix's engine after the others ran."""
+    import mtpbench.run.envs.builds as builds
+
+    monkeypatch.setitem(builds.METHOD_LIBRARIES, "suffix", ("mtpbench_no_such_module", "the suffix extra"))
+    started: list[object] = []
+    monkeypatch.setattr(st, "run_selftest", lambda *a, **k: started.append(a))
+    res = invoke("selftest", "--method", "ngram", "--method", "suffix", "--out", tmp_path / "runs")
+    assert res.exit_code == 2, res.output
+    line = one_error_line(res)
+    assert line.startswith("mtpbench: error: selftest suffix: method suffix needs mtpbench_no_such_module, which ")
+    assert line.endswith(
+        "lacks: install the suffix extra, or add it to the build's requirements; or prove the "
+        "others alone (--method ngram)"
+    )
+    assert started == [] and not (tmp_path / "runs").exists()
