@@ -423,8 +423,14 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
             # finding, named after the features (judge/signals/features.py).
             changes = feature_changes(modes, c, ref)
             out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
-    # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/signals/ksweep.py).
+    # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/signals/ksweep.py), unless
+    # both cells were held against the weights, each at its own k: the reference says exactly whether a k
+    # departs (reference_k_findings above), where pos0 also moves with the starts k makes a request meet. The
+    # family keeps the planned check: conservative.
+    replayed = set() if out.reference is None else {a.cell for a in out.reference.cells}
     for c, ref in plan.k_pairs:
+        if c.cell in replayed and ref.cell in replayed:
+            continue
         d = divergence(first_position(c), first_position(ref), gate, plan.alpha)
         if d:
             out.findings.append(as_k_dependence(d, c, ref))

@@ -98,6 +98,23 @@ def test_a_lookup_is_not_held_to_one_pos0_across_k(make_run: Callable[..., Path]
     assert comp.family == 0
 
 
+def test_a_sweep_the_weights_hold_at_every_k_is_judged_by_them_not_by_pos0(make_run: Callable[..., Path]) -> None:
+    # pos0 80 % at k=1 and 65 % at k=3 on every prompt: without the weights a k-dependent finding; with a stored
+    # reference that counts exactly the same at each k, the engine drafts what its weights say at every k.
+    k1, k3 = (100, [80]), (60, [39, 27, 18])
+    path = make_run(
+        {K1: [[80.0]], K3: [[65.0, 45.0, 30.0]]},
+        k=[1, 3],
+        baseline=None,
+        per_prompt={K1: [[k1] * 5], K3: [[k3] * 5]},
+    )
+    assert [f.kind for f in _k_findings(judge(load_run(path)).diagnoses)] == [Kind.K_DEPENDENT]
+    write_reference(path, [K1, K3], counts={K1: k1, K3: k3})
+    comp = judge(load_run(path))
+    assert comp.reference is not None and _k_findings(comp.diagnoses) == []
+    assert comp.exit_code == ExitCode.OK
+
+
 def test_a_pos0_pair_is_one_check_in_the_family(make_run: Callable[..., Path]) -> None:
     comp = judge(load_run(_sweep(make_run, POS0)))
     # No baseline: the family is the diagnoses alone, one pos0 check for the one k pair.
