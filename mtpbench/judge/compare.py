@@ -47,6 +47,7 @@ from mtpbench.judge.findings import (
     Severity,
     Unchecked,
     Verdict,
+    for_method,
 )
 from mtpbench.judge.findings.context import ContextTable
 from mtpbench.judge.plan import Against, Levels, Plan, admit, make_plan
@@ -207,7 +208,8 @@ def combine(plan: Plan, checked: Checked, diagnosed: Diagnosed | None = None) ->
     cells and checks alone (what a report's figures are drawn from while the diagnoses are made)."""
     against = plan.against
     diagnosed = diagnosed or Diagnosed()
-    diagnoses = [*diagnosed.findings, *checked.findings]
+    # A lookup method's findings point at the lookup, not at a drafter model it does not have.
+    diagnoses = for_method([*diagnosed.findings, *checked.findings], plan.run.typed.config.speculative.method)
     return Comparison(
         plan.run.run_id,
         plan.cells,

@@ -8,6 +8,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from mtpbench.judge.compare import judge
+from mtpbench.judge.findings import Cause, Kind
+from mtpbench.store.results import load_run
 from tests.support.cli import invoke, one_error_line
 from tests.support.reference_runs import CELL, GOOD, WORSE, per_prompt, write_reference
 from tests.support.synthetic_runs import PROMPTS
@@ -129,3 +134,21 @@ def test_a_suffix_run_that_drafted_with_another_arctic_inference_is_one_line(mak
         f"cell {CELL} drafted with arctic-inference 0.4.0; the reference mirrors 0.3.0's suffix tree "
         "(mtpbench/reference/suffix.py)"
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "cause"),
+    [("mtp", Cause.ENGINE_BELOW_WEIGHTS), ("ngram", Cause.LOOKUP_DRAFT), ("suffix", Cause.LOOKUP_DRAFT)],
+)
+def test_a_lookup_below_its_weights_points_at_the_lookup_not_a_drafter_model(
+    make_run: Callable[..., Path], method: str, cause: Cause
+) -> None:
+    """No KV-cache groups, hidden states or chained draft steps to look into: a lookup method's finding names
+    what a lookup has (the tokens it is handed, its settings, its library)."""
+    run = make_run({CELL: [[0.0]]}, per_prompt={CELL: per_prompt(WORSE)}, baseline=None, method=method)
+    write_reference(run, [CELL])
+    comp = judge(load_run(run))
+    below = [f for f in comp.diagnoses if f.kind == Kind.ENGINE_BELOW_REFERENCE]
+    assert below and {f.cause for f in below} == {cause}
+    result = invoke("reference", run, "--stored")
+    assert ("the lookup proposer (n-gram, suffix decoding" in result.stdout) == (cause == Cause.LOOKUP_DRAFT)

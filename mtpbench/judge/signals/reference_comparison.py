@@ -42,7 +42,7 @@ import numpy as np
 
 from mtpbench.errors import ExitCode, combine_exit_codes
 from mtpbench.judge.evidence import CellResult, Evidence
-from mtpbench.judge.findings import Cause, Finding, Kind, Severity
+from mtpbench.judge.findings import Cause, Finding, Kind, Severity, for_method
 from mtpbench.judge.findings.exactness import AGAINST_WEIGHTS, ExactnessLost
 from mtpbench.judge.findings.reference import ReferenceBelow, ReferenceDisagreement, ReferenceTextDiffers, Unbalanced
 from mtpbench.judge.signals.builds import reference_build
@@ -524,7 +524,7 @@ def hold_run(evidence: Evidence, ref: ReferenceFile, gate: GateSpec) -> Referenc
     """The run's cells against `ref` under the gate's settings: the one judging of a reference, whether
     `mtpbench reference` has just replayed it or `show`, `compare`, `report` and `run` read it stored."""
     run = evidence.run
-    return hold(
+    held = hold(
         run.run_id,
         evidence.cells,
         ref,
@@ -535,6 +535,9 @@ def hold_run(evidence: Evidence, ref: ReferenceFile, gate: GateSpec) -> Referenc
         confidence=gate.confidence,
         anchor_build=reference_build(run.typed.config, evidence.cells),
     )
+    # A lookup method's findings point at the lookup, not at a drafter model it does not have.
+    held.findings = for_method(held.findings, run.typed.config.speculative.method)
+    return held
 
 
 def stored_reference(evidence: Evidence, gate: GateSpec) -> ReferenceComparison | None:

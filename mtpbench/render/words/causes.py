@@ -93,6 +93,11 @@ CAUSE_TEXT: dict[Cause, str] = {
     Cause.DRAFTS_ALL_REJECTED: "the target rejects every draft: drafter weights not loaded or not bound (a "
     "random or zeroed head), the draft reading the wrong KV-cache group or positions, or a verify step that "
     "compares against the wrong tokens (docs/verdicts.md)",
+    Cause.LOOKUP_DRAFT: "the lookup proposer (n-gram, suffix decoding: no drafter model) drafts other than its rule "
+    "says from the request's own tokens: the token ids it is handed (the prompt and every sampled token, the bonus "
+    "included), its settings as the build's vLLM reads them (lookup bounds; tree depth, spec factor, minimum "
+    "token probability, the cross-request cache), or the library it calls (arctic-inference for suffix); diff "
+    "the proposer against the reference build's, or bisect (`mtpbench bisect`) (docs/methods.md)",
     Cause.DEGENERATE_LOGITS: "target and drafter agree on every token: NaN or constant logits whose argmax is one "
     "fixed token on both sides (TRT-LLM#5146), or a verify step that compares the draft with itself; read the "
     "request's text (docs/verdicts.md)",
