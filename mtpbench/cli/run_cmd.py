@@ -251,7 +251,13 @@ def _run(
 
         # A pair or a lookup's settings the reference does not model are refused now, not after minutes of engines.
         check_pair(cfg.model, cfg.speculative.model, cfg.speculative.method)
-        lookup_rule(cfg.speculative.method, cfg.speculative.extra)
+        rule = lookup_rule(cfg.speculative.method, cfg.speculative.extra)
+        if getattr(rule, "max_cached_requests", 0) and cfg.prompt_mode != "sequential":
+            raise UserError(
+                f"{config}: reference_replay: suffix decoding's cross-request cache is on and the prompts are "
+                "batched; the reference replays that cache for prompts served one at a time (prompt_mode: "
+                "sequential), or set speculative.extra.suffix_decoding_max_cached_requests to 0"
+            )
     _need_ray(opts.executor or cfg.executor)
     ensure_out_dir(out)
     # The one place builds from pins get their environments (cached, or installed now: one line per step).

@@ -24,7 +24,7 @@ from mtpbench.errors import UserError
 from mtpbench.reference.draft_model import replay_draft_model_prompts
 from mtpbench.reference.ngram import NgramRule, lookup_bounds
 from mtpbench.reference.pair import PairInfo, check_pair, load_pair, torch_threads
-from mtpbench.reference.suffix import MIRRORED_ARCTIC_INFERENCE, suffix_params
+from mtpbench.reference.suffix import MIRRORED_ARCTIC_INFERENCE, SuffixParams, suffix_params
 from mtpbench.reference.walk import LookupRule
 from mtpbench.reference.weights_replay import (
     PromptReplay,
@@ -132,10 +132,38 @@ def check_run(run: Run) -> None:
 
 def check_replay(run: Run) -> None:
     """Refuse, in one line, a run the replay cannot take (a lookup's settings it does not model, a suffix tree
-    of another arctic-inference, a stored config that no longer validates, prompts that changed): said before
-    the replay's progress bar starts, not under it."""
+    of another arctic-inference or a cross-request cache it cannot replay, a stored config that no longer
+    validates, prompts that changed): said before the replay's progress bar starts, not under it."""
     _check_method(run)
-    _prompts(run)
+    prompts, _ = _prompts(run)
+    check_suffix_cache(run, len(prompts))
+
+
+def check_suffix_cache(run: Run, prompts: int) -> None:
+    """A suffix run with the cross-request cache on is replayed as the engine served it only where each engine
+    process served the prompts one at a time, in the run's order (sequential mode: a resumed repeat is run
+    again whole), and the cache kept every output (no FIFO eviction, which is not modelled)."""
+    spec = (run.manifest.get("config") or {}).get("speculative") or {}
+    rule = lookup_rule(str(spec.get("method") or ""), dict(spec.get("extra") or {}))
+    if not isinstance(rule, SuffixParams) or rule.max_cached_requests == 0:
+        return
+    cached = rule.max_cached_requests
+    why = None
+    if cached < prompts:
+        why = f"it keeps {cached} outputs, fewer than the run's {prompts} prompts (its evictions are not modelled)"
+    for start in run.cell_starts():
+        mode = (start.get("prompt_mode") or {}).get("effective")
+        if mode != "sequential":
+            why = (
+                f"cell {start.get('cell')} ran its prompts {mode or 'in an unrecorded mode'}: the cache then holds "
+                "the requests as the scheduler interleaved them"
+            )
+            break
+    if why is not None:
+        raise UserError(
+            f"{run.path}: suffix_decoding_max_cached_requests is {cached} (a cache shared across requests) and "
+            f"{why}; the reference replays such a run served sequentially, or a run with it set to 0"
+        )
 
 
 def _check_method(run: Run) -> None:
@@ -161,6 +189,7 @@ def compute_reference(
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
     prompts, chat = _prompts(run)
+    check_suffix_cache(run, len(prompts))
     numerics = _cell_numerics(run)
     cells = list(dict.fromkeys(c.cell for c in run.typed.cells))
     missing = [c for c in cells if c not in numerics]

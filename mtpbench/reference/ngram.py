@@ -112,3 +112,6 @@ class NgramRule:
 
     def described(self) -> dict[str, Any]:
         return {"prompt_lookup": [self.min_n, self.max_n]}
+
+    def fresh(self) -> NgramRule:
+        return self  # no state across requests

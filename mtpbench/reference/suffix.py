@@ -68,15 +68,20 @@ class SuffixParams:
     def walk(
         self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
     ) -> Walk:
+        """One request as the first an engine process serves (its cross-request cache still empty)."""
         return suffix_walk(prompt, continuation, generated, k, self, max_model_len)
 
     def described(self) -> dict[str, Any]:
         return {"suffix": asdict(self)}
 
+    def fresh(self) -> SuffixProcess:
+        """The proposer of a fresh engine process: its cross-request cache empty."""
+        return SuffixProcess(self)
+
 
 def suffix_params(extra: dict[str, object]) -> SuffixParams:
-    """The run's suffix settings, refused in one line where vLLM would refuse them or the reference cannot
-    replay them (a cache shared across requests)."""
+    """The run's suffix settings, refused in one line where vLLM would refuse them (whether the reference can
+    replay a run's cross-request cache depends on the run: compute.py checks it)."""
     depth = extra.get("suffix_decoding_max_tree_depth", DEFAULT_MAX_TREE_DEPTH)
     cached = extra.get("suffix_decoding_max_cached_requests", DEFAULT_MAX_CACHED_REQUESTS)
     factor = extra.get("suffix_decoding_max_spec_factor", DEFAULT_MAX_SPEC_FACTOR)
@@ -91,12 +96,6 @@ def suffix_params(extra: dict[str, object]) -> SuffixParams:
     if float(min_prob) > 1:
         raise UserError(f"speculative.extra.suffix_decoding_min_token_prob: {min_prob!r} is not in [0, 1]")
     assert isinstance(depth, int) and isinstance(cached, int)
-    if cached != 0:
-        raise UserError(
-            f"speculative.extra.suffix_decoding_max_cached_requests is {cached}: the reference replays each "
-            "request's own suffix tree (prompt and output); a cache shared across requests makes the drafts "
-            "depend on the process's earlier requests and their interleaving: run with it set to 0"
-        )
     return SuffixParams(depth, float(factor), float(min_prob), cached)
 
 
@@ -124,20 +123,30 @@ def _increment(parent: _Node, token: int) -> None:
     child.count = c + 1
 
 
+@dataclass(frozen=True)
+class Draft:
+    """A speculation: its tokens and its score (the summed float32 probabilities)."""
+
+    tokens: list[int]
+    score: np.float32
+
+
 class SuffixTree:
-    """arctic-inference 0.3.0's `SuffixTree` for one sequence (the request's own tree: seq id 0)."""
+    """arctic-inference 0.3.0's `SuffixTree`: a request's own tree (one sequence, its prompt and output), or the
+    cross-request cache's global tree (one sequence per request's output). Each sequence keeps its own window of
+    active suffixes; the counts and the siblings' order are the tree's."""
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
         self.root = _Node()
-        self._active: list[_Node] = []
+        self._active: dict[int, list[_Node]] = {}
 
-    def extend(self, tokens: Sequence[int]) -> None:
+    def extend(self, tokens: Sequence[int], seq: int = 0) -> None:
         for token in tokens:
-            self.append(int(token))
+            self.append(int(token), seq)
 
-    def append(self, token: int) -> None:
-        active = self._active
+    def append(self, token: int, seq: int = 0) -> None:
+        active = self._active.setdefault(seq, [])
         active.append(self.root)
         self.root.count += 1
         if len(active) > self.max_depth:
@@ -161,7 +170,7 @@ class SuffixTree:
 
     def speculate(
         self, context: Sequence[int], max_spec_tokens: int, max_spec_factor: float, min_token_prob: float
-    ) -> list[int]:
+    ) -> Draft:
         """The path draft `SuffixTree::speculate` returns for `context` (offset 0, no tree speculation)."""
         f32 = np.float32
         best: list[int] = []
@@ -188,13 +197,20 @@ class SuffixTree:
                 node = child
             if score >= best_score:
                 best, best_score = tokens, score
-        return best
+        return Draft(best, best_score)
 
 
 def propose(
-    tree: SuffixTree, tokens: Sequence[int], k: int, params: SuffixParams, max_model_len: int | None
+    tree: SuffixTree,
+    tokens: Sequence[int],
+    k: int,
+    params: SuffixParams,
+    max_model_len: int | None,
+    cache: SuffixTree | None = None,
 ) -> list[int]:
-    """The drafts vLLM's suffix proposer makes for a request whose tree holds `tokens` (its whole text)."""
+    """The drafts vLLM's suffix proposer makes for a request whose tree holds `tokens` (its whole text), beside
+    the cross-request cache's global tree when there is one: the request's own draft unless the cache's scores
+    higher (`SuffixDecodingCache.speculate`)."""
     total = len(tokens)
     budget = k
     if max_model_len is not None:
@@ -202,7 +218,11 @@ def propose(
             return []
         budget = min(k, max_model_len - total - 1)
     context = tokens[max(0, total - params.max_tree_depth) :]
-    return tree.speculate(context, budget, params.max_spec_factor, params.min_token_prob)
+    own = tree.speculate(context, budget, params.max_spec_factor, params.min_token_prob)
+    if cache is None:
+        return own.tokens
+    shared = cache.speculate(context, budget, params.max_spec_factor, params.min_token_prob)
+    return own.tokens if own.score >= shared.score else shared.tokens
 
 
 def suffix_walk(
@@ -212,18 +232,61 @@ def suffix_walk(
     k: int,
     params: SuffixParams,
     max_model_len: int | None = None,
+    cache: SuffixTree | None = None,
+    seq: int = 0,
 ) -> Walk:
     """The draft steps of a greedy request drafting by suffix decoding (walk.py's `lookup_walk`): the request's
     tree starts with the prompt, and each step's sampled tokens (accepted drafts and bonus) join it before the
-    next proposal, as `SuffixDecodingProposer.propose` adds them (lines 71-74)."""
+    next proposal, as `SuffixDecodingProposer.propose` adds them (lines 71-74). With the cross-request cache
+    (`cache`, the process's global tree) the request's output is sequence `seq` there too, every step's sampled
+    tokens included, the last step's as well (the model runner hands them to the proposer before the scheduler
+    cuts the output at the stop), unless the request reached the model length (line 58 skips it)."""
     tree = SuffixTree(params.max_tree_depth)
     tree.extend(prompt)
     text = [int(t) for t in prompt]
+    asked: list[tuple[int, bool]] = []  # (tokens generated, whether the proposer drafted) per proposal
+
+    def sampled(upto: int) -> None:
+        chunk = [int(t) for t in continuation[len(text) - len(prompt) : upto]]
+        tree.extend(chunk)
+        if cache is not None:
+            cache.extend(chunk, seq)
+        text.extend(chunk)
 
     def drafts_after(n: int) -> list[int]:
-        held = len(text) - len(prompt)
-        tree.extend(continuation[held:n])
-        text.extend(int(t) for t in continuation[held:n])
-        return propose(tree, text, k, params, max_model_len)
+        sampled(n)
+        drafts = propose(tree, text, k, params, max_model_len, cache)
+        asked.append((n, bool(drafts)))
+        return drafts
 
-    return lookup_walk(continuation, generated, k, len(prompt), max_model_len, drafts_after)
+    w = lookup_walk(continuation, generated, k, len(prompt), max_model_len, drafts_after)
+    if cache is not None:
+        last, drafted = asked[-1] if asked else (0, False)
+        through = last + (w.accepted[-1] + 1 if drafted else 1)
+        if max_model_len is None or len(prompt) + through < max_model_len:
+            sampled(through)
+    return w
+
+
+class SuffixProcess:
+    """The suffix proposer of one engine process serving requests one at a time, in order: each request's walk
+    over its own tree and, with `max_cached_requests` on, the global tree of every output the process made
+    before it and of its own so far."""
+
+    def __init__(self, params: SuffixParams) -> None:
+        self.params = params
+        self.cache = SuffixTree(params.max_tree_depth) if params.max_cached_requests != 0 else None
+        self.served = 0
+
+    def walk(
+        self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
+    ) -> Walk:
+        w = suffix_walk(prompt, continuation, generated, k, self.params, max_model_len, self.cache, self.served)
+        self.served += 1
+        return w
+
+    def described(self) -> dict[str, Any]:
+        return self.params.described()
+
+    def fresh(self) -> SuffixProcess:
+        return SuffixProcess(self.params)

@@ -65,6 +65,10 @@ class LookupRule(Protocol):
         """The rule's settings, as the reference's start line records them."""
         ...
 
+    def fresh(self) -> LookupRule:
+        """The rule as a fresh engine process starts it (a rule with state across requests starts empty)."""
+        ...
+
 
 def lookup_walk(
     continuation: Sequence[int],

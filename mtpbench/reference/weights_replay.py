@@ -341,8 +341,11 @@ def replay_lookup_prompts(
     """Every prompt of a lookup method's run replayed, in order: the target's greedy text regenerated in
     batches, then walked with the lookup's drafts (`rule`: the n-gram's bounds, the suffix tree's settings)."""
 
+    # One replay of the prompt list is one engine process: a rule with state across requests starts empty.
+    process = rule.fresh()
+
     def one(prompt: Sequence[int], text: Sequence[int], room: int) -> PromptReplay:
-        return _replay_lookup_prompt(pair, prompt, text, k, max_tokens, room, rule, max_model_len, ignore_eos)
+        return _replay_lookup_prompt(pair, prompt, text, k, max_tokens, room, process, max_model_len, ignore_eos)
 
     return replay_batches(pair, prompts, k, max_tokens, max_model_len, batch, one)
 

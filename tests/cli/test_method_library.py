@@ -54,3 +54,17 @@ def test_the_install_has_what_the_shipped_suffix_config_needs(tmp_path: Path) ->
     # make run / make test install the suffix extra: the shipped config passes the same check.
     res = CliRunner().invoke(app, ["run", str(suffix_config(tmp_path, None)), "--dry-run", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
+
+
+def test_reference_replay_of_a_batched_shared_suffix_cache_is_refused_before_any_engine(tmp_path: Path) -> None:
+    config = suffix_config(tmp_path, None)
+    data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data["speculative"]["extra"]["suffix_decoding_max_cached_requests"] = 10000
+    data["reference_replay"] = True
+    config.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    runs = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", str(config), "--out", str(runs), "--no-compare"])
+    assert res.exit_code == 2, res.output
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "suffix decoding's cross-request cache is on and the prompts are batched" in lines[0]
+    assert not runs.exists()

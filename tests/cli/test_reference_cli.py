@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpbench.errors import UserError
 from mtpbench.judge.compare import judge
 from mtpbench.judge.findings import Cause, Kind
 from mtpbench.store.results import load_run
@@ -152,3 +153,39 @@ def test_a_lookup_below_its_weights_points_at_the_lookup_not_a_drafter_model(
     assert below and {f.cause for f in below} == {cause}
     result = invoke("reference", run, "--stored")
     assert ("the lookup proposer (n-gram, suffix decoding" in result.stdout) == (cause == Cause.LOOKUP_DRAFT)
+
+
+@pytest.mark.parametrize(
+    ("mode", "cached", "prompts", "refused"),
+    [
+        ("sequential", 10000, 5, None),
+        ("sequential", 0, 5, None),
+        ("batched", 0, 5, None),
+        ("batched", 10000, 5, "ran its prompts batched: the cache then holds the requests as the scheduler"),
+        ("sequential", 3, 5, "it keeps 3 outputs, fewer than the run's 5 prompts (its evictions are not modelled)"),
+    ],
+)
+def test_a_suffix_cache_shared_across_requests_is_replayed_only_as_served_in_turn(
+    make_run: Callable[..., Path], mode: str, cached: int, prompts: int, refused: str | None
+) -> None:
+    """vLLM's default suffix cache (10000 outputs) makes a request's drafts depend on the requests its process
+    served before it: the reference replays that only for a process that served the prompts one at a time, in
+    order, and kept every output."""
+    from mtpbench.reference.compute import check_suffix_cache
+
+    extra = {"suffix_decoding_max_cached_requests": cached}
+    run_dir = make_run(
+        {CELL: [[0.0]]}, per_prompt={CELL: per_prompt(GOOD)}, baseline=None, method="suffix", extra=extra
+    )
+    lines = [json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "cell_start":
+            line["prompt_mode"] = {"requested": mode, "effective": mode}
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    if refused is None:
+        check_suffix_cache(load_run(run_dir), prompts)
+        return
+    with pytest.raises(UserError) as err:
+        check_suffix_cache(load_run(run_dir), prompts)
+    assert refused in str(err.value) and "\n" not in str(err.value)
+    assert f"suffix_decoding_max_cached_requests is {cached} (a cache shared across requests)" in str(err.value)

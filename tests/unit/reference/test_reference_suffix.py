@@ -113,15 +113,84 @@ def test_the_rule_equals_arctic_inferences_suffix_tree_on_random_texts() -> None
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        ({}, "suffix_decoding_max_cached_requests is 10000: the reference replays each request's own"),
-        ({"suffix_decoding_max_cached_requests": 0, "suffix_decoding_max_tree_depth": 0}, "max_tree_depth: 0"),
-        ({"suffix_decoding_max_cached_requests": 0, "suffix_decoding_min_token_prob": 2.0}, "is not in [0, 1]"),
+        ({"suffix_decoding_max_tree_depth": 0}, "max_tree_depth: 0"),
+        ({"suffix_decoding_min_token_prob": 2.0}, "is not in [0, 1]"),
+        ({"suffix_decoding_max_cached_requests": -1}, "max_cached_requests: -1"),
     ],
 )
-def test_settings_the_reference_cannot_replay_are_one_line(extra: dict[str, object], needle: str) -> None:
+def test_settings_vllm_would_refuse_are_one_line(extra: dict[str, object], needle: str) -> None:
     with pytest.raises(UserError) as err:
         suffix_params(extra)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def _library_walks(
+    requests: list[tuple[list[int], list[int], int]], k: int, params: SuffixParams
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """arctic-inference's own cache driven as vLLM 0.32's `SuffixDecodingProposer.propose` drives it for an
+    engine serving `requests` one at a time (suffix_decoding.py lines 50-96): the first step starts the request
+    with its prompt, every step adds its sampled tokens and speculates (the last step's draft is dropped), and a
+    request no longer in the batch is stopped; its output stays in the global tree."""
+    np = pytest.importorskip("numpy")
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+    cache = SuffixDecodingCache(max_tree_depth=params.max_tree_depth, max_cached_requests=params.max_cached_requests)
+    out = []
+    for r, (prompt, continuation, generated) in enumerate(requests):
+        drafted: list[int] = []
+        accepted: list[int] = []
+        n, step = 1, continuation[:1]
+        cache.start_request(r, np.array(prompt, dtype=np.int32))
+        for old in list(cache.active_requests):
+            if old != r:
+                cache.stop_request(old)
+        while True:
+            cache.add_active_response(r, step)
+            text = [*prompt, *continuation[:n]]
+            draft = cache.speculate(
+                r,
+                np.array(text[-params.max_tree_depth :], dtype=np.int32),
+                max_spec_tokens=k,
+                max_spec_factor=params.max_spec_factor,
+                min_token_prob=params.min_token_prob,
+            )
+            if n >= generated:
+                break
+            drafts = list(draft.token_ids)
+            if not drafts:
+                step, n = continuation[n : n + 1], n + 1
+                continue
+            a = 0
+            while a < len(drafts) and drafts[a] == continuation[n + a]:
+                a += 1
+            drafted.append(len(drafts))
+            accepted.append(a)
+            step, n = continuation[n : n + a + 1], n + a + 1
+        out.append((tuple(drafted), tuple(accepted)))
+    return out
+
+
+@pytest.mark.parametrize("cached", [0, 10000])
+def test_a_process_serving_requests_in_turn_equals_arctic_inferences_cache(cached: int) -> None:
+    # With the cross-request cache on (vLLM's default), each request also drafts from the outputs of those the
+    # process served before it, whole (the last step's overshoot included), and its own so far.
+    rng = random.Random(cached)
+    checked = 0
+    for trial in range(30):
+        params = SuffixParams(rng.choice([4, 24]), rng.choice([1.0, 2.0]), rng.choice([0.1, 0.3]), cached)
+        k = rng.choice([1, 3, 5])
+        vocab = rng.choice([3, 6])
+        requests = []
+        for _ in range(rng.randint(1, 6)):
+            prompt = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+            generated = rng.randint(1, 60)
+            continuation = [rng.randrange(vocab) for _ in range(generated + k)]
+            requests.append((prompt, continuation, generated))
+        process = params.fresh()
+        mine = [(w.drafted, w.accepted) for w in (process.walk(p, c, g, k, None) for p, c, g in requests)]
+        assert mine == _library_walks(requests, k, params), trial
+        checked += sum(len(d) for d, _ in mine)
+    assert checked > 300
 
 
 def test_the_rule_reads_the_runs_settings_with_vllms_defaults() -> None:
