@@ -25,10 +25,11 @@ mirrored here without its path compression, which changes no count and no order:
   or above `min_token_prob`; the draft of the highest summed probability wins, the later (longer) match on a
   tie;
 - `SuffixDecodingCache.speculate` asks the request's own tree (prompt and output) and a global tree of
-  earlier requests' outputs, and keeps the first draft unless the second scores higher. The reference
-  models `suffix_decoding_max_cached_requests: 0`, where the global tree stays empty: with it on, a request's
-  drafts depend on which requests the same engine process served before it and, in batched mode, on the
-  scheduler's interleaving; such a run is refused in one line.
+  outputs (`suffix_decoding_max_cached_requests` of them; 0 keeps it empty), and keeps the first draft unless
+  the second scores higher. With the global tree on, a request's drafts depend on the requests the same
+  engine process served before it: `SuffixProcess` replays a process that served them one at a time, in
+  order (a batched engine interleaves them as its scheduler runs them, and FIFO eviction is not modelled:
+  compute.py refuses both in one line).
 
 The walk is n-gram's (mtpbench/reference/walk.py's `lookup_walk`) with this proposer. Pure: no torch.
 """
