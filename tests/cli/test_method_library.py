@@ -29,10 +29,21 @@ def suffix_config(tmp_path: Path, python: str | None) -> Path:
 
 @pytest.fixture(scope="module")
 def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An interpreter with the standard library only (a venv without pip): no arctic_inference."""
+    """An interpreter with the standard library and a stand-in `vllm` package only: an engine's environment
+    without arctic_inference (one without vLLM at all is the doctor's business, and is not refused here)."""
     venv = tmp_path_factory.mktemp("bare") / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    return str(venv / "bin" / "python")
+    python = str(venv / "bin" / "python")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    (Path(purelib) / "vllm").mkdir(parents=True)
+    (Path(purelib) / "vllm" / "__init__.py").write_text("")
+    return python
 
 
 @pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
@@ -68,3 +79,13 @@ def test_reference_replay_of_a_batched_shared_suffix_cache_is_refused_before_any
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "suffix decoding's cross-request cache is on and the prompts are batched" in lines[0]
     assert not runs.exists()
+
+
+def test_an_interpreter_without_vllm_is_left_to_the_doctor(tmp_path: Path) -> None:
+    # A core-only install plans and dry-runs every shipped config (tests/cli/test_wheel.py): no engine runs
+    # there at all, which `mtpbench doctor` says; the method's library is not what is missing.
+    venv = tmp_path / "plain"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    config = suffix_config(tmp_path, str(venv / "bin" / "python"))
+    res = CliRunner().invoke(app, ["run", str(config), "--dry-run", "--out", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output

@@ -129,14 +129,19 @@ METHOD_LIBRARIES: dict[str, tuple[str, str]] = {
 
 
 def missing_method_library(cfg: ExperimentConfig) -> str | None:
-    """One line naming the first build whose interpreter lacks the library the config's method needs (None:
-    every build has it, or the method needs none). A requirements build not provisioned yet is skipped: its
-    interpreter does not exist until the run installs it. Looked up, not imported: milliseconds per build."""
+    """One line naming the first build whose interpreter has vLLM but lacks the library the config's method
+    needs (None: every build has it, or the method needs none). An interpreter without vLLM runs no engine at
+    all, which `mtpbench doctor` says (a core-only install plans and dry-runs every shipped config). A
+    requirements build not provisioned yet is skipped: its interpreter does not exist until the run installs
+    it. Looked up, not imported: milliseconds per build."""
     need = METHOD_LIBRARIES.get(cfg.speculative.method)
     if need is None:
         return None
     module, install = need
-    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    probe = (
+        "import importlib.util as u, sys; "
+        f"sys.exit(u.find_spec('vllm') is not None and u.find_spec({module!r}) is None)"
+    )
     for name, build in cfg.builds.items():
         if build.from_pins and build.provisioned is None:
             continue
