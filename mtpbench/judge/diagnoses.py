@@ -415,6 +415,17 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
     if not greedy:
         # Sampled runs legitimately differ between modes and in their text: only the tests above apply.
         return out
+    out.findings.extend(_greedy_divergences(plan, out.reference))
+    out.findings.extend(text_changes(cells))
+    return out
+
+
+def _greedy_divergences(plan: Plan, reference: ReferenceComparison | None) -> list[Finding]:
+    """A greedy run's pairs held by divergence's rule: each graph cell against its eager reference (a feature
+    mode named as the feature), each k of a sweep against the smallest k, each serving level against the first,
+    each longer context bucket against the first."""
+    gate = plan.gate
+    found: list[Finding] = []
     modes = plan.run.typed.config.modes
     for c, ref in plan.pairs:
         d = divergence(c, ref, gate, plan.alpha)
@@ -422,31 +433,30 @@ def diagnose(plan: Plan, run_failed: bool = False) -> Diagnosed:
             # A mode that differs from the reference in an engine feature, not only in graphs: the same rule's
             # finding, named after the features (judge/signals/features.py).
             changes = feature_changes(modes, c, ref)
-            out.findings.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
+            found.append(as_mode_divergence(d, changes) if is_feature_mode(changes) else d)
     # A k sweep: pos0 of every k against the smallest k's, by the same rule (judge/signals/ksweep.py), unless
     # both cells were held against the weights, each at its own k: the reference says exactly whether a k
-    # departs (reference_k_findings above), where pos0 also moves with the starts k makes a request meet. The
+    # departs (diagnose: reference_k_findings), where pos0 also moves with the starts k makes a request meet. The
     # family keeps the planned check: conservative.
-    replayed = set() if out.reference is None else {a.cell for a in out.reference.cells}
+    replayed = set() if reference is None else {a.cell for a in reference.cells}
     for c, ref in plan.k_pairs:
         if c.cell in replayed and ref.cell in replayed:
             continue
         d = divergence(first_position(c), first_position(ref), gate, plan.alpha)
         if d:
-            out.findings.append(as_k_dependence(d, c, ref))
+            found.append(as_k_dependence(d, c, ref))
     # A serving concurrency sweep: each level against the first, by the same rule, named as the feature it is.
-    for level, first, change in level_pairs(plan.run, cells, gate.confidence):
+    for level, first, change in level_pairs(plan.run, plan.cells, gate.confidence):
         d = divergence(level, first, gate, plan.alpha)
         if d:
-            out.findings.append(as_mode_divergence(d, [change]))
+            found.append(as_mode_divergence(d, [change]))
     # A context sweep: every longer bucket against the first, paired by prompt (judge/signals/context.py).
     on_decay = ((plan.run.typed.config.workload or {}).get("context") or {}).get("on_decay", "fail")
-    for c in cells:
+    for c in plan.cells:
         d = context_decay(c, gate, plan.alpha, on_decay)
         if d:
-            out.findings.append(d)
-    out.findings.extend(text_changes(cells))
-    return out
+            found.append(d)
+    return found
 
 
 def build_divergences(plan: Plan) -> list[Finding]:
