@@ -162,6 +162,14 @@ def installed_vllm_methods() -> frozenset[str]:
     return frozenset()
 
 
+def suffix_value_ok(key: str, v: Any) -> bool:
+    """Whether `v` has the type and lower bound vLLM takes for suffix setting `key` (SUFFIX_KEYS; a finite
+    number, never a bool): a config's validator and the reference's reading of a manifest share it."""
+    integer, low = SUFFIX_KEYS[key]
+    number = isinstance(v, int) if integer else isinstance(v, int | float) and math.isfinite(v)
+    return not isinstance(v, bool) and number and v >= low
+
+
 class SpeculativeSpec(KAxis, Strict):
     method: str = Field(min_length=1, description="vLLM speculative method: mtp, eagle, eagle3, draft_model, ngram…")
     model: PathStr | None = Field(None, description="drafter model path or id (none for ngram)")
@@ -221,10 +229,10 @@ class SpeculativeSpec(KAxis, Strict):
             raise ValueError(f"extra.{next(iter(given))}: a suffix decoding setting, but method is {self.method!r}")
         for key, v in given.items():
             integer, low = SUFFIX_KEYS[key]
-            kind = "an integer" if integer else "a number"
-            number = isinstance(v, int) if integer else isinstance(v, int | float) and math.isfinite(v)
-            if isinstance(v, bool) or not number or v < low:
-                raise ValueError(f"extra.{key}: expected {kind} >= {low:g}, got {v!r}")
+            if not suffix_value_ok(key, v):
+                raise ValueError(
+                    f"extra.{key}: expected {'an integer' if integer else 'a number'} >= {low:g}, got {v!r}"
+                )
         prob = given.get("suffix_decoding_min_token_prob")
         if prob is not None and prob > 1:
             raise ValueError(f"extra.suffix_decoding_min_token_prob: a probability in [0, 1], got {prob!r}")

@@ -44,6 +44,7 @@ import numpy as np
 
 from mtpbench.errors import UserError
 from mtpbench.reference.walk import Walk, lookup_walk
+from mtpbench.specs import suffix_value_ok
 
 # The arctic-inference release whose suffix tree this module mirrors: a run whose cells drafted with another
 # is refused (compute.py), since a change in the library's order or rule would read as the engine's.
@@ -89,11 +90,11 @@ def suffix_params(extra: dict[str, object]) -> SuffixParams:
     min_prob = extra.get("suffix_decoding_min_token_prob", DEFAULT_MIN_TOKEN_PROB)
     # A run's manifest is a file a hand may have edited: what vLLM would have refused is bad input here too.
     for name, v in (("suffix_decoding_max_tree_depth", depth), ("suffix_decoding_max_cached_requests", cached)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name.endswith("depth") else 0):
+        if not suffix_value_ok(name, v):
             raise UserError(f"speculative.extra.{name}: {v!r} is not what vLLM takes (an integer, depth >= 1)")
     for name, v in (("suffix_decoding_max_spec_factor", factor), ("suffix_decoding_min_token_prob", min_prob)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise UserError(f"speculative.extra.{name}: {v!r} is not what vLLM takes (a number >= 0)")
+        if not suffix_value_ok(name, v):
+            raise UserError(f"speculative.extra.{name}: {v!r} is not what vLLM takes (a finite number >= 0)")
     if float(min_prob) > 1:
         raise UserError(f"speculative.extra.suffix_decoding_min_token_prob: {min_prob!r} is not in [0, 1]")
     assert isinstance(depth, int) and isinstance(cached, int)

@@ -116,6 +116,8 @@ def test_the_rule_equals_arctic_inferences_suffix_tree_on_random_texts() -> None
         ({"suffix_decoding_max_tree_depth": 0}, "max_tree_depth: 0"),
         ({"suffix_decoding_min_token_prob": 2.0}, "is not in [0, 1]"),
         ({"suffix_decoding_max_cached_requests": -1}, "max_cached_requests: -1"),
+        ({"suffix_decoding_max_spec_factor": float("nan")}, "max_spec_factor: nan is not what vLLM takes"),
+        ({"suffix_decoding_min_token_prob": True}, "min_token_prob: True is not what vLLM takes"),
     ],
 )
 def test_settings_vllm_would_refuse_are_one_line(extra: dict[str, object], needle: str) -> None:
