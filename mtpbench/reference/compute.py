@@ -166,12 +166,15 @@ def check_suffix_cache(run: Run, prompts: int) -> None:
         )
 
 
-def _check_method(run: Run) -> None:
+def _check_method(run: Run) -> LookupRule | None:
+    """The run's lookup rule (None for a drafter model's method), once its settings and, for suffix, the
+    library its cells drafted with are checked."""
     spec = (run.manifest.get("config") or {}).get("speculative") or {}
     method = str(spec.get("method") or "")
-    lookup_rule(method, dict(spec.get("extra") or {}))
+    rule = lookup_rule(method, dict(spec.get("extra") or {}))
     if method == "suffix":
         _check_suffix_library(run)
+    return rule
 
 
 def compute_reference(
@@ -184,8 +187,7 @@ def compute_reference(
     spec = raw.get("speculative") or {}
     method = str(spec.get("method") or "")
     info = check_pair(options.target or raw.get("model") or "", options.drafter or spec.get("model"), method)
-    _check_method(run)
-    lookup = lookup_rule(method, dict(spec.get("extra") or {}))
+    lookup = _check_method(run)
     max_tokens = int(run.typed.config.sampling.max_tokens or 0)
     ignore_eos = bool(run.typed.config.sampling.ignore_eos)
     prompts, chat = _prompts(run)

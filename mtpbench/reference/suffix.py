@@ -67,12 +67,6 @@ class SuffixParams:
     min_token_prob: float = DEFAULT_MIN_TOKEN_PROB
     max_cached_requests: int = DEFAULT_MAX_CACHED_REQUESTS
 
-    def walk(
-        self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
-    ) -> Walk:
-        """One request as the first an engine process serves (its cross-request cache still empty)."""
-        return suffix_walk(prompt, continuation, generated, k, self, max_model_len)
-
     def described(self) -> dict[str, Any]:
         return {"suffix": asdict(self)}
 
@@ -286,9 +280,3 @@ class SuffixProcess:
         w = suffix_walk(prompt, continuation, generated, k, self.params, max_model_len, self.cache, self.served)
         self.served += 1
         return w
-
-    def described(self) -> dict[str, Any]:
-        return self.params.described()
-
-    def fresh(self) -> SuffixProcess:
-        return SuffixProcess(self.params)

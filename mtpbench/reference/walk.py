@@ -52,8 +52,8 @@ class Walk:
         return tuple(sum(1 for a in self.accepted if a > i) for i in range(k))
 
 
-class LookupRule(Protocol):
-    """A lookup method's draft rule (n-gram, suffix): no drafter model, the walk of a request's own tokens."""
+class LookupProcess(Protocol):
+    """A lookup proposer as one engine process runs it, request after request, in the run's order."""
 
     def walk(
         self, prompt: Sequence[int], continuation: Sequence[int], generated: int, k: int, max_model_len: int | None
@@ -61,11 +61,15 @@ class LookupRule(Protocol):
         """The draft steps of a greedy request whose target text is `continuation` (see ngram_walk)."""
         ...
 
+
+class LookupRule(Protocol):
+    """A lookup method's draft rule (n-gram, suffix): no drafter model, the walk of a request's own tokens."""
+
     def described(self) -> dict[str, Any]:
         """The rule's settings, as the reference's start line records them."""
         ...
 
-    def fresh(self) -> LookupRule:
+    def fresh(self) -> LookupProcess:
         """The rule as a fresh engine process starts it (a rule with state across requests starts empty)."""
         ...
 

@@ -44,7 +44,7 @@ import numpy as np
 from mtpbench.errors import UserError
 from mtpbench.reference.deepseek_mtp import deepseek_draft_logits
 from mtpbench.reference.pair import DEEPSEEK_TYPE, Pair
-from mtpbench.reference.walk import LookupRule, Walk, walk
+from mtpbench.reference.walk import LookupProcess, LookupRule, Walk, walk
 
 if TYPE_CHECKING:
     import torch
@@ -357,7 +357,7 @@ def _replay_lookup_prompt(
     k: int,
     max_tokens: int,
     room: int,
-    rule: LookupRule,
+    rule: LookupProcess,
     max_model_len: int | None,
     ignore_eos: bool,
 ) -> PromptReplay:
